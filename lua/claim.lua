@@ -1,0 +1,101 @@
+-- claim.lua — one scan: claim up to a page of due rows, split fairly across tenants (R13, R14).
+-- KEYS[1]  lease key (fencing, R25)
+-- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch  ARGV[4] page (rows at most)
+-- ARGV[5]  default room (rows a tenant not listed below may take)
+-- ARGV[6]  s, then s tenant ids to skip (at their window)
+-- then     r, then r pairs: tenant id, room (tenants whose room is below the page)
+-- Returns  {'fenced'}
+--       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, then per claimed row:
+--           tenant, row id, attempts, first attempt ms|'' }
+-- Deficit round-robin: the page is split into equal shares over the due tenants;
+-- a tenant that filled its share may take what others left, in further passes.
+-- A served tenant that still has due rows moves to the back of the index
+-- (score = now), so a tenant this page did not reach goes first next scan.
+if fenced(ARGV[2]) then return {'fenced'} end
+local epoch = tonumber(ARGV[3])
+local page = tonumber(ARGV[4])
+local default_room = tonumber(ARGV[5])
+local skip = {}
+local i = 6
+local s = tonumber(ARGV[i])
+for j = 1, s do skip[ARGV[i + j]] = true end
+i = i + s + 1
+local room = {}
+local r = tonumber(ARGV[i])
+for j = 1, r do room[ARGV[i + 2 * j - 1]] = tonumber(ARGV[i + 2 * j]) end
+
+local now = now_ms()
+local out = {'ok', now, -1, -1}
+local oldest = -1
+
+-- The due tenants, front of the line first; bounded by page + skipped.
+local active = {}
+if page > 0 then
+  local cand = redis.call('ZRANGEBYSCORE', K_TENANTS, '-inf', now, 'LIMIT', 0, page + s)
+  for _, t in ipairs(cand) do
+    if not skip[t] and #active < page then
+      local rm = room[t] or default_room
+      if rm > 0 then active[#active + 1] = t end
+    end
+  end
+end
+
+local taken = {}
+local left = page
+local hungry = active
+while left > 0 and #hungry > 0 do
+  local share = math.max(1, math.floor(left / #hungry))
+  local next_hungry = {}
+  for _, t in ipairs(hungry) do
+    if left <= 0 then break end
+    local got = taken[t] or 0
+    local want = math.min(share, left, (room[t] or default_room) - got)
+    if want > 0 then
+      local due = k_due(t)
+      local rows = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+      local n = #rows / 2
+      for j = 1, n do
+        local row = rows[2 * j - 1]
+        local score = tonumber(rows[2 * j])
+        if oldest < 0 or score < oldest then oldest = score end
+        redis.call('ZREM', due, row)
+        redis.call('ZADD', K_CLAIMED, epoch, t .. '/' .. row)
+        local st = redis.call('HMGET', k_row(row), 'a', 'f')
+        out[#out + 1] = t
+        out[#out + 1] = row
+        out[#out + 1] = tonumber(st[1]) or 0
+        out[#out + 1] = st[2] or ''
+      end
+      taken[t] = got + n
+      left = left - n
+      if n == want and taken[t] < (room[t] or default_room) then
+        next_hungry[#next_hungry + 1] = t
+      end
+    end
+  end
+  hungry = next_hungry
+end
+
+-- Re-file every visited tenant: gone when empty, at the back when still due,
+-- at its next due time otherwise.
+for _, t in ipairs(active) do
+  local first = redis.call('ZRANGE', k_due(t), 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    redis.call('ZREM', K_TENANTS, t)
+  else
+    local at = tonumber(first[2])
+    if at <= now and (taken[t] or 0) > 0 then at = now end
+    redis.call('ZADD', K_TENANTS, at, t)
+  end
+end
+
+-- When to scan next: the first tenant in line that is not at its window.
+local head = redis.call('ZRANGE', K_TENANTS, 0, s, 'WITHSCORES')
+for j = 1, #head / 2 do
+  if not skip[head[2 * j - 1]] then
+    out[3] = tonumber(head[2 * j])
+    break
+  end
+end
+out[4] = oldest
+return out

@@ -1,0 +1,27 @@
+-- lease.lua — leader lease: acquire, renew or release (R25).
+-- KEYS[1]  lease key
+-- ARGV[1]  prefix  ARGV[2] op ('acquire' | 'renew' | 'release')  ARGV[3] node id
+-- ARGV[4]  token held (renew, release; '' for acquire)  ARGV[5] ttl ms
+-- Returns  acquire: {'ok', token, epoch} | {'held', holder token, pttl ms}
+--          renew:   {'ok', token}        | {'lost', holder token or ''}
+--          release: {'ok'}               | {'lost', holder token or ''}
+-- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
+local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local K_EPOCH = P .. 'epoch'
+local holder = redis.call('GET', KEYS[1])
+if op == 'acquire' then
+  if holder then return {'held', holder, redis.call('PTTL', KEYS[1])} end
+  local epoch = redis.call('INCR', K_EPOCH)
+  local t = node .. ':' .. epoch
+  redis.call('SET', KEYS[1], t, 'PX', ttl)
+  return {'ok', t, epoch}
+elseif op == 'renew' then
+  if holder ~= token then return {'lost', holder or ''} end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {'ok', token}
+elseif op == 'release' then
+  if holder ~= token then return {'lost', holder or ''} end
+  redis.call('DEL', KEYS[1])
+  return {'ok'}
+end
+return {'bad_request', op}

@@ -1,0 +1,20 @@
+-- requeue_claimed.lua — on takeover, every row claimed under an older epoch is due again (R3).
+-- KEYS[1]  lease key (fencing, R25)
+-- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch  ARGV[4] limit (rows per call)
+-- Returns  {'fenced'} | {'ok', moved, remaining}
+-- Bounded per call; the caller repeats while `remaining` > 0.
+if fenced(ARGV[2]) then return {'fenced'} end
+local epoch = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local now = now_ms()
+local members = redis.call('ZRANGEBYSCORE', K_CLAIMED, '-inf', '(' .. epoch, 'LIMIT', 0, limit)
+for _, m in ipairs(members) do
+  redis.call('ZREM', K_CLAIMED, m)
+  local tenant, row = string.match(m, '^(.-)/(.*)$')
+  if tenant then
+    redis.call('ZADD', k_due(tenant), now, row)
+    tenant_due(tenant, now)
+  end
+end
+local remaining = redis.call('ZCOUNT', K_CLAIMED, '-inf', '(' .. epoch)
+return {'ok', #members, remaining}

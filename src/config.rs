@@ -1,0 +1,914 @@
+//! Configuration: layered, strict, validated once (R24, R29, R14).
+//!
+//! Layers, later wins:
+//! 1. [`DEFAULT_CONFIG_TOML`], the commented file `config/ankusa.toml` embedded in the binary;
+//! 2. the TOML file given to [`Config::load`];
+//! 3. environment variables `ANKUSA_<SECTION>__<KEY>`: the prefix is dropped, the rest is
+//!    lowercased and `__` nests (`ANKUSA_DISPATCH__CONCURRENCY=8` sets `dispatch.concurrency`,
+//!    `ANKUSA_INSTANCE=eu` sets `instance`). `ANKUSA_CONFIG`, `ANKUSA_LOG` and
+//!    `ANKUSA_LOG_FORMAT` belong to the CLI and are skipped. Because of the lowercasing, a tenant
+//!    id with capitals or dots can only be configured in the file.
+//!
+//! Every struct denies unknown keys, so a typo is an error naming its key path instead of a
+//! silently ignored setting, and defaults every field, so a partial file is enough.
+//! [`Config::validate`] then reports every invalid value at once, each with its dotted key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Format, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::{Deserialize, Serialize};
+
+/// The default configuration: every key with its default value and a comment.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../config/ankusa.toml");
+
+/// Prefix of the environment variables that override config keys.
+const ENV_PREFIX: &str = "ANKUSA_";
+/// Names the environment layer in parse errors.
+const ENV_SOURCE: &str = "ANKUSA_* environment variables";
+/// `ANKUSA_*` variables read by the CLI itself: not config keys.
+const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
+/// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
+/// string instead of being parsed as a number.
+const STRING_KEYS: [&str; 4] = ["instance", "redis.url", "admin.listen", "admin.token"];
+/// Replaces secrets in [`Config::redacted_toml`].
+const REDACTED: &str = "***";
+/// The `dispatch.tenants` entry every tenant falls back to.
+const DEFAULT_TENANT: &str = "default";
+
+/// The whole configuration of one pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Namespace of every Redis key and metric of this pipeline, so several instances share one
+    /// Redis without seeing each other (R29). Must match `[a-z0-9_-]{1,64}`. Default `"default"`.
+    pub instance: String,
+    /// Redis connection.
+    pub redis: RedisConfig,
+    /// Leader election (R25).
+    pub leader: LeaderConfig,
+    /// Scheduler: concurrency, windows, breakers (R5, R7, R13–R16).
+    pub dispatch: DispatchConfig,
+    /// Retry backoff and horizon (R8, R9).
+    pub retry: RetryConfig,
+    /// Limits applied when a hook is committed.
+    pub commit: CommitConfig,
+    /// Metrics and admin HTTP listener (R27).
+    pub admin: AdminConfig,
+}
+
+/// Redis connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://`, `rediss://` (TLS) or `unix://` URL, possibly with `user:password@`.
+    /// Default `"redis://127.0.0.1:6379"`.
+    pub url: String,
+    /// Start even when Redis may evict keys (a `maxmemory-policy` other than `noeviction`);
+    /// eviction silently loses queued hooks. Default `false`.
+    pub allow_evicting: bool,
+    /// Deadline of one Redis command, ms; > 0. Default 5000.
+    pub command_timeout_ms: u64,
+}
+
+/// Leader election through a lease key (R25).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaderConfig {
+    /// Lifetime of the lease, ms: a standby takes over this long after the leader stops
+    /// renewing; >= 1000. Default 10000.
+    pub lease_ms: u64,
+    /// Renewal interval, ms; 0 means `lease_ms / 3`, otherwise < `lease_ms / 2` so that one
+    /// missed renewal does not lose the lease. Default 0. Read it through
+    /// [`LeaderConfig::renew_interval_ms`].
+    pub renew_ms: u64,
+    /// On shutdown, how long in-flight attempts may finish before the lease is released, ms.
+    /// Default 10000.
+    pub shutdown_grace_ms: u64,
+}
+
+/// Scheduler limits (R5, R7, R13–R16).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// Attempts running at once across all tenants; > 0. Default 256 (R5).
+    pub concurrency: usize,
+    /// Window: claimed-but-unfinished rows, so a dead sink cannot exhaust memory; > 0.
+    /// Default 10000 (R5).
+    pub max_inflight: usize,
+    /// Window: bytes of stored hooks claimed but unfinished; > 0. Default 268435456 (256 MiB) (R5).
+    pub max_inflight_bytes: u64,
+    /// Rows claimed per scan page, shared between tenants by deficit round-robin; 1..=10000.
+    /// Default 500 (R13).
+    pub batch: usize,
+    /// An attempt still running after this is cancelled and counts as failed, ms; > 0.
+    /// Default 30000 (R7).
+    pub attempt_timeout_ms: u64,
+    /// Attempts running at once per sink key; > 0. Default 8 (R15).
+    pub sink_concurrency: usize,
+    /// Consecutive failures of a sink key that open its breaker; 0 disables breakers.
+    /// Default 5 (R16).
+    pub breaker_failures: u32,
+    /// First open period of a breaker, ms, doubled per consecutive open; > 0. Default 5000 (R16).
+    pub breaker_open_ms: u64,
+    /// Longest open period of a breaker, ms; >= `breaker_open_ms`. Default 300000 (R16).
+    pub breaker_max_open_ms: u64,
+    /// Safety poll for due rows when no wake-up arrives, ms; > 0. Default 1000.
+    pub poll_ms: u64,
+    /// Most outcomes written in one settle batch (one script call); > 0. Default 1000 (R4).
+    pub settle_batch: usize,
+    /// Per-tenant windows keyed by tenant id, plus `"default"` for every tenant without an entry
+    /// (R14). Resolve them with [`DispatchConfig::tenant_limits`]. Default empty.
+    pub tenants: BTreeMap<String, TenantLimits>,
+}
+
+/// One `dispatch.tenants.<id>` entry (R14): each limit is optional and > 0 when set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantLimits {
+    /// The tenant's claimed-but-unfinished rows. Default: unset (fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inflight: Option<usize>,
+    /// The tenant's claimed-but-unfinished hook bytes. Default: unset (fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inflight_bytes: Option<u64>,
+    /// The tenant's attempts running at once. Default: unset (fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+}
+
+/// A tenant's effective limits, from [`DispatchConfig::tenant_limits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ResolvedLimits {
+    /// Claimed-but-unfinished rows.
+    pub max_inflight: usize,
+    /// Claimed-but-unfinished hook bytes.
+    pub max_inflight_bytes: u64,
+    /// Attempts running at once.
+    pub concurrency: usize,
+}
+
+/// Retry backoff and horizon (R8, R9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Backoff after the first failed attempt, ms; > 0. Default 1000.
+    pub initial_backoff_ms: u64,
+    /// Longest backoff, ms; >= `initial_backoff_ms`. Default 600000 (10 min).
+    pub max_backoff_ms: u64,
+    /// Backoff growth factor per failed attempt; finite, >= 1.0. Default 2.0.
+    pub multiplier: f64,
+    /// Random spread of each backoff as a fraction of it, so retries of one outage do not
+    /// arrive together; 0.0..=1.0. Default 0.2.
+    pub jitter: f64,
+    /// Retry horizon from a row's first attempt, ms; past it the row is dead-lettered; > 0.
+    /// Default 86400000 (24 h) (R9).
+    pub max_elapsed_ms: u64,
+    /// Attempts before a row is dead-lettered; 0 = no limit, only the horizon applies.
+    /// Default 0.
+    pub max_attempts: u32,
+    /// Upper bound on a sink's `Retry-After` hint, ms. Default 3600000 (1 h).
+    pub retry_after_max_ms: u64,
+}
+
+/// Limits applied when a hook is committed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommitConfig {
+    /// Largest hook accepted, bytes; 1..=536870912 (Redis' string limit).
+    /// Default 10485760 (10 MiB).
+    pub max_hook_bytes: usize,
+}
+
+/// Metrics and admin HTTP listener (R27).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Listen address, `host:port` (a `SocketAddr`). Default `"127.0.0.1:9187"`.
+    pub listen: String,
+    /// Secret bearer token required by `/admin/*` when set; non-empty. Default unset (open).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// One invalid value: its dotted key path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigProblem {
+    /// Dotted key path, e.g. `dispatch.tenants.acme.max_inflight`.
+    pub key: String,
+    /// What the value must be, e.g. `must be > 0`.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Malformed TOML, an unknown key or a value of the wrong type; names the key path.
+    #[error("{message}")]
+    Parse {
+        /// One line per error, each naming its key path.
+        message: String,
+    },
+    /// The config file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Io {
+        /// The file given to [`Config::load`].
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Values out of range: every problem, one `key: message` per line.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<ConfigProblem>),
+}
+
+impl ConfigError {
+    /// The validation problems; empty unless this is [`ConfigError::Invalid`].
+    pub fn problems(&self) -> &[ConfigProblem] {
+        match self {
+            ConfigError::Invalid(problems) => problems,
+            _ => &[],
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            instance: "default".into(),
+            redis: RedisConfig::default(),
+            leader: LeaderConfig::default(),
+            dispatch: DispatchConfig::default(),
+            retry: RetryConfig::default(),
+            commit: CommitConfig::default(),
+            admin: AdminConfig::default(),
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            allow_evicting: false,
+            command_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        LeaderConfig {
+            lease_ms: 10_000,
+            renew_ms: 0,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            concurrency: 256,
+            max_inflight: 10_000,
+            max_inflight_bytes: 256 << 20,
+            batch: 500,
+            attempt_timeout_ms: 30_000,
+            sink_concurrency: 8,
+            breaker_failures: 5,
+            breaker_open_ms: 5_000,
+            breaker_max_open_ms: 300_000,
+            poll_ms: 1_000,
+            settle_batch: 1_000,
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            initial_backoff_ms: 1_000,
+            max_backoff_ms: 600_000,
+            multiplier: 2.0,
+            jitter: 0.2,
+            max_elapsed_ms: 86_400_000,
+            max_attempts: 0,
+            retry_after_max_ms: 3_600_000,
+        }
+    }
+}
+
+impl Default for CommitConfig {
+    fn default() -> Self {
+        CommitConfig {
+            max_hook_bytes: 10 << 20,
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: "127.0.0.1:9187".into(),
+            token: None,
+        }
+    }
+}
+
+impl LeaderConfig {
+    /// The lease renewal interval, ms: `renew_ms`, or `lease_ms / 3` when it is 0.
+    pub fn renew_interval_ms(&self) -> u64 {
+        match self.renew_ms {
+            0 => self.lease_ms / 3,
+            ms => ms,
+        }
+    }
+}
+
+impl DispatchConfig {
+    /// The limits of `tenant` (R14): each is the tenant's own entry, else the `default` entry,
+    /// else the global value, and never more than the global value.
+    pub fn tenant_limits(&self, tenant: &str) -> ResolvedLimits {
+        let layers = [self.tenants.get(tenant), self.tenants.get(DEFAULT_TENANT)];
+        ResolvedLimits {
+            max_inflight: resolve(layers, |t| t.max_inflight, self.max_inflight),
+            max_inflight_bytes: resolve(layers, |t| t.max_inflight_bytes, self.max_inflight_bytes),
+            concurrency: resolve(layers, |t| t.concurrency, self.concurrency),
+        }
+    }
+}
+
+/// The first layer that sets `field`, else `global`; clamped to `global`.
+fn resolve<T: Ord + Copy>(
+    layers: [Option<&TenantLimits>; 2],
+    field: impl Fn(&TenantLimits) -> Option<T>,
+    global: T,
+) -> T {
+    layers
+        .into_iter()
+        .flatten()
+        .find_map(field)
+        .unwrap_or(global)
+        .min(global)
+}
+
+impl Config {
+    /// Loads defaults → the file at `path` (if given; a missing file is an error) → environment
+    /// overrides, then validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, std::env::vars_os())
+    }
+
+    /// [`Config::load`] with the environment given as `vars`, so tests need not touch the
+    /// process environment.
+    fn load_with_env(
+        path: Option<&Path>,
+        vars: impl IntoIterator<Item = (impl AsRef<std::ffi::OsStr>, impl AsRef<std::ffi::OsStr>)>,
+    ) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_CONFIG_TOML));
+        if let Some(path) = path {
+            // figment treats a missing file as empty; a named file must exist.
+            std::fs::File::open(path).map_err(|source| ConfigError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        Self::extract(figment.merge(EnvOverrides::from_vars(vars)))
+    }
+
+    /// Defaults → the TOML in `toml`, without environment overrides, then validates.
+    pub fn from_toml_str(toml: &str) -> Result<Config, ConfigError> {
+        Self::extract(Figment::from(Toml::string(DEFAULT_CONFIG_TOML)).merge(Toml::string(toml)))
+    }
+
+    fn extract(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment.extract().map_err(parse_error)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every key and returns all problems at once, each with its dotted key path.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
+        let gt0 = "must be > 0";
+
+        p.check(
+            is_name(&self.instance, 64, |c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
+            }),
+            "instance",
+            "must match [a-z0-9_-]{1,64}",
+        );
+
+        let r = &self.redis;
+        p.check(
+            ["redis://", "rediss://", "unix://"]
+                .iter()
+                .any(|s| r.url.starts_with(s)),
+            "redis.url",
+            "must start with redis:// or rediss:// or unix://",
+        );
+        p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", gt0);
+
+        let l = &self.leader;
+        p.check(l.lease_ms >= 1_000, "leader.lease_ms", "must be >= 1000");
+        p.check(
+            l.renew_ms == 0 || l.renew_ms < l.lease_ms / 2,
+            "leader.renew_ms",
+            format!(
+                "must be 0 (lease_ms / 3) or < leader.lease_ms / 2 = {}",
+                l.lease_ms / 2
+            ),
+        );
+
+        let d = &self.dispatch;
+        p.check(d.concurrency > 0, "dispatch.concurrency", gt0);
+        p.check(d.max_inflight > 0, "dispatch.max_inflight", gt0);
+        p.check(d.max_inflight_bytes > 0, "dispatch.max_inflight_bytes", gt0);
+        p.check(d.batch > 0, "dispatch.batch", gt0);
+        p.check(d.batch <= 10_000, "dispatch.batch", "must be <= 10000");
+        p.check(d.attempt_timeout_ms > 0, "dispatch.attempt_timeout_ms", gt0);
+        p.check(d.sink_concurrency > 0, "dispatch.sink_concurrency", gt0);
+        p.check(d.breaker_open_ms > 0, "dispatch.breaker_open_ms", gt0);
+        p.check(
+            d.breaker_max_open_ms >= d.breaker_open_ms,
+            "dispatch.breaker_max_open_ms",
+            "must be >= dispatch.breaker_open_ms",
+        );
+        p.check(d.poll_ms > 0, "dispatch.poll_ms", gt0);
+        p.check(d.settle_batch > 0, "dispatch.settle_batch", gt0);
+        for (name, t) in &d.tenants {
+            let key = format!("dispatch.tenants.{name}");
+            p.check(
+                name == DEFAULT_TENANT
+                    || is_name(name, 128, |c| {
+                        c.is_ascii_alphanumeric() || "_.-".contains(c)
+                    }),
+                &key,
+                "tenant id must match [A-Za-z0-9_.-]{1,128}",
+            );
+            p.check(
+                t.max_inflight != Some(0),
+                format!("{key}.max_inflight"),
+                gt0,
+            );
+            p.check(
+                t.max_inflight_bytes != Some(0),
+                format!("{key}.max_inflight_bytes"),
+                gt0,
+            );
+            p.check(t.concurrency != Some(0), format!("{key}.concurrency"), gt0);
+        }
+
+        let r = &self.retry;
+        p.check(r.initial_backoff_ms > 0, "retry.initial_backoff_ms", gt0);
+        p.check(
+            r.max_backoff_ms >= r.initial_backoff_ms,
+            "retry.max_backoff_ms",
+            "must be >= retry.initial_backoff_ms",
+        );
+        p.check(
+            r.multiplier.is_finite() && r.multiplier >= 1.0,
+            "retry.multiplier",
+            "must be a finite number >= 1.0",
+        );
+        p.check(
+            (0.0..=1.0).contains(&r.jitter),
+            "retry.jitter",
+            "must be between 0.0 and 1.0",
+        );
+        p.check(r.max_elapsed_ms > 0, "retry.max_elapsed_ms", gt0);
+
+        let c = &self.commit;
+        p.check(c.max_hook_bytes > 0, "commit.max_hook_bytes", gt0);
+        p.check(
+            c.max_hook_bytes <= 512 << 20,
+            "commit.max_hook_bytes",
+            "must be <= 536870912 (Redis' string limit)",
+        );
+
+        let a = &self.admin;
+        p.check(
+            a.listen.parse::<SocketAddr>().is_ok(),
+            "admin.listen",
+            "must be a socket address such as 127.0.0.1:9187",
+        );
+        p.check(
+            a.token.as_deref() != Some(""),
+            "admin.token",
+            "must not be empty when set",
+        );
+
+        match p.0.is_empty() {
+            true => Ok(()),
+            false => Err(ConfigError::Invalid(p.0)),
+        }
+    }
+
+    /// The merged configuration as TOML, with the secrets (`admin.token` and the password in
+    /// `redis.url`) replaced by `***`: safe to log or serve from `/admin`.
+    pub fn redacted_toml(&self) -> String {
+        let mut config = self.clone();
+        config.redis.url = redact_url(&config.redis.url);
+        if config.admin.token.is_some() {
+            config.admin.token = Some(REDACTED.into());
+        }
+        toml::to_string(&config).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+/// Collects validation problems so that all are reported at once.
+#[derive(Default)]
+struct Problems(Vec<ConfigProblem>);
+
+impl Problems {
+    fn check(&mut self, ok: bool, key: impl Into<String>, message: impl Into<String>) {
+        if !ok {
+            self.0.push(ConfigProblem {
+                key: key.into(),
+                message: message.into(),
+            });
+        }
+    }
+}
+
+/// Whether `s` has 1..=`max` characters, all accepted by `allowed`.
+fn is_name(s: &str, max: usize, allowed: impl Fn(char) -> bool) -> bool {
+    (1..=max).contains(&s.len()) && s.chars().all(allowed)
+}
+
+/// Replaces the password of a URL's `user:password@` (or a lone `secret@`) with `***`.
+fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    // The last `@` ends the user info, even if an unencoded password holds `/` or `@`.
+    let Some(at) = url[scheme_end..].rfind('@').map(|i| scheme_end + i) else {
+        return url.to_string();
+    };
+    let user = match url[scheme_end..at].find(':') {
+        Some(colon) => &url[scheme_end..=scheme_end + colon],
+        None => "",
+    };
+    format!("{}{user}{REDACTED}{}", &url[..scheme_end], &url[at..])
+}
+
+/// The `ANKUSA_*` environment variables as a figment layer of `(dotted key, value)` pairs.
+struct EnvOverrides(Vec<(String, String)>);
+
+impl EnvOverrides {
+    fn from_vars(
+        vars: impl IntoIterator<Item = (impl AsRef<std::ffi::OsStr>, impl AsRef<std::ffi::OsStr>)>,
+    ) -> Self {
+        let pairs = vars.into_iter().filter_map(|(name, value)| {
+            let name = name.as_ref().to_string_lossy();
+            if CLI_VARS.contains(&name.as_ref()) {
+                return None;
+            }
+            let key = name
+                .strip_prefix(ENV_PREFIX)?
+                .to_ascii_lowercase()
+                .replace("__", ".");
+            Some((key, value.as_ref().to_string_lossy().into_owned()))
+        });
+        EnvOverrides(pairs.collect())
+    }
+}
+
+impl Provider for EnvOverrides {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(ENV_SOURCE)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut dict = Dict::new();
+        for (key, raw) in &self.0 {
+            // Like figment's `Env`: "8" becomes a number, "true" a bool; string keys stay verbatim.
+            let value = match STRING_KEYS.contains(&key.as_str()) {
+                true => Value::from(raw.clone()),
+                false => raw.parse::<Value>().unwrap_or_else(|never| match never {}),
+            };
+            insert(&mut dict, key, value);
+        }
+        // Untagged values: figment tags them with this provider, so errors name the environment.
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// Puts `value` at the dotted `key` path of `dict`, creating tables on the way.
+fn insert(dict: &mut Dict, key: &str, value: Value) {
+    let Some((head, rest)) = key.split_once('.') else {
+        dict.insert(key.to_string(), value);
+        return;
+    };
+    match dict
+        .entry(head.to_string())
+        .or_insert_with(|| Dict::new().into())
+    {
+        Value::Dict(_, table) => insert(table, rest, value),
+        scalar => *scalar = figment::util::nest(rest, value),
+    }
+}
+
+/// Renders figment errors one per line, each naming its dotted key path and, if it came from
+/// one, the file or the environment.
+fn parse_error(err: figment::Error) -> ConfigError {
+    use figment::error::{Kind, OneOf};
+    let lines: Vec<String> = err
+        .into_iter()
+        .map(|e| {
+            let mut path = e.path.clone();
+            let what = match &e.kind {
+                Kind::UnknownField(field, expected) => {
+                    if path.last() != Some(field) {
+                        path.push(field.clone());
+                    }
+                    format!(
+                        "unknown field `{field}` at {}, expected {}",
+                        path.join("."),
+                        OneOf(expected)
+                    )
+                }
+                kind if path.is_empty() => kind.to_string().trim_end().to_string(),
+                kind => format!("{kind} at {}", path.join(".")),
+            };
+            match &e.metadata {
+                Some(md) if md.name == ENV_SOURCE => format!("{what} (from {ENV_SOURCE})"),
+                Some(md) => match md.source.as_ref().and_then(|s| s.file_path()) {
+                    Some(file) => format!("{what} (in {})", file.display()),
+                    None => what,
+                },
+                None => what,
+            }
+        })
+        .collect();
+    ConfigError::Parse {
+        message: lines.join("\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(toml: &str) -> Vec<String> {
+        match Config::from_toml_str(toml) {
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+            Ok(_) => vec![],
+        }
+    }
+
+    fn parse_message(result: Result<Config, ConfigError>) -> String {
+        match result {
+            Err(ConfigError::Parse { message }) => message,
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_embedded_default_file_parses_to_exactly_the_default_config() {
+        let parsed: Config = toml::from_str(DEFAULT_CONFIG_TOML).expect("default file parses");
+        assert_eq!(parsed, Config::default());
+        assert_eq!(
+            Config::from_toml_str("").expect("defaults are valid"),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn the_default_file_lists_every_key() {
+        let listed = DEFAULT_CONFIG_TOML.replace("# token =", "token =");
+        let keys: toml::Table = toml::from_str(&listed).expect("parses");
+        let mut config = Config::default();
+        config.admin.token = Some("t".into());
+        let all: toml::Table = toml::from_str(&config.redacted_toml()).expect("parses");
+        for (section, table) in &all {
+            match table.as_table() {
+                Some(table) => {
+                    for key in table.keys().filter(|k| *k != "tenants") {
+                        assert!(keys[section].get(key).is_some(), "{section}.{key} missing");
+                    }
+                }
+                None => assert!(keys.contains_key(section), "{section} missing"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_partial_file_keeps_the_other_defaults() {
+        let config = Config::from_toml_str("[dispatch]\nconcurrency = 8\n").expect("valid");
+        assert_eq!(config.dispatch.concurrency, 8);
+        assert_eq!(config.dispatch.batch, 500);
+    }
+
+    #[test]
+    fn an_unknown_key_is_rejected_naming_its_path() {
+        let message = parse_message(Config::from_toml_str("[dispatch]\nconcurency = 8\n"));
+        assert!(
+            message.contains("unknown field `concurency` at dispatch.concurency"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_inside_a_tenant_is_rejected_naming_its_path() {
+        let message = parse_message(Config::from_toml_str(
+            "[dispatch.tenants.acme]\nmax_infight = 5\n",
+        ));
+        assert!(
+            message.contains("dispatch.tenants.acme.max_infight"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_a_parse_error_naming_the_key() {
+        let message = parse_message(Config::from_toml_str(
+            "[dispatch]\nconcurrency = \"many\"\n",
+        ));
+        assert!(message.contains("at dispatch.concurrency"), "{message}");
+    }
+
+    #[test]
+    fn validation_reports_every_problem_with_its_key_path() {
+        let found = problems(
+            "instance = \"Bad Name\"\n\
+             [redis]\nurl = \"http://x\"\n\
+             [leader]\nlease_ms = 9000\nrenew_ms = 4500\n\
+             [dispatch]\nconcurrency = 0\nbatch = 20000\nbreaker_max_open_ms = 10\n\
+             [retry]\nmultiplier = 0.5\njitter = 1.5\nmax_backoff_ms = 10\n\
+             [commit]\nmax_hook_bytes = 0\n\
+             [admin]\nlisten = \"nowhere\"\n",
+        );
+        for expected in [
+            "instance: must match [a-z0-9_-]{1,64}",
+            "redis.url: must start with redis:// or rediss:// or unix://",
+            "leader.renew_ms: must be 0 (lease_ms / 3) or < leader.lease_ms / 2 = 4500",
+            "dispatch.concurrency: must be > 0",
+            "dispatch.batch: must be <= 10000",
+            "dispatch.breaker_max_open_ms: must be >= dispatch.breaker_open_ms",
+            "retry.max_backoff_ms: must be >= retry.initial_backoff_ms",
+            "retry.multiplier: must be a finite number >= 1.0",
+            "retry.jitter: must be between 0.0 and 1.0",
+            "commit.max_hook_bytes: must be > 0",
+            "admin.listen: must be a socket address such as 127.0.0.1:9187",
+        ] {
+            assert!(
+                found.iter().any(|p| p == expected),
+                "{expected} not in {found:#?}"
+            );
+        }
+        assert_eq!(found.len(), 11, "{found:#?}");
+    }
+
+    #[test]
+    fn the_invalid_error_displays_one_problem_per_line() {
+        let err = Config::from_toml_str("[dispatch]\npoll_ms = 0\nsettle_batch = 0\n")
+            .expect_err("invalid");
+        assert_eq!(
+            err.to_string(),
+            "dispatch.poll_ms: must be > 0\ndispatch.settle_batch: must be > 0"
+        );
+    }
+
+    #[test]
+    fn a_zero_tenant_limit_names_the_tenant_key() {
+        let found = problems("[dispatch.tenants.acme]\nmax_inflight = 0\n");
+        assert_eq!(found, ["dispatch.tenants.acme.max_inflight: must be > 0"]);
+    }
+
+    #[test]
+    fn a_tenant_id_outside_the_allowed_characters_is_rejected() {
+        let found = problems("[dispatch.tenants.\"a b\"]\nconcurrency = 1\n");
+        assert_eq!(
+            found,
+            ["dispatch.tenants.a b: tenant id must match [A-Za-z0-9_.-]{1,128}"]
+        );
+    }
+
+    #[test]
+    fn tenant_limits_fall_back_from_tenant_to_default_to_global_and_never_exceed_global() {
+        let config = Config::from_toml_str(
+            "[dispatch]\nconcurrency = 100\nmax_inflight = 1000\n\
+             [dispatch.tenants.default]\nmax_inflight = 50\nconcurrency = 500\n\
+             [dispatch.tenants.acme]\nmax_inflight = 70\n",
+        )
+        .expect("valid");
+        let d = &config.dispatch;
+        let acme = d.tenant_limits("acme");
+        assert_eq!((acme.max_inflight, acme.concurrency), (70, 100));
+        assert_eq!(acme.max_inflight_bytes, 256 << 20);
+        let other = d.tenant_limits("other");
+        assert_eq!((other.max_inflight, other.concurrency), (50, 100));
+        let bare = DispatchConfig::default().tenant_limits("acme");
+        assert_eq!((bare.max_inflight, bare.concurrency), (10_000, 256));
+    }
+
+    #[test]
+    fn the_renew_interval_defaults_to_a_third_of_the_lease() {
+        let mut leader = LeaderConfig::default();
+        assert_eq!(leader.renew_interval_ms(), 3_333);
+        leader.renew_ms = 2_000;
+        assert_eq!(leader.renew_interval_ms(), 2_000);
+    }
+
+    #[test]
+    fn environment_variables_override_the_file_and_cli_variables_are_ignored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ankusa.toml");
+        std::fs::write(
+            &file,
+            "instance = \"file\"\n[dispatch]\nconcurrency = 16\nbatch = 7\n",
+        )
+        .expect("write");
+        let env = [
+            ("ANKUSA_DISPATCH__CONCURRENCY", "8"),
+            ("ANKUSA_DISPATCH__TENANTS__ACME__MAX_INFLIGHT", "5"),
+            ("ANKUSA_ADMIN__TOKEN", "1234"),
+            ("ANKUSA_REDIS__ALLOW_EVICTING", "true"),
+            ("ANKUSA_CONFIG", "/elsewhere.toml"),
+            ("ANKUSA_LOG", "debug"),
+            ("ANKUSA_LOG_FORMAT", "json"),
+            ("HOME", "/root"),
+        ];
+        let config = Config::load_with_env(Some(&file), env).expect("valid");
+        assert_eq!(config.instance, "file");
+        assert_eq!(config.dispatch.concurrency, 8);
+        assert_eq!(config.dispatch.batch, 7);
+        assert_eq!(config.dispatch.tenant_limits("acme").max_inflight, 5);
+        assert_eq!(config.admin.token.as_deref(), Some("1234"));
+        assert!(config.redis.allow_evicting);
+    }
+
+    #[test]
+    fn an_unknown_environment_key_is_rejected_naming_its_path() {
+        let env = [("ANKUSA_DISPATCH__BOGUS", "1")];
+        let message = parse_message(Config::load_with_env(None, env));
+        assert!(message.contains("at dispatch.bogus"), "{message}");
+        assert!(message.contains("environment"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_an_error_naming_the_path() {
+        let path = Path::new("/nonexistent/ankusa.toml");
+        let err = Config::load_with_env(Some(path), [("HOME", "/root")]).expect_err("missing");
+        assert!(matches!(err, ConfigError::Io { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("/nonexistent/ankusa.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_type_error_in_a_file_names_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "[retry]\njitter = \"lots\"\n").expect("write");
+        let message = parse_message(Config::load_with_env(Some(&file), [("HOME", "/root")]));
+        assert!(message.contains("at retry.jitter"), "{message}");
+        assert!(message.contains("bad.toml"), "{message}");
+    }
+
+    #[test]
+    fn redaction_hides_the_admin_token_and_the_redis_password() {
+        let mut config = Config::default();
+        config.redis.url = "redis://user:secret@host:6379/0".into();
+        config.admin.token = Some("hunter2".into());
+        let dump = config.redacted_toml();
+        assert!(
+            !dump.contains("secret") && !dump.contains("hunter2"),
+            "{dump}"
+        );
+        assert!(
+            dump.contains("url = \"redis://user:***@host:6379/0\""),
+            "{dump}"
+        );
+        assert!(dump.contains("token = \"***\""), "{dump}");
+        let back: Config = toml::from_str(&dump).expect("the dump parses back");
+        assert_eq!(back.dispatch, config.dispatch);
+    }
+
+    #[test]
+    fn url_redaction_covers_every_user_info_shape() {
+        assert_eq!(redact_url("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(redact_url("rediss://pw@h:1"), "rediss://***@h:1");
+        assert_eq!(redact_url("redis://u:p/w@h"), "redis://u:***@h");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(
+            redact_url("unix:///tmp/redis.sock"),
+            "unix:///tmp/redis.sock"
+        );
+    }
+}

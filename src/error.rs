@@ -1,0 +1,46 @@
+//! The crate's top-level error.
+
+use crate::config::ConfigError;
+use crate::model::BadId;
+use crate::store::{CommitError, StoreError};
+
+/// Errors of the public API. `exit_code()` maps them to the CLI's documented codes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The config is invalid; the message names each key (R24).
+    #[error("invalid config:\n{0}")]
+    Config(#[from] ConfigError),
+    /// A store call failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A commit was refused; nothing was written (R1).
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    /// A tenant or source id is malformed.
+    #[error(transparent)]
+    BadId(#[from] BadId),
+    /// A source spec is invalid.
+    #[error("invalid source: {0}")]
+    InvalidSource(String),
+    /// Redis may evict keys (`maxmemory-policy` is not `noeviction`): rows could vanish.
+    #[error("redis maxmemory-policy is {0:?}: evicting policies can silently drop hooks and rows; set it to noeviction, or set redis.allow_evicting = true to run anyway")]
+    EvictingRedis(String),
+    /// No leader answers or the store cannot answer (R20, R21).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Something else (I/O of files, HTTP servers).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// The CLI exit code: 1 operation failed, 2 usage or config error, 3 unavailable.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::BadId(_) | Error::InvalidSource(_) => 2,
+            Error::Commit(CommitError::BadRequest(_) | CommitError::TooLarge { .. } | CommitError::UnknownSource { .. }) => 1,
+            Error::Store(StoreError::Redis(_)) | Error::Commit(CommitError::Store(_)) | Error::Unavailable(_) => 3,
+            _ => 1,
+        }
+    }
+}

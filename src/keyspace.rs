@@ -1,0 +1,108 @@
+//! Every Redis key and channel name ankusa uses, built in one place (R26, R29).
+//!
+//! All keys of one partition share the hash tag `{<instance>.p<N>}`, so every
+//! key a script touches sits in one Redis Cluster slot. User data (tenant ids,
+//! source ids) is never inside the braces. The Lua side mirrors this layout in
+//! `lua/prelude.lua`; `tests/scripts.rs` checks the two agree.
+
+/// The key builder of one partition of one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyspace {
+    prefix: String,
+}
+
+impl Keyspace {
+    /// Keys of `instance` (validated `[a-z0-9_-]{1,64}` by the config, R29), partition `partition`.
+    pub fn new(instance: &str, partition: u32) -> Self {
+        Keyspace { prefix: format!("ankusa:{{{instance}.p{partition}}}:") }
+    }
+
+    /// The prefix every key of the partition starts with, e.g. `ankusa:{default.p0}:`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn key(&self, rest: &str) -> String {
+        let mut k = String::with_capacity(self.prefix.len() + rest.len());
+        k.push_str(&self.prefix);
+        k.push_str(rest);
+        k
+    }
+
+    /// Hash: a source's sink entries (`spec` JSON, `modules` csv, `version`).
+    pub fn source(&self, tenant: &str, source: &str) -> String {
+        self.key(&format!("source:{tenant}:{source}"))
+    }
+    /// Set of `<tenant>/<source>`: the source registry's index.
+    pub fn sources(&self) -> String {
+        self.key("sources")
+    }
+    /// Hash: one hook (body `b`, headers `h`, commit ms `t`, tenant `tn`, source `s`,
+    /// modules `k`, rows left `n`, dead letters `d`, size `z`).
+    pub fn hook(&self, hook_id: u64) -> String {
+        self.key(&format!("hook:{hook_id}"))
+    }
+    /// Hash: a row's retry state (attempts `a`, first attempt ms `f`, last error `e`);
+    /// absent until the row's first failed attempt.
+    pub fn row(&self, row_id: &str) -> String {
+        self.key(&format!("row:{row_id}"))
+    }
+    /// Sorted set: a tenant's due rows, row id → due time (ms, Redis clock).
+    pub fn due(&self, tenant: &str) -> String {
+        self.key(&format!("due:{tenant}"))
+    }
+    /// Sorted set: the active-tenant index the scan walks, tenant → place in line (ms).
+    pub fn tenants(&self) -> String {
+        self.key("tenants")
+    }
+    /// Sorted set: `<tenant>/<row id>` → epoch of the claim.
+    pub fn claimed(&self) -> String {
+        self.key("claimed")
+    }
+    /// Stream: a tenant's dead letters.
+    pub fn dlq(&self, tenant: &str) -> String {
+        self.key(&format!("dlq:{tenant}"))
+    }
+    /// Set: tenants that have dead letters.
+    pub fn dlq_tenants(&self) -> String {
+        self.key("dlq_tenants")
+    }
+    /// String: the leader lease, `<node id>:<epoch>` with a PX ttl (R25).
+    pub fn lease(&self) -> String {
+        self.key("lease")
+    }
+    /// Counter: the fencing epoch, incremented by every acquisition.
+    pub fn epoch(&self) -> String {
+        self.key("epoch")
+    }
+    /// Counter: the hook sequence (hook ids are its values).
+    pub fn seq(&self) -> String {
+        self.key("seq")
+    }
+    /// Hash: running totals (`committed`, `delivered`, `dead_lettered`, `dropped`).
+    pub fn stats(&self) -> String {
+        self.key("stats")
+    }
+    /// String (JSON, short TTL): the leader's window state for `pressure()` (R21).
+    pub fn window(&self) -> String {
+        self.key("window")
+    }
+    /// Pub/sub channel: a commit publishes the tenant id here (R2).
+    pub fn wake(&self) -> String {
+        self.key("wake")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_carries_the_partition_hash_tag_and_no_user_data_inside_it() {
+        let ks = Keyspace::new("prod", 0);
+        for k in [ks.due("a{b}c"), ks.source("t", "s"), ks.hook(7), ks.lease()] {
+            assert!(k.starts_with("ankusa:{prod.p0}:"), "{k}");
+            assert_eq!(k.find('}'), Some("ankusa:{prod.p0".len()));
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The `ankusa` command line: worker, producer, sources, dead letters, demo, bench.
+//! Exit codes: 0 ok, 1 operation failed, 2 usage or config error, 3 unavailable.
+
+use ankusa::config::Config;
+use ankusa::model::SourceSpec;
+use ankusa::store::Store;
+use ankusa::{Error, Hook, Producer, Worker};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "ankusa", version, about = "Redis-backed distributed webhook and event delivery worker")]
+struct Cli {
+    /// Config file (TOML); `ANKUSA_<SECTION>__<KEY>` environment variables override it.
+    #[arg(long, short, global = true, env = "ANKUSA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Instance name (R29); overrides the config's `instance`.
+    #[arg(long, global = true)]
+    instance: Option<String>,
+    /// Redis URL; overrides the config's `redis.url`.
+    #[arg(long, global = true)]
+    redis_url: Option<String>,
+    /// Log format.
+    #[arg(long, global = true, default_value = "pretty", env = "ANKUSA_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a worker: elect, lead or stand by, serve /metrics and the admin API.
+    Worker {
+        /// Node name (a random suffix is added: ids are unique per start).
+        #[arg(long)]
+        name: Option<String>,
+        /// Admin listen address; overrides `admin.listen`.
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Config: check a file and print the merged result with secrets redacted.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+    /// Sources: the registry of (tenant, source) → sink entries.
+    Source {
+        #[command(subcommand)]
+        cmd: SourceCmd,
+    },
+    /// Commit hooks from files, a directory of payloads, or stdin.
+    Produce {
+        /// Tenant id.
+        tenant: String,
+        /// Source id.
+        source: String,
+        /// Files or directories (every regular file inside); none or `-` reads stdin.
+        paths: Vec<PathBuf>,
+        /// Header `name: value` to send with every hook (repeatable).
+        #[arg(long = "header", short = 'H')]
+        headers: Vec<String>,
+        /// Commit each file this many times.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+    },
+    /// Block until nothing is claimed, running or due; print the rows settled (R23).
+    Tick {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Spare capacity for replay jobs: lag of the oldest due row and window state (R21).
+    Pressure,
+    /// Running totals: committed, delivered, dead-lettered, dropped.
+    Stats,
+    /// Dead letters.
+    Dlq {
+        #[command(subcommand)]
+        cmd: DlqCmd,
+    },
+    /// Run everything on this machine: Redis, a receiver, a worker, real hooks, a summary.
+    Demo(ankusa::demo::DemoArgs),
+    /// Measure throughput, latency, Redis cost and memory on this machine.
+    Bench(ankusa::bench::BenchArgs),
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Validate FILE (plus environment overrides); exit 2 naming each bad key.
+    Check { file: Option<PathBuf> },
+    /// Print the commented default config.
+    Default,
+}
+
+#[derive(Subcommand)]
+enum SourceCmd {
+    /// Register or replace a source from a JSON or TOML file: `{"sinks": [{"module": "http", "opts": {"url": …}}]}`.
+    Put { tenant: String, source: String, file: PathBuf },
+    /// Print a source's spec as JSON.
+    Get { tenant: String, source: String },
+    /// List sources.
+    List,
+    /// Delete a source; its pending rows are dead-lettered `source_gone` when claimed.
+    Delete { tenant: String, source: String },
+}
+
+#[derive(Subcommand)]
+enum DlqCmd {
+    /// List dead letters (all tenants, or one).
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ANKUSA_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Pretty => b.compact().init(),
+    }
+}
+
+fn load_config(cli: &Cli) -> Result<Config, Error> {
+    let mut cfg = Config::load(cli.config.as_deref())?;
+    if let Some(i) = &cli.instance {
+        cfg.instance = i.clone();
+    }
+    if let Some(u) = &cli.redis_url {
+        cfg.redis.url = u.clone();
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+async fn store(cfg: &Config) -> Result<Store, Error> {
+    Ok(Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms).await?)
+}
+
+fn read_spec(path: &Path) -> Result<SourceSpec, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?;
+    let spec: SourceSpec = if path.extension().is_some_and(|e| e == "toml") {
+        toml::from_str(&text).map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
+    } else {
+        serde_json::from_str(&text).map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
+    };
+    Ok(spec)
+}
+
+fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| Error::Other(format!("{}: {e}", p.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file())
+                .collect();
+            entries.sort();
+            out.extend(entries);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+async fn run(cli: Cli) -> Result<(), Error> {
+    match &cli.cmd {
+        Cmd::Config { cmd: ConfigCmd::Default } => {
+            print!("{}", ankusa::config::DEFAULT_CONFIG_TOML);
+            Ok(())
+        }
+        Cmd::Config { cmd: ConfigCmd::Check { file } } => {
+            let mut cfg = Config::load(file.as_deref().or(cli.config.as_deref()))?;
+            if let Some(i) = &cli.instance {
+                cfg.instance = i.clone();
+            }
+            cfg.validate()?;
+            print!("{}", cfg.redacted_toml());
+            eprintln!("config ok");
+            Ok(())
+        }
+        Cmd::Demo(args) => ankusa::demo::run(args.clone()).await.map(|_| ()),
+        Cmd::Bench(args) => ankusa::bench::run(args.clone()).await,
+        Cmd::Worker { name, listen } => {
+            let mut cfg = load_config(&cli)?;
+            if let Some(l) = listen {
+                cfg.admin.listen = l.clone();
+            }
+            let handle = ankusa::metrics::install(&cfg.instance);
+            ankusa::metrics::describe();
+            let listener = tokio::net::TcpListener::bind(&cfg.admin.listen)
+                .await
+                .map_err(|e| Error::Other(format!("admin.listen {}: {e}", cfg.admin.listen)))?;
+            let worker = Arc::new(Worker::start(cfg.clone(), name.as_deref()).await?);
+            let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
+            let stop = tokio_util::sync::CancellationToken::new();
+            let st = ankusa::admin::AdminState { worker: worker.clone(), producer, metrics: handle, token: cfg.admin.token.clone() };
+            let admin = tokio::spawn(ankusa::admin::serve(listener, st, stop.clone()));
+            tracing::info!(listen = %cfg.admin.listen, node = worker.node_id(), "admin server up");
+            wait_for_signal(&worker, cli.config.as_deref(), &cfg).await;
+            tracing::info!("shutting down");
+            stop.cancel();
+            let _ = admin.await;
+            match Arc::try_unwrap(worker) {
+                Ok(w) => w.shutdown().await,
+                Err(_) => tracing::warn!("worker still referenced; exiting without a graceful drain"),
+            }
+            Ok(())
+        }
+        Cmd::Source { cmd } => {
+            let cfg = load_config(&cli)?;
+            let s = store(&cfg).await?;
+            match cmd {
+                SourceCmd::Put { tenant, source, file } => {
+                    let spec = read_spec(file)?;
+                    let v = s.put_source(tenant, source, &spec).await?;
+                    println!("source {tenant}/{source} stored (version {v}, {} sinks)", spec.sinks.len());
+                }
+                SourceCmd::Get { tenant, source } => match s.get_source(tenant, source).await? {
+                    Some(spec) => println!("{}", serde_json::to_string_pretty(&spec).unwrap_or_default()),
+                    None => return Err(Error::Other(format!("no source {tenant}/{source}"))),
+                },
+                SourceCmd::List => {
+                    for (t, so) in s.list_sources().await? {
+                        println!("{t}/{so}");
+                    }
+                }
+                SourceCmd::Delete { tenant, source } => {
+                    if s.delete_source(tenant, source).await? {
+                        println!("source {tenant}/{source} deleted; its pending rows are dead-lettered source_gone({source}) as they come due");
+                    } else {
+                        return Err(Error::Other(format!("no source {tenant}/{source}")));
+                    }
+                }
+            }
+            Ok(())
+        }
+        Cmd::Produce { tenant, source, paths, headers, repeat } => {
+            let cfg = load_config(&cli)?;
+            let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes);
+            let mut base = Hook::default();
+            for h in headers {
+                let (k, v) = h.split_once(':').ok_or_else(|| Error::Other(format!("--header {h:?}: expected `name: value`")))?;
+                base = base.header(k.trim(), v.trim());
+            }
+            let files = collect_files(paths)?;
+            let mut bodies: Vec<Vec<u8>> = Vec::new();
+            if files.is_empty() || files.iter().any(|f| f.as_os_str() == "-") {
+                use std::io::Read;
+                let mut buf = Vec::new();
+                std::io::stdin().read_to_end(&mut buf).map_err(|e| Error::Other(format!("stdin: {e}")))?;
+                bodies.push(buf);
+            }
+            for f in files.iter().filter(|f| f.as_os_str() != "-") {
+                bodies.push(std::fs::read(f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?);
+            }
+            let mut n = 0u64;
+            let mut first = None;
+            for _ in 0..*repeat {
+                for chunk in bodies.chunks(100) {
+                    let hooks: Vec<Hook> = chunk.iter().map(|b| Hook { body: b.clone().into(), headers: base.headers.clone() }).collect();
+                    let r = producer.commit_many(tenant, source, &hooks).await?;
+                    first.get_or_insert(r.first_hook);
+                    n += hooks.len() as u64;
+                }
+            }
+            println!("committed {n} hooks to {tenant}/{source} (first hook id {})", first.unwrap_or(0));
+            Ok(())
+        }
+        Cmd::Tick { json } => {
+            let cfg = load_config(&cli)?;
+            let s = store(&cfg).await?;
+            let n = ankusa::ops::tick(&s, None).await?;
+            if *json {
+                println!("{}", serde_json::json!({"settled": n}));
+            } else {
+                println!("idle; {n} rows settled while waiting");
+            }
+            Ok(())
+        }
+        Cmd::Pressure => {
+            let cfg = load_config(&cli)?;
+            let s = store(&cfg).await?;
+            let p = ankusa::ops::pressure(&s).await?;
+            println!("{}", serde_json::to_string(&p).unwrap_or_default());
+            Ok(())
+        }
+        Cmd::Stats => {
+            let cfg = load_config(&cli)?;
+            let s = store(&cfg).await?;
+            println!("{}", serde_json::to_string(&s.totals().await?).unwrap_or_default());
+            Ok(())
+        }
+        Cmd::Dlq { cmd: DlqCmd::List { tenant, limit, json } } => {
+            let cfg = load_config(&cli)?;
+            let s = store(&cfg).await?;
+            let tenants = match tenant {
+                Some(t) => vec![t.clone()],
+                None => ankusa::dlq::tenants(&s).await?,
+            };
+            for t in tenants {
+                for d in ankusa::dlq::list(&s, &t, *limit).await? {
+                    if *json {
+                        println!("{}", serde_json::to_string(&d).unwrap_or_default());
+                    } else {
+                        println!(
+                            "{}  {:<12} {:<16} row {:<10} {:<28} attempts {:<3} {}",
+                            d.id,
+                            d.get("tenant"),
+                            d.get("source"),
+                            d.get("row"),
+                            d.get("reason"),
+                            d.get("attempts"),
+                            d.get("error")
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// SIGTERM/SIGINT end the worker gracefully; SIGHUP reloads the limits (R22).
+async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+    else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => {
+                match Config::load(path) {
+                    Ok(mut c) => {
+                        c.instance = base.instance.clone();
+                        match worker.reconfigure(&c) {
+                            Ok(()) => tracing::info!("SIGHUP: limits reloaded"),
+                            Err(e) => tracing::error!(error = %e, "SIGHUP: config refused; limits unchanged"),
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: config refused; limits unchanged"),
+                }
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    if let Err(e) = run(cli).await {
+        eprintln!("error: {e}");
+        std::process::exit(e.exit_code());
+    }
+}

@@ -1,0 +1,85 @@
+//! The producer side (R1): commit hooks from Rust. Other languages commit with the
+//! protocol in `docs/commit-protocol.md` (one `EVALSHA` of `lua/commit.lua`).
+
+use crate::error::Error;
+use crate::store::{CommitError, CommitReceipt, Store};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// A hook to commit: body bytes (any bytes; binary is kept exactly) and headers that the
+/// HTTP sink forwards (e.g. `content-type`, `x-github-event`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hook {
+    /// Body bytes.
+    pub body: Bytes,
+    /// Header name → value.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Hook {
+    /// A hook with a body and no headers.
+    pub fn new(body: impl Into<Bytes>) -> Hook {
+        Hook { body: body.into(), headers: BTreeMap::new() }
+    }
+
+    /// Add a header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Hook {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    fn headers_json(&self) -> Result<String, CommitError> {
+        if self.headers.is_empty() {
+            return Ok(String::new());
+        }
+        for (k, v) in &self.headers {
+            let valid_name = !k.is_empty() && k.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+            if !valid_name || v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(CommitError::BadRequest(format!("invalid header {k:?}")));
+            }
+        }
+        serde_json::to_string(&self.headers).map_err(|e| CommitError::BadRequest(e.to_string()))
+    }
+}
+
+/// Commits hooks to one instance.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    store: Store,
+    max_hook_bytes: usize,
+}
+
+impl Producer {
+    /// A producer over a connected store; bodies over `max_hook_bytes` are refused (R1).
+    pub fn new(store: Store, max_hook_bytes: usize) -> Producer {
+        Producer { store, max_hook_bytes }
+    }
+
+    /// Connect to `url` for `instance`.
+    pub async fn connect(url: &str, instance: &str, max_hook_bytes: usize) -> Result<Producer, Error> {
+        Ok(Producer::new(Store::connect(url, instance, 5_000).await?, max_hook_bytes))
+    }
+
+    /// Commit one hook to `(tenant, source)`: stored once, one row per sink entry, due now.
+    pub async fn commit(&self, tenant: &str, source: &str, hook: Hook) -> Result<CommitReceipt, CommitError> {
+        self.commit_many(tenant, source, std::slice::from_ref(&hook)).await
+    }
+
+    /// Commit several hooks in one atomic call (all or none); ids are consecutive.
+    pub async fn commit_many(&self, tenant: &str, source: &str, hooks: &[Hook]) -> Result<CommitReceipt, CommitError> {
+        let mut items = Vec::with_capacity(hooks.len());
+        for h in hooks {
+            items.push((h.body.clone(), h.headers_json()?));
+        }
+        let r = self.store.commit(tenant, source, &items, self.max_hook_bytes).await;
+        if r.is_ok() {
+            metrics::counter!("ankusa_commits_total").increment(hooks.len() as u64);
+        }
+        r
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}

@@ -1,0 +1,388 @@
+//! Windows and slots, with no I/O (R5, R14, R15).
+//!
+//! A claimed row holds window room (rows and bytes, globally and per tenant) from
+//! its claim until its outcome is settled in Redis. It waits in its sink key's
+//! queue until a slot is free: slots go round-robin across tenants first, then
+//! across each tenant's keys, under three caps — `dispatch.concurrency` (global),
+//! the tenant's `concurrency`, and `dispatch.sink_concurrency` per key.
+
+use crate::config::{DispatchConfig, ResolvedLimits};
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+
+/// What the slot machinery needs to know of a queued job.
+pub trait Slotted {
+    /// The unit of isolation: `(tenant, source, sink index, module)` (R15).
+    type Key: Clone + Eq + Hash + std::fmt::Debug;
+    /// The job's tenant.
+    fn tenant(&self) -> &str;
+    /// The job's sink key.
+    fn key(&self) -> &Self::Key;
+}
+
+#[derive(Debug)]
+struct KeyQueue<J> {
+    jobs: VecDeque<J>,
+    running: usize,
+}
+
+#[derive(Debug)]
+struct Tenant<J: Slotted> {
+    limits: ResolvedLimits,
+    rows: usize,
+    bytes: u64,
+    running: usize,
+    keys: HashMap<J::Key, KeyQueue<J>>,
+    /// Keys with queued jobs, in round-robin order.
+    ready: VecDeque<J::Key>,
+    /// Whether the tenant is in the slots' line of tenants.
+    in_line: bool,
+}
+
+/// The windows, per-key queues and slot counters of one scheduler.
+#[derive(Debug)]
+pub struct Slots<J: Slotted> {
+    global: ResolvedLimits,
+    sink_concurrency: usize,
+    rows: usize,
+    bytes: u64,
+    running: usize,
+    tenants: HashMap<String, Tenant<J>>,
+    /// Tenants with queued jobs, in round-robin order.
+    ready: VecDeque<String>,
+    cfg: DispatchConfig,
+}
+
+impl<J: Slotted> Slots<J> {
+    /// Empty slots under `cfg`'s limits.
+    pub fn new(cfg: &DispatchConfig) -> Self {
+        Slots {
+            global: ResolvedLimits { max_inflight: cfg.max_inflight, max_inflight_bytes: cfg.max_inflight_bytes, concurrency: cfg.concurrency },
+            sink_concurrency: cfg.sink_concurrency,
+            rows: 0,
+            bytes: 0,
+            running: 0,
+            tenants: HashMap::new(),
+            ready: VecDeque::new(),
+            cfg: cfg.clone(),
+        }
+    }
+
+    /// Take new limits (R22): claimed and running rows stay; a lowered cap only gates the next start.
+    pub fn reconfigure(&mut self, cfg: &DispatchConfig) {
+        self.global.concurrency = cfg.concurrency;
+        self.sink_concurrency = cfg.sink_concurrency;
+        self.cfg.concurrency = cfg.concurrency;
+        self.cfg.sink_concurrency = cfg.sink_concurrency;
+        self.cfg.tenants = cfg.tenants.clone();
+        for (id, t) in self.tenants.iter_mut() {
+            t.limits = self.cfg.tenant_limits(id);
+        }
+    }
+
+    /// Rows claimed and not yet settled.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Bytes of hook bodies claimed and not yet settled.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// Attempts running.
+    pub fn running(&self) -> usize {
+        self.running
+    }
+    /// Whether the global window is full (rows or bytes), for `pressure()` (R21).
+    pub fn window_full(&self) -> bool {
+        self.rows >= self.global.max_inflight || self.bytes >= self.global.max_inflight_bytes
+    }
+
+    /// Rows the next claim may take at most, given the global window and `batch`.
+    pub fn claim_room(&self) -> usize {
+        if self.window_full() {
+            return 0;
+        }
+        (self.global.max_inflight - self.rows).min(self.cfg.batch)
+    }
+
+    /// Room of every tenant in flight that is tighter than `page`: `(tenant, rows)`;
+    /// room 0 means at its window (skipped by the scan and the wake timer, R14).
+    pub fn tenant_rooms(&self, page: usize) -> Vec<(&str, usize)> {
+        self.tenants
+            .iter()
+            .filter_map(|(id, t)| {
+                let room = if t.bytes >= t.limits.max_inflight_bytes { 0 } else { t.limits.max_inflight.saturating_sub(t.rows) };
+                (room < page).then_some((id.as_str(), room))
+            })
+            .collect()
+    }
+
+    /// The room a tenant with nothing in flight has.
+    pub fn default_room(&self) -> usize {
+        self.cfg.tenant_limits("default").max_inflight
+    }
+
+    fn tenant_mut(&mut self, tenant: &str) -> &mut Tenant<J> {
+        if !self.tenants.contains_key(tenant) {
+            let limits = self.cfg.tenant_limits(tenant);
+            self.tenants.insert(
+                tenant.to_string(),
+                Tenant { limits, rows: 0, bytes: 0, running: 0, keys: HashMap::new(), ready: VecDeque::new(), in_line: false },
+            );
+        }
+        self.tenants.get_mut(tenant).expect("inserted above")
+    }
+
+    /// Count a claimed row against the windows (until [`Slots::settled`]).
+    pub fn hold(&mut self, tenant: &str, bytes: u64) {
+        self.rows += 1;
+        self.bytes += bytes;
+        let t = self.tenant_mut(tenant);
+        t.rows += 1;
+        t.bytes += bytes;
+    }
+
+    /// A row's outcome is in Redis: free its window room.
+    pub fn settled(&mut self, tenant: &str, bytes: u64) {
+        self.rows = self.rows.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+        let remove = match self.tenants.get_mut(tenant) {
+            Some(t) => {
+                t.rows = t.rows.saturating_sub(1);
+                t.bytes = t.bytes.saturating_sub(bytes);
+                t.rows == 0 && t.running == 0 && t.keys.is_empty()
+            }
+            None => false,
+        };
+        if remove {
+            self.tenants.remove(tenant);
+        }
+    }
+
+    /// Queue a held job behind its sink key.
+    pub fn push(&mut self, job: J) {
+        let tenant = job.tenant().to_string();
+        let key = job.key().clone();
+        let t = self.tenant_mut(&tenant);
+        let q = t.keys.entry(key.clone()).or_insert_with(|| KeyQueue { jobs: VecDeque::new(), running: 0 });
+        let was_idle = q.jobs.is_empty();
+        q.jobs.push_back(job);
+        if was_idle {
+            t.ready.push_back(key);
+        }
+        if !t.in_line {
+            t.in_line = true;
+            self.ready.push_back(tenant);
+        }
+    }
+
+    /// The next job to start under every cap, round-robin across tenants then keys;
+    /// `None` when nothing may start now.
+    pub fn next(&mut self) -> Option<J> {
+        if self.running >= self.global.concurrency {
+            return None;
+        }
+        let sink_cap = self.sink_concurrency;
+        for _ in 0..self.ready.len() {
+            let tenant = self.ready.pop_front()?;
+            let Some(t) = self.tenants.get_mut(&tenant) else { continue };
+            let mut picked = None;
+            if t.running < t.limits.concurrency {
+                for _ in 0..t.ready.len() {
+                    let Some(key) = t.ready.pop_front() else { break };
+                    let Some(q) = t.keys.get_mut(&key) else { continue };
+                    if q.running >= sink_cap {
+                        t.ready.push_back(key);
+                        continue;
+                    }
+                    if let Some(job) = q.jobs.pop_front() {
+                        q.running += 1;
+                        if !q.jobs.is_empty() {
+                            t.ready.push_back(key);
+                        }
+                        picked = Some(job);
+                        break;
+                    }
+                }
+            }
+            // A tenant stays in line while it has queued jobs; one that is blocked by its
+            // caps goes to the back and is retried when a slot frees.
+            if t.ready.is_empty() {
+                t.in_line = false;
+            } else {
+                self.ready.push_back(tenant);
+            }
+            if let Some(job) = picked {
+                t.running += 1;
+                self.running += 1;
+                return Some(job);
+            }
+        }
+        None
+    }
+
+    /// An attempt of `key` finished: its slot is free (its window room is freed by `settled`).
+    pub fn finished(&mut self, tenant: &str, key: &J::Key) {
+        self.running = self.running.saturating_sub(1);
+        if let Some(t) = self.tenants.get_mut(tenant) {
+            t.running = t.running.saturating_sub(1);
+            if let Some(q) = t.keys.get_mut(key) {
+                q.running = q.running.saturating_sub(1);
+                if q.running == 0 && q.jobs.is_empty() {
+                    t.keys.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Remove every queued (not running) job, e.g. on shutdown or a lost lease.
+    pub fn drain_queued(&mut self) -> Vec<J> {
+        let mut out = Vec::new();
+        for t in self.tenants.values_mut() {
+            for q in t.keys.values_mut() {
+                out.extend(q.jobs.drain(..));
+            }
+            t.keys.retain(|_, q| q.running > 0);
+            t.ready.clear();
+            t.in_line = false;
+        }
+        self.ready.clear();
+        out
+    }
+
+    /// Queued jobs of one sink key, taken out (a breaker opening parks them, R16).
+    pub fn take_key(&mut self, tenant: &str, key: &J::Key) -> Vec<J> {
+        let Some(t) = self.tenants.get_mut(tenant) else { return Vec::new() };
+        let jobs: Vec<J> = t.keys.get_mut(key).map(|q| q.jobs.drain(..).collect()).unwrap_or_default();
+        t.ready.retain(|k| k != key);
+        if t.keys.get(key).is_some_and(|q| q.running == 0) {
+            t.keys.remove(key);
+        }
+        jobs
+    }
+
+    /// Attempts running for one tenant (for tests and metrics).
+    pub fn tenant_running(&self, tenant: &str) -> usize {
+        self.tenants.get(tenant).map_or(0, |t| t.running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct J {
+        tenant: String,
+        key: (String, u32),
+        n: usize,
+    }
+    impl Slotted for J {
+        type Key = (String, u32);
+        fn tenant(&self) -> &str {
+            &self.tenant
+        }
+        fn key(&self) -> &Self::Key {
+            &self.key
+        }
+    }
+    fn job(t: &str, k: u32, n: usize) -> J {
+        J { tenant: t.into(), key: (t.into(), k), n }
+    }
+    fn cfg(concurrency: usize, sink: usize) -> DispatchConfig {
+        DispatchConfig { concurrency, sink_concurrency: sink, ..DispatchConfig::default() }
+    }
+    fn push(s: &mut Slots<J>, j: J) {
+        s.hold(&j.tenant.clone(), 10);
+        s.push(j);
+    }
+
+    #[test]
+    fn slots_go_round_robin_across_tenants_before_keys() {
+        let mut s = Slots::new(&cfg(100, 100));
+        for n in 0..3 {
+            push(&mut s, job("big", 0, n));
+        }
+        push(&mut s, job("small", 0, 0));
+        let order: Vec<String> = std::iter::from_fn(|| s.next()).map(|j| j.tenant).collect();
+        assert_eq!(order, ["big", "small", "big", "big"]);
+    }
+
+    #[test]
+    fn one_sources_backlog_does_not_queue_ahead_of_anothers() {
+        let mut s = Slots::new(&cfg(100, 100));
+        for n in 0..5 {
+            push(&mut s, job("t", 0, n));
+        }
+        push(&mut s, job("t", 1, 0));
+        let keys: Vec<u32> = std::iter::from_fn(|| s.next()).map(|j| j.key.1).collect();
+        assert_eq!(&keys[..2], &[0, 1]);
+    }
+
+    #[test]
+    fn sink_concurrency_caps_one_key_and_a_finished_attempt_frees_it() {
+        let mut s = Slots::new(&cfg(100, 2));
+        for n in 0..5 {
+            push(&mut s, job("t", 0, n));
+        }
+        assert!(s.next().is_some() && s.next().is_some());
+        assert!(s.next().is_none());
+        s.finished("t", &("t".into(), 0));
+        assert!(s.next().is_some());
+    }
+
+    #[test]
+    fn settled_rows_free_the_window() {
+        let mut s = Slots::new(&DispatchConfig { max_inflight: 2, ..DispatchConfig::default() });
+        push(&mut s, job("t", 0, 0));
+        push(&mut s, job("t", 0, 1));
+        assert!(s.window_full());
+        assert_eq!(s.claim_room(), 0);
+        s.settled("t", 10);
+        assert_eq!(s.claim_room(), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn caps_are_never_exceeded(ops in proptest::collection::vec((0u8..3, 0usize..4, 0u32..3), 1..300), conc in 1usize..6, sink in 1usize..4) {
+            let mut s = Slots::new(&cfg(conc, sink));
+            let mut running: Vec<J> = Vec::new();
+            let tenants = ["a", "b", "c", "d"];
+            for (op, t, k) in ops {
+                match op {
+                    0 => push(&mut s, job(tenants[t], k, 0)),
+                    1 => if let Some(j) = s.next() { running.push(j) },
+                    _ => if !running.is_empty() {
+                        let j = running.remove(0);
+                        s.finished(&j.tenant, &j.key);
+                        s.settled(&j.tenant, 10);
+                    },
+                }
+                prop_assert!(running.len() <= conc);
+                prop_assert_eq!(running.len(), s.running());
+                for j in &running {
+                    let same = running.iter().filter(|x| x.key == j.key).count();
+                    prop_assert!(same <= sink);
+                }
+            }
+        }
+
+        #[test]
+        fn every_queued_job_eventually_starts(jobs in proptest::collection::vec((0usize..4, 0u32..3), 1..100)) {
+            let mut s = Slots::new(&cfg(3, 2));
+            let tenants = ["a", "b", "c", "d"];
+            for (n, (t, k)) in jobs.iter().enumerate() {
+                push(&mut s, job(tenants[*t], *k, n));
+            }
+            let mut started = 0;
+            while started < jobs.len() {
+                let j = s.next();
+                prop_assert!(j.is_some(), "stuck after {} of {}", started, jobs.len());
+                let j = j.unwrap();
+                s.finished(&j.tenant, &j.key);
+                started += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Real servers for integration tests, the `demo` command and the benchmark.
+//!
+//! - [`RedisServer`]: a private `redis-server` process on a free loopback port, in its own
+//!   temporary directory, killed and removed on drop.
+//! - [`Receiver`]: a local webhook receiver that records every request and answers each
+//!   endpoint the way a test tells it to (fail, hang, slow down, redirect…).
+//!
+//! Both are started and stopped synchronously and run on their own process or threads, so
+//! they work from any runtime or none, and a test's current-thread runtime that blocks never
+//! starves them. Every instance binds its own port, so tests run in parallel.
+
+pub mod receiver;
+pub mod redis;
+
+pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
+pub use redis::{RedisOptions, RedisServer};
+
+/// Why a test server could not be started or queried.
+#[derive(Debug, thiserror::Error)]
+pub enum TestkitError {
+    /// No `redis-server` executable on `PATH`.
+    #[error("redis-server not found on PATH: install it (Debian/Ubuntu: apt-get install -y redis-server)")]
+    RedisNotFound,
+    /// `redis-server` exited or did not answer `PING` in time; `log` is the tail of its log.
+    #[error("redis-server on port {port} did not start: {reason}\n--- log tail ---\n{log}")]
+    RedisStart {
+        /// The port it was asked to listen on.
+        port: u16,
+        /// What went wrong, in a few words.
+        reason: String,
+        /// The last lines of its log file and standard error.
+        log: String,
+    },
+    /// Redis answered a command with an error reply (the text after `-`).
+    #[error("redis error reply: {0}")]
+    Redis(String),
+    /// Redis sent something that is not RESP2.
+    #[error("malformed redis reply: {0}")]
+    Protocol(String),
+    /// An operating-system call failed; `context` says which.
+    #[error("{context}: {source}")]
+    Io {
+        /// The operation that failed.
+        context: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TestkitError {
+    /// Builds a `map_err` adapter that wraps an [`std::io::Error`] with `context`.
+    fn io(context: &'static str) -> impl FnOnce(std::io::Error) -> TestkitError {
+        move |source| TestkitError::Io { context, source }
+    }
+}

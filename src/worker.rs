@@ -1,0 +1,190 @@
+//! A worker process's library face: start it, ask it things, stop it.
+//!
+//! [`Worker::start`] connects, checks Redis is safe to use, subscribes to the
+//! wake channel and runs the node loop ([`crate::leader`]) in the background.
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::leader::{node_id, run_node, Node};
+use crate::ops::{self, Pressure};
+use crate::scheduler::SchedulerState;
+use crate::sinks::http::HttpSink;
+use crate::store::Store;
+use fred::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// A running worker: one member of the pool (R25).
+pub struct Worker {
+    store: Store,
+    node_id: String,
+    config: watch::Sender<Arc<Config>>,
+    state: watch::Receiver<SchedulerState>,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("node_id", &self.node_id).finish()
+    }
+}
+
+impl Worker {
+    /// Validate `config`, connect, refuse an evicting Redis (unless `redis.allow_evicting`),
+    /// and start electing/leading in the background. `name` seeds the node id.
+    pub async fn start(config: Config, name: Option<&str>) -> Result<Worker, Error> {
+        config.validate()?;
+        let store = Store::connect(&config.redis.url, &config.instance, config.redis.command_timeout_ms).await?;
+        if let Some(policy) = store.maxmemory_policy().await? {
+            if policy != "noeviction" {
+                if config.redis.allow_evicting {
+                    warn!(%policy, "redis may evict keys; running anyway because redis.allow_evicting = true");
+                } else {
+                    return Err(Error::EvictingRedis(policy));
+                }
+            }
+        }
+        let node_id = node_id(name);
+        let http = HttpSink::new().map_err(|e| Error::Other(format!("http client: {e}")))?;
+        let wake = Arc::new(Notify::new());
+        let shutdown = CancellationToken::new();
+        let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
+        let (state_tx, state_rx) = watch::channel(SchedulerState::default());
+        metrics::gauge!("ankusa_window_max_rows").set(config.dispatch.max_inflight as f64);
+        metrics::gauge!("ankusa_window_max_bytes").set(config.dispatch.max_inflight_bytes as f64);
+        metrics::gauge!("ankusa_concurrency_max").set(config.dispatch.concurrency as f64);
+
+        let mut tasks = Vec::new();
+        // Wake channel (R2): a commit's PUBLISH wakes the scan at once.
+        let sub = store.subscriber()?;
+        sub.init().await.map_err(crate::store::StoreError::from)?;
+        sub.subscribe(store.keyspace().wake()).await.map_err(crate::store::StoreError::from)?;
+        let _resub = sub.manage_subscriptions();
+        let mut messages = sub.message_rx();
+        {
+            let (wake, shutdown) = (wake.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        m = messages.recv() => match m {
+                            Ok(_) => wake.notify_one(),
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => wake.notify_one(),
+                            Err(_) => break,
+                        },
+                        _ = shutdown.cancelled() => break,
+                    }
+                }
+                let _ = sub.quit().await;
+            }));
+        }
+        // Window state for pressure() from any process (R21).
+        {
+            let (store, mut state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let st = state.borrow_and_update().clone();
+                    if st.leading {
+                        if let Ok(json) = serde_json::to_string(&st) {
+                            let _ = store.publish_window(&json, 3_000).await;
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(1_000)) => {}
+                        _ = state.changed() => tokio::time::sleep(Duration::from_millis(100)).await,
+                        _ = shutdown.cancelled() => break,
+                    }
+                }
+            }));
+        }
+        let node = Node {
+            store: store.clone(),
+            node_id: node_id.clone(),
+            config: config_rx,
+            wake,
+            shutdown: shutdown.clone(),
+            state: state_tx,
+            http,
+        };
+        tasks.push(tokio::spawn(run_node(node)));
+        info!(%node_id, instance = %config.instance, "worker started");
+        Ok(Worker { store, node_id, config: config_tx, state: state_rx, shutdown, tasks })
+    }
+
+    /// The store this worker uses.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// This process's node id (unique per start).
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The scheduler's state as last published.
+    pub fn state(&self) -> SchedulerState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver of the scheduler's state, to await changes.
+    pub fn watch_state(&self) -> watch::Receiver<SchedulerState> {
+        self.state.clone()
+    }
+
+    /// Whether this worker leads now.
+    pub fn is_leader(&self) -> bool {
+        self.state.borrow().leading
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
+    }
+
+    /// Block until nothing is claimed, running or due; the rows settled meanwhile (R23).
+    pub async fn tick(&self) -> Result<u64, Error> {
+        ops::tick(&self.store, Some(self.state.clone())).await
+    }
+
+    /// The spare capacity a replay may use now (R21).
+    pub async fn pressure(&self) -> Result<Pressure, Error> {
+        ops::pressure(&self.store).await
+    }
+
+    /// Take `dispatch.concurrency`, `dispatch.sink_concurrency` and `dispatch.tenants` from
+    /// `config` without a restart (R22); other keys need a restart and are kept. Errors: an
+    /// invalid config (nothing changes).
+    pub fn reconfigure(&self, config: &Config) -> Result<(), Error> {
+        config.validate()?;
+        self.config.send_modify(|c| {
+            let mut next = (**c).clone();
+            next.dispatch.concurrency = config.dispatch.concurrency;
+            next.dispatch.sink_concurrency = config.dispatch.sink_concurrency;
+            next.dispatch.tenants = config.dispatch.tenants.clone();
+            *c = Arc::new(next);
+        });
+        metrics::gauge!("ankusa_concurrency_max").set(config.dispatch.concurrency as f64);
+        Ok(())
+    }
+
+    /// Stop: no new claims, running attempts get `leader.shutdown_grace_ms`, outcomes are
+    /// settled, queued rows made due, the lease released.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Stop abruptly, as a crash would (for tests): background tasks are aborted, nothing is
+    /// settled or released. Claimed rows come back when the next leader takes over.
+    pub fn abort(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
