@@ -124,10 +124,10 @@ enum DlqCmd {
     },
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ANKUSA_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => b.json().init(),
@@ -211,8 +211,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
             let stop = tokio_util::sync::CancellationToken::new();
             let st = ankusa::admin::AdminState { worker: worker.clone(), producer, metrics: handle, token: cfg.admin.token.clone() };
+            let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let admin = tokio::spawn(ankusa::admin::serve(listener, st, stop.clone()));
-            tracing::info!(listen = %cfg.admin.listen, node = worker.node_id(), "admin server up");
+            tracing::info!(listen = %bound, node = worker.node_id(), "admin server up");
             wait_for_signal(&worker, cli.config.as_deref(), &cfg).await;
             tracing::info!("shutting down");
             stop.cancel();
@@ -369,7 +370,9 @@ async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    // Commands other than the worker talk to a person: warnings only, unless ANKUSA_LOG says otherwise.
+    let default = if matches!(cli.cmd, Cmd::Worker { .. }) { "info,fred=warn" } else { "warn,fred=error" };
+    init_logs(cli.log_format, default);
     if let Err(e) = run(cli).await {
         eprintln!("error: {e}");
         std::process::exit(e.exit_code());

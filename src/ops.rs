@@ -60,8 +60,8 @@ pub async fn pressure(store: &Store) -> Result<Pressure, Error> {
         for t in &front {
             let _: () = pipe.zrange(ks.due(t), 0, 0, None, false, None, true).await.map_err(|e| Error::Unavailable(e.to_string()))?;
         }
-        let heads: Vec<Vec<(String, f64)>> = pipe.all().await.map_err(|e| Error::Unavailable(e.to_string()))?;
-        oldest = heads.iter().filter_map(|h| h.first().map(|(_, s)| *s as i64)).filter(|s| *s <= now).min();
+        let heads: Vec<fred::types::Value> = pipe.all().await.map_err(|e| Error::Unavailable(e.to_string()))?;
+        oldest = heads.iter().filter_map(crate::store::first_score).filter(|s| *s <= now).min();
     }
     Ok(Pressure { lag_ms: oldest.map_or(0, |o| (now - o).max(0) as u64), window_full: state.window_full })
 }

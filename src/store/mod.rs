@@ -264,7 +264,7 @@ impl ValueExt for Value {
         match self {
             Value::Integer(i) => Some(*i),
             Value::Double(d) => Some(*d as i64),
-            _ => self.as_str_ref().and_then(|s| s.parse().ok()),
+            _ => self.as_str_ref().and_then(|s| s.parse::<i64>().ok().or_else(|| s.parse::<f64>().ok().map(|f| f as i64))),
         }
     }
     fn text(&self) -> String {
@@ -630,17 +630,15 @@ impl Store {
 
     /// The earliest place in line of any active tenant (ms), if any tenant has rows.
     pub async fn earliest_due_ms(&self) -> Result<Option<i64>, StoreError> {
-        let v: Vec<(String, f64)> = self.client().zrange(self.ks.tenants(), 0, 0, None, false, None, true).await?;
-        Ok(v.first().map(|(_, s)| *s as i64))
+        let v: Value = self.client().zrange(self.ks.tenants(), 0, 0, None, false, None, true).await?;
+        Ok(first_score(&v))
     }
 
     /// True when nothing is claimed and no row is due by Redis time (R23's idle condition).
     pub async fn idle(&self) -> Result<bool, StoreError> {
-        if self.claimed_count().await? > 0 {
-            return Ok(false);
-        }
-        let now = self.now_ms().await?;
-        Ok(self.earliest_due_ms().await?.is_none_or(|d| d > now))
+        let v = self.call(&self.scripts.idle, vec![self.prefix()]).await?;
+        let n = |i: usize| v.get(i).and_then(Value::int).unwrap_or(0);
+        Ok(n(0) == 0 && (n(1) < 0 || n(1) > n(2)))
     }
 
     /// Rows waiting in a tenant's due set (due now or later).
@@ -658,6 +656,15 @@ impl Store {
     pub async fn publish_window(&self, json: &str, ttl_ms: u64) -> Result<(), StoreError> {
         let _: () = self.client().set(self.ks.window(), json, Some(Expiration::PX(ttl_ms as i64)), None, false).await?;
         Ok(())
+    }
+}
+
+/// The first score of a `ZRANGE … WITHSCORES` reply, flat (RESP2) or nested (RESP3).
+pub fn first_score(v: &Value) -> Option<i64> {
+    let Value::Array(a) = v else { return None };
+    match a.first()? {
+        Value::Array(pair) => pair.get(1).and_then(Value::int),
+        _ => a.get(1).and_then(Value::int),
     }
 }
 

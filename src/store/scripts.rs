@@ -20,6 +20,8 @@ pub const CLAIM: &str = lua!("claim.lua");
 pub const SETTLE: &str = lua!("settle.lua");
 /// The source of `requeue_claimed.lua` (R3).
 pub const REQUEUE_CLAIMED: &str = lua!("requeue_claimed.lua");
+/// The source of `idle.lua` (R23).
+pub const IDLE: &str = lua!("idle.lua");
 /// The source of `lease.lua` (R25).
 pub const LEASE: &str = lua!("lease.lua");
 
@@ -51,6 +53,8 @@ pub struct Scripts {
     pub requeue_claimed: LuaScript,
     /// `lease.lua`.
     pub lease: LuaScript,
+    /// `idle.lua`.
+    pub idle: LuaScript,
 }
 
 impl Default for Scripts {
@@ -61,14 +65,15 @@ impl Default for Scripts {
             settle: LuaScript::new("settle", SETTLE),
             requeue_claimed: LuaScript::new("requeue_claimed", REQUEUE_CLAIMED),
             lease: LuaScript::new("lease", LEASE),
+            idle: LuaScript::new("idle", IDLE),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 5] {
-        [&self.commit, &self.claim, &self.settle, &self.requeue_claimed, &self.lease]
+    pub fn all(&self) -> [&LuaScript; 6] {
+        [&self.commit, &self.claim, &self.settle, &self.requeue_claimed, &self.lease, &self.idle]
     }
 }
 

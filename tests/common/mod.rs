@@ -1,0 +1,174 @@
+//! Shared harness of the integration tests: each test gets its own `redis-server`
+//! on a free port and its own webhook receiver, killed on drop. Nothing here is
+//! shared between tests, so they run in parallel.
+#![allow(dead_code)]
+
+use ankusa::config::Config;
+use ankusa::model::{SinkEntry, SourceSpec};
+use ankusa::store::Store;
+use ankusa::testkit::{Receiver, ReceiverOptions, RedisOptions, RedisServer};
+use ankusa::{Hook, Producer, Worker};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A generous liveness bound for waits in tests (never a performance claim).
+pub const LIVENESS: Duration = Duration::from_secs(30);
+
+/// One test's world: Redis, a receiver, a config for workers, a store and a producer.
+pub struct Env {
+    pub redis: RedisServer,
+    pub receiver: Receiver,
+    pub config: Config,
+    pub store: Store,
+    pub producer: Producer,
+}
+
+/// A config tuned for tests: fast retries, short attempt timeout and lease.
+pub fn test_config(url: &str) -> Config {
+    let mut c = Config::default();
+    c.instance = "test".into();
+    c.redis.url = url.into();
+    c.retry.initial_backoff_ms = 20;
+    c.retry.max_backoff_ms = 200;
+    c.dispatch.attempt_timeout_ms = 2_000;
+    c.dispatch.poll_ms = 200;
+    c.leader.lease_ms = 2_000;
+    c.leader.shutdown_grace_ms = 2_000;
+    c
+}
+
+impl Env {
+    /// A fresh world with default options.
+    pub async fn new() -> Env {
+        Env::with(RedisOptions::default(), |_| {}).await
+    }
+
+    /// A fresh world; `tune` adjusts the workers' config.
+    pub async fn with(opts: RedisOptions, tune: impl FnOnce(&mut Config)) -> Env {
+        let redis = RedisServer::start_with(opts).expect("redis-server starts");
+        let receiver = Receiver::start_with(ReceiverOptions { record_bodies: false, threads: 2 }).expect("receiver starts");
+        let mut config = test_config(&redis.url());
+        tune(&mut config);
+        config.validate().expect("test config is valid");
+        let store = Store::connect(&redis.url(), &config.instance, 5_000).await.expect("store connects");
+        let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
+        Env { redis, receiver, config, store, producer }
+    }
+
+    /// Start an in-process worker with this env's config.
+    pub async fn worker(&self) -> Worker {
+        Worker::start(self.config.clone(), Some("test")).await.expect("worker starts")
+    }
+
+    /// An `http` sink entry pointing at the receiver's `path`.
+    pub fn http_sink(&self, path: &str) -> SinkEntry {
+        SinkEntry {
+            module: "http".into(),
+            opts: serde_json::json!({ "url": self.receiver.url(path) }).as_object().cloned().unwrap(),
+            ordered: false,
+            key: None,
+        }
+    }
+
+    /// Register `tenant/source` with one http sink per receiver path.
+    pub async fn http_source(&self, tenant: &str, source: &str, paths: &[&str]) {
+        let spec = SourceSpec { sinks: paths.iter().map(|p| self.http_sink(p)).collect() };
+        self.store.put_source(tenant, source, &spec).await.expect("source stored");
+    }
+
+    /// Commit one hook; returns its id.
+    pub async fn commit(&self, tenant: &str, source: &str, body: impl Into<bytes::Bytes>) -> u64 {
+        self.producer.commit(tenant, source, Hook::new(body)).await.expect("commit").first_hook
+    }
+
+    /// Commit `n` generated hooks in batches of 100; returns the ids.
+    pub async fn commit_n(&self, tenant: &str, source: &str, n: usize) -> Vec<u64> {
+        let mut ids = Vec::with_capacity(n);
+        let mut i = 0;
+        while i < n {
+            let k = 100.min(n - i);
+            let hooks: Vec<Hook> = (i..i + k).map(|j| Hook::new(format!("{{\"n\":{j}}}"))).collect();
+            let r = self.producer.commit_many(tenant, source, &hooks).await.expect("commit");
+            ids.extend((0..k as u64).map(|j| r.first_hook + j));
+            i += k;
+        }
+        ids
+    }
+
+    /// A redis-cli-like command on this test's Redis.
+    pub fn redis_cmd(&self, args: &[&str]) -> String {
+        self.redis.cmd(args).expect("redis command")
+    }
+
+    /// Write this env's config as TOML for worker processes; returns the path.
+    pub fn config_file(&self, dir: &tempfile::TempDir, tune: impl FnOnce(&mut Config)) -> PathBuf {
+        let mut c = self.config.clone();
+        tune(&mut c);
+        let path = dir.path().join("ankusa.toml");
+        std::fs::write(&path, toml::to_string(&c).expect("config serialises")).expect("config written");
+        path
+    }
+}
+
+/// A free loopback port (bind 0, read, release).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A worker process (`ankusa worker`), killed on drop.
+pub struct WorkerProcess {
+    pub child: Child,
+    pub admin: String,
+    pub log: PathBuf,
+}
+
+impl WorkerProcess {
+    /// Spawn `ankusa worker --config <file> --listen 127.0.0.1:<free port>`; logs go to a file in `dir`.
+    pub fn spawn(config: &std::path::Path, dir: &tempfile::TempDir, name: &str) -> WorkerProcess {
+        let port = free_port();
+        let admin = format!("127.0.0.1:{port}");
+        let log = dir.path().join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
+            .args(["worker", "--config"])
+            .arg(config)
+            .args(["--listen", &admin, "--name", name])
+            .env("ANKUSA_LOG", "info,fred=warn")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("ankusa binary starts");
+        WorkerProcess { child, admin, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Send a signal (libc constant, e.g. `libc::SIGKILL`).
+    pub fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.pid(), libc::SIGCONT);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
