@@ -79,7 +79,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// A generated, realistic webhook body.
 pub fn generated_body(i: usize) -> Vec<u8> {
-    let kind = ["order.created", "order.paid", "order.shipped", "invoice.finalized"][i % 4];
+    let kind = [
+        "order.created",
+        "order.paid",
+        "order.shipped",
+        "invoice.finalized",
+    ][i % 4];
     serde_json::json!({
         "id": format!("evt_{i:08}"),
         "type": kind,
@@ -95,7 +100,11 @@ pub fn generated_body(i: usize) -> Vec<u8> {
 /// The event name GitHub sends in `X-GitHub-Event`, from a payload file name
 /// (`push.payload.json` → `push`).
 fn event_name(path: &std::path::Path) -> String {
-    path.file_name().and_then(|f| f.to_str()).and_then(|f| f.split('.').next()).unwrap_or("event").to_string()
+    path.file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.split('.').next())
+        .unwrap_or("event")
+        .to_string()
 }
 
 /// Run the demo; prints progress to stderr and the summary to stdout.
@@ -116,7 +125,11 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
             Err(e) => return Err(Error::Other(e.to_string())),
         },
     };
-    let receiver = Receiver::start_with(ReceiverOptions { record_bodies: false, threads: 1 }).map_err(|e| Error::Other(e.to_string()))?;
+    let receiver = Receiver::start_with(ReceiverOptions {
+        record_bodies: false,
+        threads: 1,
+    })
+    .map_err(|e| Error::Other(e.to_string()))?;
 
     // Payloads: real files, or generated JSON.
     let mut payloads: Vec<(Vec<u8>, String)> = Vec::new();
@@ -128,14 +141,22 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
             .collect();
         files.sort();
         for f in files {
-            let body = std::fs::read(&f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?;
+            let body =
+                std::fs::read(&f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?;
             payloads.push((body, event_name(&f)));
         }
         if payloads.is_empty() {
-            return Err(Error::Other(format!("--payloads {}: no .json files", dir.display())));
+            return Err(Error::Other(format!(
+                "--payloads {}: no .json files",
+                dir.display()
+            )));
         }
     }
-    let hooks_total = args.hooks.unwrap_or(if payloads.is_empty() { 2000 } else { payloads.len() });
+    let hooks_total = args.hooks.unwrap_or(if payloads.is_empty() {
+        2000
+    } else {
+        payloads.len()
+    });
 
     let mut cfg = Config::default();
     cfg.instance = format!("demo-{:06x}", rand::random::<u32>() & 0xff_ffff);
@@ -146,30 +167,57 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     let worker = Worker::start(cfg.clone(), Some("demo")).await?;
     let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
 
-    let tenants: Vec<String> = (0..args.tenants.max(1)).map(|i| format!("tenant-{i}")).collect();
+    let tenants: Vec<String> = (0..args.tenants.max(1))
+        .map(|i| format!("tenant-{i}"))
+        .collect();
     for t in &tenants {
         let ok = format!("{t}/orders");
         let flaky = format!("{t}/flaky");
-        receiver.set(&flaky, Behavior::FailFraction { status: 503, fraction: args.fail_fraction, seed: 7 });
+        receiver.set(
+            &flaky,
+            Behavior::FailFraction {
+                status: 503,
+                fraction: args.fail_fraction,
+                seed: 7,
+            },
+        );
         let sink = |path: &str| SinkEntry {
             module: "http".into(),
-            opts: serde_json::json!({"url": receiver.url(path)}).as_object().cloned().unwrap_or_default(),
+            opts: serde_json::json!({"url": receiver.url(path)})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
             ordered: false,
             key: None,
         };
-        worker.store().put_source(t, "github", &SourceSpec { sinks: vec![sink(&ok), sink(&flaky)] }).await?;
+        worker
+            .store()
+            .put_source(
+                t,
+                "github",
+                &SourceSpec {
+                    sinks: vec![sink(&ok), sink(&flaky)],
+                },
+            )
+            .await?;
     }
 
     eprintln!(
         "demo: redis {url}, receiver {}, {} tenants × 2 sinks, {hooks_total} hooks ({})",
         receiver.url(""),
         tenants.len(),
-        if payloads.is_empty() { "generated JSON".to_string() } else { format!("{} real payloads", payloads.len()) }
+        if payloads.is_empty() {
+            "generated JSON".to_string()
+        } else {
+            format!("{} real payloads", payloads.len())
+        }
     );
     let progress = indicatif::ProgressBar::new(hooks_total as u64 * 2);
     progress.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} rows delivered ({per_sec}) {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} rows delivered ({per_sec}) {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
 
     // Commit, recording when each hook was committed and what its body hashes to.
@@ -182,9 +230,9 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         let n = 10.min(hooks_total - i);
         let batch: Vec<Hook> = (i..i + n)
             .map(|k| match payloads.get(k % payloads.len().max(1)) {
-                Some((body, event)) if !payloads.is_empty() => {
-                    Hook::new(body.clone()).header("content-type", "application/json").header("x-github-event", event.clone())
-                }
+                Some((body, event)) if !payloads.is_empty() => Hook::new(body.clone())
+                    .header("content-type", "application/json")
+                    .header("x-github-event", event.clone()),
                 _ => Hook::new(generated_body(k)).header("content-type", "application/json"),
             })
             .collect();
@@ -206,10 +254,14 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         let totals = worker.store().totals().await?;
         progress.set_position(receiver_delivered(&receiver));
         progress.set_message(format!("{} dead-lettered", totals.dead_lettered));
-        if totals.delivered + totals.dead_lettered + totals.dropped >= rows || Instant::now() > deadline {
+        if totals.delivered + totals.dead_lettered + totals.dropped >= rows
+            || Instant::now() > deadline
+        {
             break;
         }
-        let _ = receiver.wait_until_async(Duration::from_millis(200), |_| false).await;
+        let _ = receiver
+            .wait_until_async(Duration::from_millis(200), |_| false)
+            .await;
     }
     let elapsed = started.elapsed();
     progress.finish_and_clear();
@@ -223,9 +275,15 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         if !(200..300).contains(&r.status) {
             continue;
         }
-        let Some(delivery) = r.header("ankusa-delivery-id").map(str::to_string) else { continue };
+        let Some(delivery) = r.header("ankusa-delivery-id").map(str::to_string) else {
+            continue;
+        };
         ok_receipts += 1;
-        let hook: u64 = delivery.split('.').next().and_then(|h| h.parse().ok()).unwrap_or(0);
+        let hook: u64 = delivery
+            .split('.')
+            .next()
+            .and_then(|h| h.parse().ok())
+            .unwrap_or(0);
         if sha.get(&hook) != Some(&r.body_sha256) && seen_bad.insert(delivery.clone()) {
             mismatched += 1;
         }
@@ -235,7 +293,11 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         .iter()
         .filter_map(|(d, at)| {
             let hook: u64 = d.split('.').next()?.parse().ok()?;
-            Some(at.saturating_duration_since(*committed_at.get(&hook)?).as_secs_f64() * 1000.0)
+            Some(
+                at.saturating_duration_since(*committed_at.get(&hook)?)
+                    .as_secs_f64()
+                    * 1000.0,
+            )
         })
         .collect();
     lat.sort_by(|a, b| a.total_cmp(b));
@@ -276,7 +338,10 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         println!("{}", serde_json::to_string(&summary).unwrap_or_default());
     }
     if summary.lost > 0 || summary.mismatched > 0 {
-        return Err(Error::Other(format!("{} rows lost, {} bodies not byte-exact", summary.lost, summary.mismatched)));
+        return Err(Error::Other(format!(
+            "{} rows lost, {} bodies not byte-exact",
+            summary.lost, summary.mismatched
+        )));
     }
     Ok(summary)
 }

@@ -23,25 +23,39 @@ impl DeadLetter {
 
 /// Tenants that have dead letters.
 pub async fn tenants(store: &Store) -> Result<Vec<String>, StoreError> {
-    let mut t: Vec<String> = store.client().smembers(store.keyspace().dlq_tenants()).await?;
+    let mut t: Vec<String> = store
+        .client()
+        .smembers(store.keyspace().dlq_tenants())
+        .await?;
     t.sort();
     Ok(t)
 }
 
 /// Up to `limit` dead letters of `tenant`, oldest first.
 pub async fn list(store: &Store, tenant: &str, limit: u64) -> Result<Vec<DeadLetter>, StoreError> {
-    let v: Value = store.client().xrange(store.keyspace().dlq(tenant), "-", "+", Some(limit)).await?;
+    let v: Value = store
+        .client()
+        .xrange(store.keyspace().dlq(tenant), "-", "+", Some(limit))
+        .await?;
     let mut out = Vec::new();
     if let Value::Array(entries) = v {
         for e in entries {
             let Value::Array(pair) = e else { continue };
             let mut it = pair.into_iter();
-            let (Some(id), Some(Value::Array(kv))) = (it.next(), it.next()) else { continue };
+            let (Some(id), Some(Value::Array(kv))) = (it.next(), it.next()) else {
+                continue;
+            };
             let mut fields = BTreeMap::new();
             for c in kv.chunks_exact(2) {
-                fields.insert(c[0].as_string().unwrap_or_default(), c[1].as_string().unwrap_or_default());
+                fields.insert(
+                    c[0].as_string().unwrap_or_default(),
+                    c[1].as_string().unwrap_or_default(),
+                );
             }
-            out.push(DeadLetter { id: id.as_string().unwrap_or_default(), fields });
+            out.push(DeadLetter {
+                id: id.as_string().unwrap_or_default(),
+                fields,
+            });
         }
     }
     Ok(out)

@@ -38,8 +38,14 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::BadId(_) | Error::InvalidSource(_) => 2,
-            Error::Commit(CommitError::BadRequest(_) | CommitError::TooLarge { .. } | CommitError::UnknownSource { .. }) => 1,
-            Error::Store(StoreError::Redis(_)) | Error::Commit(CommitError::Store(_)) | Error::Unavailable(_) => 3,
+            Error::Commit(
+                CommitError::BadRequest(_)
+                | CommitError::TooLarge { .. }
+                | CommitError::UnknownSource { .. },
+            ) => 1,
+            Error::Store(StoreError::Redis(_))
+            | Error::Commit(CommitError::Store(_))
+            | Error::Unavailable(_) => 3,
             _ => 1,
         }
     }

@@ -14,7 +14,9 @@ pub struct Keyspace {
 impl Keyspace {
     /// Keys of `instance` (validated `[a-z0-9_-]{1,64}` by the config, R29), partition `partition`.
     pub fn new(instance: &str, partition: u32) -> Self {
-        Keyspace { prefix: format!("ankusa:{{{instance}.p{partition}}}:") }
+        Keyspace {
+            prefix: format!("ankusa:{{{instance}.p{partition}}}:"),
+        }
     }
 
     /// The prefix every key of the partition starts with, e.g. `ankusa:{default.p0}:`.

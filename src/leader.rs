@@ -22,10 +22,21 @@ use tracing::{info, warn};
 /// started with one name never share a lease.
 pub fn node_id(name: Option<&str>) -> String {
     let host = name.map(str::to_string).unwrap_or_else(|| {
-        std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "worker".to_string())
+        std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "worker".to_string())
     });
-    let host: String = host.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).take(48).collect();
-    format!("{host}-{}-{:08x}", std::process::id(), rand::random::<u32>())
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(48)
+        .collect();
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
 }
 
 /// What a node needs to run.
@@ -78,7 +89,11 @@ pub async fn run_node(node: Node) {
             }
             Ok(LeaseAcquire::Held { pttl_ms, .. }) => {
                 backoff = Duration::from_millis(200);
-                let w = if pttl_ms > 0 { (pttl_ms as u64 + 5).min(renew_ms) } else { 50 };
+                let w = if pttl_ms > 0 {
+                    (pttl_ms as u64 + 5).min(renew_ms)
+                } else {
+                    50
+                };
                 wait(&node.shutdown, Duration::from_millis(w)).await;
             }
             Err(e) => {
@@ -119,7 +134,13 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
     let done = CancellationToken::new();
     let (dl_tx, dl_rx) = watch::channel(deadline(sent, lease_ms));
     let renewer = {
-        let (store, node_id, token, lost, done) = (node.store.clone(), node.node_id.clone(), token.clone(), lost.clone(), done.clone());
+        let (store, node_id, token, lost, done) = (
+            node.store.clone(),
+            node.node_id.clone(),
+            token.clone(),
+            lost.clone(),
+            done.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -129,7 +150,8 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
                 let sent = Instant::now();
                 match store.lease_renew(&node_id, &token, lease_ms).await {
                     Ok(true) => {
-                        metrics::histogram!("ankusa_lease_renew_seconds").record(sent.elapsed().as_secs_f64());
+                        metrics::histogram!("ankusa_lease_renew_seconds")
+                            .record(sent.elapsed().as_secs_f64());
                         let _ = dl_tx.send(deadline(sent, lease_ms));
                     }
                     Ok(false) => {

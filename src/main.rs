@@ -10,7 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "ankusa", version, about = "Redis-backed distributed webhook and event delivery worker")]
+#[command(
+    name = "ankusa",
+    version,
+    about = "Redis-backed distributed webhook and event delivery worker"
+)]
 struct Cli {
     /// Config file (TOML); `ANKUSA_<SECTION>__<KEY>` environment variables override it.
     #[arg(long, short, global = true, env = "ANKUSA_CONFIG")]
@@ -22,7 +26,12 @@ struct Cli {
     #[arg(long, global = true)]
     redis_url: Option<String>,
     /// Log format.
-    #[arg(long, global = true, default_value = "pretty", env = "ANKUSA_LOG_FORMAT")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "pretty",
+        env = "ANKUSA_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
@@ -102,7 +111,11 @@ enum ConfigCmd {
 #[derive(Subcommand)]
 enum SourceCmd {
     /// Register or replace a source from a JSON or TOML file: `{"sinks": [{"module": "http", "opts": {"url": …}}]}`.
-    Put { tenant: String, source: String, file: PathBuf },
+    Put {
+        tenant: String,
+        source: String,
+        file: PathBuf,
+    },
     /// Print a source's spec as JSON.
     Get { tenant: String, source: String },
     /// List sources.
@@ -128,7 +141,9 @@ fn init_logs(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ANKUSA_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Pretty => b.compact().init(),
@@ -152,11 +167,14 @@ async fn store(cfg: &Config) -> Result<Store, Error> {
 }
 
 fn read_spec(path: &Path) -> Result<SourceSpec, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?;
     let spec: SourceSpec = if path.extension().is_some_and(|e| e == "toml") {
-        toml::from_str(&text).map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
+        toml::from_str(&text)
+            .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
     } else {
-        serde_json::from_str(&text).map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
+        serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
     };
     Ok(spec)
 }
@@ -181,11 +199,15 @@ fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
 
 async fn run(cli: Cli) -> Result<(), Error> {
     match &cli.cmd {
-        Cmd::Config { cmd: ConfigCmd::Default } => {
+        Cmd::Config {
+            cmd: ConfigCmd::Default,
+        } => {
             print!("{}", ankusa::config::DEFAULT_CONFIG_TOML);
             Ok(())
         }
-        Cmd::Config { cmd: ConfigCmd::Check { file } } => {
+        Cmd::Config {
+            cmd: ConfigCmd::Check { file },
+        } => {
             let mut cfg = Config::load(file.as_deref().or(cli.config.as_deref()))?;
             if let Some(i) = &cli.instance {
                 cfg.instance = i.clone();
@@ -210,8 +232,16 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let worker = Arc::new(Worker::start(cfg.clone(), name.as_deref()).await?);
             let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
             let stop = tokio_util::sync::CancellationToken::new();
-            let st = ankusa::admin::AdminState { worker: worker.clone(), producer, metrics: handle, token: cfg.admin.token.clone() };
-            let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            let st = ankusa::admin::AdminState {
+                worker: worker.clone(),
+                producer,
+                metrics: handle,
+                token: cfg.admin.token.clone(),
+            };
+            let bound = listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
             let admin = tokio::spawn(ankusa::admin::serve(listener, st, stop.clone()));
             tracing::info!(listen = %bound, node = worker.node_id(), "admin server up");
             wait_for_signal(&worker, cli.config.as_deref(), &cfg).await;
@@ -220,7 +250,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let _ = admin.await;
             match Arc::try_unwrap(worker) {
                 Ok(w) => w.shutdown().await,
-                Err(_) => tracing::warn!("worker still referenced; exiting without a graceful drain"),
+                Err(_) => {
+                    tracing::warn!("worker still referenced; exiting without a graceful drain")
+                }
             }
             Ok(())
         }
@@ -228,13 +260,23 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let cfg = load_config(&cli)?;
             let s = store(&cfg).await?;
             match cmd {
-                SourceCmd::Put { tenant, source, file } => {
+                SourceCmd::Put {
+                    tenant,
+                    source,
+                    file,
+                } => {
                     let spec = read_spec(file)?;
                     let v = s.put_source(tenant, source, &spec).await?;
-                    println!("source {tenant}/{source} stored (version {v}, {} sinks)", spec.sinks.len());
+                    println!(
+                        "source {tenant}/{source} stored (version {v}, {} sinks)",
+                        spec.sinks.len()
+                    );
                 }
                 SourceCmd::Get { tenant, source } => match s.get_source(tenant, source).await? {
-                    Some(spec) => println!("{}", serde_json::to_string_pretty(&spec).unwrap_or_default()),
+                    Some(spec) => println!(
+                        "{}",
+                        serde_json::to_string_pretty(&spec).unwrap_or_default()
+                    ),
                     None => return Err(Error::Other(format!("no source {tenant}/{source}"))),
                 },
                 SourceCmd::List => {
@@ -252,12 +294,20 @@ async fn run(cli: Cli) -> Result<(), Error> {
             }
             Ok(())
         }
-        Cmd::Produce { tenant, source, paths, headers, repeat } => {
+        Cmd::Produce {
+            tenant,
+            source,
+            paths,
+            headers,
+            repeat,
+        } => {
             let cfg = load_config(&cli)?;
             let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes);
             let mut base = Hook::default();
             for h in headers {
-                let (k, v) = h.split_once(':').ok_or_else(|| Error::Other(format!("--header {h:?}: expected `name: value`")))?;
+                let (k, v) = h.split_once(':').ok_or_else(|| {
+                    Error::Other(format!("--header {h:?}: expected `name: value`"))
+                })?;
                 base = base.header(k.trim(), v.trim());
             }
             let files = collect_files(paths)?;
@@ -265,23 +315,36 @@ async fn run(cli: Cli) -> Result<(), Error> {
             if files.is_empty() || files.iter().any(|f| f.as_os_str() == "-") {
                 use std::io::Read;
                 let mut buf = Vec::new();
-                std::io::stdin().read_to_end(&mut buf).map_err(|e| Error::Other(format!("stdin: {e}")))?;
+                std::io::stdin()
+                    .read_to_end(&mut buf)
+                    .map_err(|e| Error::Other(format!("stdin: {e}")))?;
                 bodies.push(buf);
             }
             for f in files.iter().filter(|f| f.as_os_str() != "-") {
-                bodies.push(std::fs::read(f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?);
+                bodies.push(
+                    std::fs::read(f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?,
+                );
             }
             let mut n = 0u64;
             let mut first = None;
             for _ in 0..*repeat {
                 for chunk in bodies.chunks(100) {
-                    let hooks: Vec<Hook> = chunk.iter().map(|b| Hook { body: b.clone().into(), headers: base.headers.clone() }).collect();
+                    let hooks: Vec<Hook> = chunk
+                        .iter()
+                        .map(|b| Hook {
+                            body: b.clone().into(),
+                            headers: base.headers.clone(),
+                        })
+                        .collect();
                     let r = producer.commit_many(tenant, source, &hooks).await?;
                     first.get_or_insert(r.first_hook);
                     n += hooks.len() as u64;
                 }
             }
-            println!("committed {n} hooks to {tenant}/{source} (first hook id {})", first.unwrap_or(0));
+            println!(
+                "committed {n} hooks to {tenant}/{source} (first hook id {})",
+                first.unwrap_or(0)
+            );
             Ok(())
         }
         Cmd::Tick { json } => {
@@ -305,10 +368,20 @@ async fn run(cli: Cli) -> Result<(), Error> {
         Cmd::Stats => {
             let cfg = load_config(&cli)?;
             let s = store(&cfg).await?;
-            println!("{}", serde_json::to_string(&s.totals().await?).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string(&s.totals().await?).unwrap_or_default()
+            );
             Ok(())
         }
-        Cmd::Dlq { cmd: DlqCmd::List { tenant, limit, json } } => {
+        Cmd::Dlq {
+            cmd:
+                DlqCmd::List {
+                    tenant,
+                    limit,
+                    json,
+                },
+        } => {
             let cfg = load_config(&cli)?;
             let s = store(&cfg).await?;
             let tenants = match tenant {
@@ -341,9 +414,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
 /// SIGTERM/SIGINT end the worker gracefully; SIGHUP reloads the limits (R22).
 async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };
@@ -371,7 +446,11 @@ async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
 async fn main() {
     let cli = Cli::parse();
     // Commands other than the worker talk to a person: warnings only, unless ANKUSA_LOG says otherwise.
-    let default = if matches!(cli.cmd, Cmd::Worker { .. }) { "info,fred=warn" } else { "warn,fred=error" };
+    let default = if matches!(cli.cmd, Cmd::Worker { .. }) {
+        "info,fred=warn"
+    } else {
+        "warn,fred=error"
+    };
     init_logs(cli.log_format, default);
     if let Err(e) = run(cli).await {
         eprintln!("error: {e}");

@@ -11,11 +11,19 @@ static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 pub fn install(instance: &str) -> Option<PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
-            let seconds = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+            let seconds = [
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0, 300.0,
+            ];
             PrometheusBuilder::new()
                 .add_global_label("instance", instance)
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
-                .and_then(|b| b.set_buckets_for_metric(Matcher::Full("ankusa_scan_rows".into()), &[0.0, 1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0]))
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("ankusa_scan_rows".into()),
+                        &[0.0, 1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0],
+                    )
+                })
                 .ok()?
                 .install_recorder()
                 .ok()
@@ -26,24 +34,73 @@ pub fn install(instance: &str) -> Option<PrometheusHandle> {
 /// Describe every metric once so `/metrics` carries HELP and TYPE lines.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!("ankusa_commits_total", "Hooks committed through this process (producer API, ingest endpoint, CLI).");
-    describe_counter!("ankusa_deliveries_total", "Attempt outcomes by sink module: delivered, retry, dead_lettered, parked.");
-    describe_histogram!("ankusa_attempt_duration_seconds", Unit::Seconds, "Duration of one attempt, by module and result (ok, error, timeout).");
-    describe_histogram!("ankusa_delivery_latency_seconds", Unit::Seconds, "Commit to successful delivery, by module.");
-    describe_gauge!("ankusa_due_lag_seconds", Unit::Seconds, "Lag of the oldest row claimed by the last scan (0 when none).");
-    describe_gauge!("ankusa_claimed_rows", "Rows claimed and not yet settled (the row window, R5).");
-    describe_gauge!("ankusa_claimed_bytes", Unit::Bytes, "Hook bytes of claimed rows (the byte window, R5).");
+    describe_counter!(
+        "ankusa_commits_total",
+        "Hooks committed through this process (producer API, ingest endpoint, CLI)."
+    );
+    describe_counter!(
+        "ankusa_deliveries_total",
+        "Attempt outcomes by sink module: delivered, retry, dead_lettered, parked."
+    );
+    describe_histogram!(
+        "ankusa_attempt_duration_seconds",
+        Unit::Seconds,
+        "Duration of one attempt, by module and result (ok, error, timeout)."
+    );
+    describe_histogram!(
+        "ankusa_delivery_latency_seconds",
+        Unit::Seconds,
+        "Commit to successful delivery, by module."
+    );
+    describe_gauge!(
+        "ankusa_due_lag_seconds",
+        Unit::Seconds,
+        "Lag of the oldest row claimed by the last scan (0 when none)."
+    );
+    describe_gauge!(
+        "ankusa_claimed_rows",
+        "Rows claimed and not yet settled (the row window, R5)."
+    );
+    describe_gauge!(
+        "ankusa_claimed_bytes",
+        Unit::Bytes,
+        "Hook bytes of claimed rows (the byte window, R5)."
+    );
     describe_gauge!("ankusa_running_attempts", "Attempts running now.");
     describe_gauge!("ankusa_window_max_rows", "dispatch.max_inflight.");
-    describe_gauge!("ankusa_window_max_bytes", Unit::Bytes, "dispatch.max_inflight_bytes.");
+    describe_gauge!(
+        "ankusa_window_max_bytes",
+        Unit::Bytes,
+        "dispatch.max_inflight_bytes."
+    );
     describe_gauge!("ankusa_concurrency_max", "dispatch.concurrency.");
-    describe_counter!("ankusa_dead_letters_total", "Rows dead-lettered, by reason kind.");
-    describe_counter!("ankusa_malformed_rows_total", "Claimed rows whose id or hook could not be read.");
+    describe_counter!(
+        "ankusa_dead_letters_total",
+        "Rows dead-lettered, by reason kind."
+    );
+    describe_counter!(
+        "ankusa_malformed_rows_total",
+        "Claimed rows whose id or hook could not be read."
+    );
     describe_gauge!("ankusa_leader", "1 while this process leads its partition.");
-    describe_counter!("ankusa_leadership_changes_total", "Times this process became leader.");
-    describe_histogram!("ankusa_lease_renew_seconds", Unit::Seconds, "Latency of successful lease renewals.");
-    describe_histogram!("ankusa_script_duration_seconds", Unit::Seconds, "Latency of each Lua script call, by script.");
-    describe_counter!("ankusa_redis_errors_total", "Redis call failures by kind (connection, timeout, busy, loading, oom, fenced…).");
+    describe_counter!(
+        "ankusa_leadership_changes_total",
+        "Times this process became leader."
+    );
+    describe_histogram!(
+        "ankusa_lease_renew_seconds",
+        Unit::Seconds,
+        "Latency of successful lease renewals."
+    );
+    describe_histogram!(
+        "ankusa_script_duration_seconds",
+        Unit::Seconds,
+        "Latency of each Lua script call, by script."
+    );
+    describe_counter!(
+        "ankusa_redis_errors_total",
+        "Redis call failures by kind (connection, timeout, busy, loading, oom, fenced…)."
+    );
     describe_histogram!("ankusa_scan_rows", "Rows claimed per scan.");
     describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
 }

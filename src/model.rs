@@ -17,11 +17,16 @@ pub struct BadId {
 pub fn check_id(kind: &'static str, value: &str) -> Result<(), BadId> {
     let ok = !value.is_empty()
         && value.len() <= 128
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
     if ok {
         Ok(())
     } else {
-        Err(BadId { kind, value: value.to_string() })
+        Err(BadId {
+            kind,
+            value: value.to_string(),
+        })
     }
 }
 
@@ -58,10 +63,15 @@ impl SourceSpec {
     pub fn validate(&self) -> Result<(), String> {
         for (i, s) in self.sinks.iter().enumerate() {
             if !MODULES.contains(&s.module.as_str()) {
-                return Err(format!("sinks[{i}].module: unknown module {:?} (known: {})", s.module, MODULES.join(", ")));
+                return Err(format!(
+                    "sinks[{i}].module: unknown module {:?} (known: {})",
+                    s.module,
+                    MODULES.join(", ")
+                ));
             }
             if s.module == "http" {
-                crate::sinks::http::HttpOpts::from_opts(&s.opts).map_err(|e| format!("sinks[{i}].opts: {e}"))?;
+                crate::sinks::http::HttpOpts::from_opts(&s.opts)
+                    .map_err(|e| format!("sinks[{i}].opts: {e}"))?;
             }
         }
         Ok(())
@@ -69,7 +79,11 @@ impl SourceSpec {
 
     /// The modules csv the commit script stores with each hook.
     pub fn modules_csv(&self) -> String {
-        self.sinks.iter().map(|s| s.module.as_str()).collect::<Vec<_>>().join(",")
+        self.sinks
+            .iter()
+            .map(|s| s.module.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -86,10 +100,17 @@ impl RowId {
     /// Parse `<hook>.<sink>`; `None` for anything else (a malformed row).
     pub fn parse(s: &str) -> Option<RowId> {
         let (h, i) = s.split_once('.')?;
-        if h.is_empty() || i.is_empty() || !h.bytes().all(|b| b.is_ascii_digit()) || !i.bytes().all(|b| b.is_ascii_digit()) {
+        if h.is_empty()
+            || i.is_empty()
+            || !h.bytes().all(|b| b.is_ascii_digit())
+            || !i.bytes().all(|b| b.is_ascii_digit())
+        {
             return None;
         }
-        Some(RowId { hook: h.parse().ok()?, sink: i.parse().ok()? })
+        Some(RowId {
+            hook: h.parse().ok()?,
+            sink: i.parse().ok()?,
+        })
     }
 }
 

@@ -10,7 +10,10 @@ use tokio::sync::watch;
 /// settled (delivered, dead-lettered or dropped) meanwhile. A row waiting out a backoff is
 /// not due, so this does not wait for it. `local` wakes the wait early when this process
 /// leads; otherwise Redis is polled every 20 ms. Errors: the store failing.
-pub async fn tick(store: &Store, local: Option<watch::Receiver<SchedulerState>>) -> Result<u64, Error> {
+pub async fn tick(
+    store: &Store,
+    local: Option<watch::Receiver<SchedulerState>>,
+) -> Result<u64, Error> {
     let start = store.totals().await?;
     let mut local = local;
     loop {
@@ -48,20 +51,45 @@ pub async fn pressure(store: &Store) -> Result<Pressure, Error> {
     use fred::prelude::{KeysInterface, SortedSetsInterface};
     let ks = store.keyspace();
     let c = store.client();
-    let window: Option<String> = c.get(ks.window()).await.map_err(|e| Error::Unavailable(e.to_string()))?;
-    let Some(window) = window else { return Err(Error::Unavailable("no live leader".into())) };
-    let state: SchedulerState = serde_json::from_str(&window).map_err(|e| Error::Unavailable(format!("leader state: {e}")))?;
-    let now = store.now_ms().await.map_err(|e| Error::Unavailable(e.to_string()))?;
+    let window: Option<String> = c
+        .get(ks.window())
+        .await
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
+    let Some(window) = window else {
+        return Err(Error::Unavailable("no live leader".into()));
+    };
+    let state: SchedulerState = serde_json::from_str(&window)
+        .map_err(|e| Error::Unavailable(format!("leader state: {e}")))?;
+    let now = store
+        .now_ms()
+        .await
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
     // The oldest due row is at the head of some tenant at the front of the line.
-    let front: Vec<String> = c.zrangebyscore(ks.tenants(), "-inf", now, false, Some((0, 64))).await.map_err(|e| Error::Unavailable(e.to_string()))?;
+    let front: Vec<String> = c
+        .zrangebyscore(ks.tenants(), "-inf", now, false, Some((0, 64)))
+        .await
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
     let mut oldest: Option<i64> = None;
     if !front.is_empty() {
         let pipe = c.pipeline();
         for t in &front {
-            let _: () = pipe.zrange(ks.due(t), 0, 0, None, false, None, true).await.map_err(|e| Error::Unavailable(e.to_string()))?;
+            let _: () = pipe
+                .zrange(ks.due(t), 0, 0, None, false, None, true)
+                .await
+                .map_err(|e| Error::Unavailable(e.to_string()))?;
         }
-        let heads: Vec<fred::types::Value> = pipe.all().await.map_err(|e| Error::Unavailable(e.to_string()))?;
-        oldest = heads.iter().filter_map(crate::store::first_score).filter(|s| *s <= now).min();
+        let heads: Vec<fred::types::Value> = pipe
+            .all()
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()))?;
+        oldest = heads
+            .iter()
+            .filter_map(crate::store::first_score)
+            .filter(|s| *s <= now)
+            .min();
     }
-    Ok(Pressure { lag_ms: oldest.map_or(0, |o| (now - o).max(0) as u64), window_full: state.window_full })
+    Ok(Pressure {
+        lag_ms: oldest.map_or(0, |o| (now - o).max(0) as u64),
+        window_full: state.window_full,
+    })
 }

@@ -19,7 +19,10 @@ pub struct Hook {
 impl Hook {
     /// A hook with a body and no headers.
     pub fn new(body: impl Into<Bytes>) -> Hook {
-        Hook { body: body.into(), headers: BTreeMap::new() }
+        Hook {
+            body: body.into(),
+            headers: BTreeMap::new(),
+        }
     }
 
     /// Add a header.
@@ -52,26 +55,50 @@ pub struct Producer {
 impl Producer {
     /// A producer over a connected store; bodies over `max_hook_bytes` are refused (R1).
     pub fn new(store: Store, max_hook_bytes: usize) -> Producer {
-        Producer { store, max_hook_bytes }
+        Producer {
+            store,
+            max_hook_bytes,
+        }
     }
 
     /// Connect to `url` for `instance`.
-    pub async fn connect(url: &str, instance: &str, max_hook_bytes: usize) -> Result<Producer, Error> {
-        Ok(Producer::new(Store::connect(url, instance, 5_000).await?, max_hook_bytes))
+    pub async fn connect(
+        url: &str,
+        instance: &str,
+        max_hook_bytes: usize,
+    ) -> Result<Producer, Error> {
+        Ok(Producer::new(
+            Store::connect(url, instance, 5_000).await?,
+            max_hook_bytes,
+        ))
     }
 
     /// Commit one hook to `(tenant, source)`: stored once, one row per sink entry, due now.
-    pub async fn commit(&self, tenant: &str, source: &str, hook: Hook) -> Result<CommitReceipt, CommitError> {
-        self.commit_many(tenant, source, std::slice::from_ref(&hook)).await
+    pub async fn commit(
+        &self,
+        tenant: &str,
+        source: &str,
+        hook: Hook,
+    ) -> Result<CommitReceipt, CommitError> {
+        self.commit_many(tenant, source, std::slice::from_ref(&hook))
+            .await
     }
 
     /// Commit several hooks in one atomic call (all or none); ids are consecutive.
-    pub async fn commit_many(&self, tenant: &str, source: &str, hooks: &[Hook]) -> Result<CommitReceipt, CommitError> {
+    pub async fn commit_many(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[Hook],
+    ) -> Result<CommitReceipt, CommitError> {
         let mut items = Vec::with_capacity(hooks.len());
         for h in hooks {
             items.push((h.body.clone(), h.headers_json()?));
         }
-        let r = self.store.commit(tenant, source, &items, self.max_hook_bytes).await;
+        let r = self
+            .store
+            .commit(tenant, source, &items, self.max_hook_bytes)
+            .await;
         if r.is_ok() {
             metrics::counter!("ankusa_commits_total").increment(hooks.len() as u64);
         }

@@ -30,7 +30,9 @@ pub struct Worker {
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("node_id", &self.node_id).finish()
+        f.debug_struct("Worker")
+            .field("node_id", &self.node_id)
+            .finish()
     }
 }
 
@@ -39,7 +41,12 @@ impl Worker {
     /// and start electing/leading in the background. `name` seeds the node id.
     pub async fn start(config: Config, name: Option<&str>) -> Result<Worker, Error> {
         config.validate()?;
-        let store = Store::connect(&config.redis.url, &config.instance, config.redis.command_timeout_ms).await?;
+        let store = Store::connect(
+            &config.redis.url,
+            &config.instance,
+            config.redis.command_timeout_ms,
+        )
+        .await?;
         if let Some(policy) = store.maxmemory_policy().await? {
             if policy != "noeviction" {
                 if config.redis.allow_evicting {
@@ -63,7 +70,9 @@ impl Worker {
         // Wake channel (R2): a commit's PUBLISH wakes the scan at once.
         let sub = store.subscriber()?;
         sub.init().await.map_err(crate::store::StoreError::from)?;
-        sub.subscribe(store.keyspace().wake()).await.map_err(crate::store::StoreError::from)?;
+        sub.subscribe(store.keyspace().wake())
+            .await
+            .map_err(crate::store::StoreError::from)?;
         let _resub = sub.manage_subscriptions();
         let mut messages = sub.message_rx();
         {
@@ -112,7 +121,14 @@ impl Worker {
         };
         tasks.push(tokio::spawn(run_node(node)));
         info!(%node_id, instance = %config.instance, "worker started");
-        Ok(Worker { store, node_id, config: config_tx, state: state_rx, shutdown, tasks })
+        Ok(Worker {
+            store,
+            node_id,
+            config: config_tx,
+            state: state_rx,
+            shutdown,
+            tasks,
+        })
     }
 
     /// The store this worker uses.

@@ -20,8 +20,14 @@ async fn a_committed_hook_reaches_every_sink_of_its_source_once() {
     assert_eq!(env.receiver.count_for("b"), 1);
     let r = &env.receiver.requests_for("a")[0];
     assert_eq!(r.header("ankusa-hook-id"), Some(id.to_string().as_str()));
-    assert_eq!(r.header("ankusa-delivery-id"), Some(format!("{id}.0").as_str()));
+    assert_eq!(
+        r.header("ankusa-delivery-id"),
+        Some(format!("{id}.0").as_str())
+    );
     // the hook and its rows are gone once delivered
-    assert_eq!(env.redis_cmd(&["EXISTS", &format!("ankusa:{{test.p0}}:hook:{id}")]), "0");
+    assert_eq!(
+        env.redis_cmd(&["EXISTS", &format!("ankusa:{{test.p0}}:hook:{id}")]),
+        "0"
+    );
     worker.shutdown().await;
 }

@@ -28,7 +28,14 @@ pub fn backoff_ms(cfg: &RetryConfig, attempts: u32, draw: f64) -> u64 {
 /// Decide a failed attempt's fate. `now_ms` and `first_attempt_ms` are Redis-clock ms;
 /// `attempts` counts the attempt that just failed. A retry never lands past the horizon:
 /// the last one runs at it, and a failure at or past it is final.
-pub fn decide(cfg: &RetryConfig, attempts: u32, first_attempt_ms: i64, now_ms: i64, retry_after: Option<Duration>, draw: f64) -> RetryDecision {
+pub fn decide(
+    cfg: &RetryConfig,
+    attempts: u32,
+    first_attempt_ms: i64,
+    now_ms: i64,
+    retry_after: Option<Duration>,
+    draw: f64,
+) -> RetryDecision {
     if cfg.max_attempts > 0 && attempts >= cfg.max_attempts {
         return RetryDecision::MaxAttempts;
     }
@@ -50,7 +57,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn cfg() -> RetryConfig {
-        RetryConfig { initial_backoff_ms: 1000, max_backoff_ms: 60_000, multiplier: 2.0, jitter: 0.2, max_elapsed_ms: 3_600_000, max_attempts: 0, retry_after_max_ms: 600_000 }
+        RetryConfig {
+            initial_backoff_ms: 1000,
+            max_backoff_ms: 60_000,
+            multiplier: 2.0,
+            jitter: 0.2,
+            max_elapsed_ms: 3_600_000,
+            max_attempts: 0,
+            retry_after_max_ms: 600_000,
+        }
     }
 
     #[test]
@@ -66,21 +81,39 @@ mod tests {
     #[test]
     fn retry_after_is_honoured_within_its_cap() {
         let c = cfg();
-        assert_eq!(decide(&c, 1, 0, 0, Some(Duration::from_secs(30)), 0.5), RetryDecision::RetryIn(30_000));
-        assert_eq!(decide(&c, 1, 0, 0, Some(Duration::from_secs(99_999)), 0.5), RetryDecision::RetryIn(600_000));
+        assert_eq!(
+            decide(&c, 1, 0, 0, Some(Duration::from_secs(30)), 0.5),
+            RetryDecision::RetryIn(30_000)
+        );
+        assert_eq!(
+            decide(&c, 1, 0, 0, Some(Duration::from_secs(99_999)), 0.5),
+            RetryDecision::RetryIn(600_000)
+        );
     }
 
     #[test]
     fn the_last_retry_lands_on_the_horizon_and_a_failure_there_is_final() {
         let c = cfg();
-        assert_eq!(decide(&c, 9, 0, 3_599_000, None, 0.0), RetryDecision::RetryIn(1000));
-        assert_eq!(decide(&c, 10, 0, 3_600_000, None, 0.0), RetryDecision::Horizon);
+        assert_eq!(
+            decide(&c, 9, 0, 3_599_000, None, 0.0),
+            RetryDecision::RetryIn(1000)
+        );
+        assert_eq!(
+            decide(&c, 10, 0, 3_600_000, None, 0.0),
+            RetryDecision::Horizon
+        );
     }
 
     #[test]
     fn max_attempts_ends_retries_when_set() {
-        let c = RetryConfig { max_attempts: 3, ..cfg() };
-        assert_eq!(decide(&c, 2, 0, 10, None, 0.0), RetryDecision::RetryIn(2000));
+        let c = RetryConfig {
+            max_attempts: 3,
+            ..cfg()
+        };
+        assert_eq!(
+            decide(&c, 2, 0, 10, None, 0.0),
+            RetryDecision::RetryIn(2000)
+        );
         assert_eq!(decide(&c, 3, 0, 10, None, 0.0), RetryDecision::MaxAttempts);
     }
 

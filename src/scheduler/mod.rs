@@ -9,6 +9,7 @@
 //! [`slots`] and [`backoff`].
 
 pub mod backoff;
+pub mod breaker;
 pub mod slots;
 
 use crate::config::Config;
@@ -16,6 +17,7 @@ use crate::model::{DeadReason, RowId, SinkEntry};
 use crate::sinks::http::{HttpOpts, HttpSink};
 use crate::sinks::{truncate, AttemptError, Delivery};
 use crate::store::{ClaimResult, Outcome, SettleOp, Store, StoreError, StoredHook};
+use breaker::{Admit, Breaker};
 use slots::{Slots, Slotted};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,6 +65,8 @@ struct Job {
     /// estimated as `claim_ms + claimed_at.elapsed()`, so a skewed local clock never matters.
     claim_ms: i64,
     claimed_at: Instant,
+    /// This attempt is its breaker's half-open probe.
+    probe: bool,
 }
 
 impl Job {
@@ -101,7 +105,11 @@ struct Prepared {
 
 enum Event {
     Claimed(Result<Prepared, StoreError>),
-    Finished { job: Job, result: Result<(), AttemptError>, elapsed: Duration },
+    Finished {
+        job: Job,
+        result: Result<(), AttemptError>,
+        elapsed: Duration,
+    },
     Settled(Result<Vec<(String, u64)>, (StoreError, Vec<Pending>)>),
 }
 
@@ -179,6 +187,8 @@ struct Session {
     settle_backoff: Duration,
     settle_retry_at: Option<tokio::time::Instant>,
     settled_total: u64,
+    /// Breakers by sink key; absent means closed with no failures (R16).
+    breakers: HashMap<SinkKey, Breaker>,
 }
 
 /// Run one leadership term until shutdown or loss of the lease.
@@ -199,6 +209,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         settle_backoff: Duration::from_millis(50),
         settle_retry_at: None,
         settled_total,
+        breakers: HashMap::new(),
         ctx,
     };
     let end = s.run(&mut rx).await;
@@ -298,9 +309,15 @@ impl Session {
             let r = match store.settle(&token, epoch, &outcomes).await {
                 Ok((_applied, skipped)) => {
                     if skipped > 0 {
-                        warn!(skipped, "settle skipped rows no longer claimed by this epoch");
+                        warn!(
+                            skipped,
+                            "settle skipped rows no longer claimed by this epoch"
+                        );
                     }
-                    Ok(batch.into_iter().map(|p| (p.outcome.tenant, p.bytes)).collect())
+                    Ok(batch
+                        .into_iter()
+                        .map(|p| (p.outcome.tenant, p.bytes))
+                        .collect())
                 }
                 Err(e) => Err((e, batch)),
             };
@@ -319,14 +336,23 @@ impl Session {
         self.claim_wanted = false;
         self.claiming = true;
         let rooms = self.slots.tenant_rooms(page);
-        let skip: Vec<String> = rooms.iter().filter(|(_, r)| *r == 0).map(|(t, _)| t.to_string()).collect();
-        let tight: Vec<(String, usize)> = rooms.iter().filter(|(_, r)| *r > 0).map(|(t, r)| (t.to_string(), *r)).collect();
+        let skip: Vec<String> = rooms
+            .iter()
+            .filter(|(_, r)| *r == 0)
+            .map(|(t, _)| t.to_string())
+            .collect();
+        let tight: Vec<(String, usize)> = rooms
+            .iter()
+            .filter(|(_, r)| *r > 0)
+            .map(|(t, r)| (t.to_string(), *r))
+            .collect();
         let default_room = self.slots.default_room();
         let store = self.ctx.store.clone();
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let r = claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
+            let r =
+                claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
             let _ = tx.send(Event::Claimed(r));
         });
     }
@@ -336,7 +362,19 @@ impl Session {
             return; // R25: no attempt starts once the lease may have passed to someone else
         }
         let timeout = Duration::from_millis(self.cfg.dispatch.attempt_timeout_ms);
-        while let Some(job) = self.slots.next() {
+        let settings = self.breaker_settings();
+        while let Some(mut job) = self.slots.next() {
+            if let Some(b) = self.breakers.get_mut(&job.key) {
+                match b.admit(&settings, Instant::now()) {
+                    Admit::Run => {}
+                    Admit::Probe => job.probe = true,
+                    Admit::Park(d) => {
+                        self.slots.finished(&job.tenant, &job.key);
+                        self.park(job, d);
+                        continue;
+                    }
+                }
+            }
             let tx = self.tx.clone();
             let http = self.ctx.http.clone();
             let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
@@ -372,8 +410,15 @@ impl Session {
                         Err(AttemptError::Permanent(_)) => "permanent",
                     };
                     tracing::Span::current().record("outcome", outcome);
-                    debug!(elapsed_ms = started.elapsed().as_millis() as u64, "attempt finished");
-                    let _ = tx.send(Event::Finished { job, result, elapsed: started.elapsed() });
+                    debug!(
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "attempt finished"
+                    );
+                    let _ = tx.send(Event::Finished {
+                        job,
+                        result,
+                        elapsed: started.elapsed(),
+                    });
                 }
                 .instrument(span),
             );
@@ -397,11 +442,26 @@ impl Session {
                     if let SettleOp::DeadLetter { reason, .. } = &im.op {
                         warn!(tenant = %im.tenant, row = %im.row, %reason, "row dead-lettered at claim");
                     }
-                    self.push_outcome(im.tenant, im.row, im.attempts, im.first_attempt_ms.unwrap_or(im.now_ms), im.op, 0);
+                    self.push_outcome(
+                        im.tenant,
+                        im.row,
+                        im.attempts,
+                        im.first_attempt_ms.unwrap_or(im.now_ms),
+                        im.op,
+                        0,
+                    );
                 }
+                let settings = self.breaker_settings();
                 for job in p.jobs {
                     self.slots.hold(&job.tenant, job.bytes);
-                    self.slots.push(job);
+                    match self
+                        .breakers
+                        .get(&job.key)
+                        .and_then(|b| b.parks(&settings, Instant::now()))
+                    {
+                        Some(d) => self.park(job, d),
+                        None => self.slots.push(job),
+                    }
                 }
                 // More may be due right away when the page came back full.
                 if got >= p.page {
@@ -423,8 +483,13 @@ impl Session {
                 warn!(error = %e, "claim failed; stepping down so a new epoch requeues its claims");
                 Some(SessionEnd::StoreFailed(e.to_string()))
             }
-            Event::Finished { job, result, elapsed } => {
+            Event::Finished {
+                job,
+                result,
+                elapsed,
+            } => {
                 self.slots.finished(&job.tenant, &job.key);
+                self.record_breaker(&job, &result);
                 self.record_attempt(job, result, elapsed);
                 None
             }
@@ -453,6 +518,94 @@ impl Session {
         }
     }
 
+    fn breaker_settings(&self) -> breaker::Settings {
+        let d = &self.cfg.dispatch;
+        breaker::Settings {
+            failures: d.breaker_failures,
+            open: Duration::from_millis(d.breaker_open_ms),
+            max_open: Duration::from_millis(d.breaker_max_open_ms),
+        }
+    }
+
+    /// Feed an attempt's end to its key's breaker; when it opens, park the key's queue.
+    fn record_breaker(&mut self, job: &Job, result: &Result<(), AttemptError>) {
+        let settings = self.breaker_settings();
+        if settings.failures == 0 {
+            return;
+        }
+        let r = match result {
+            Ok(()) => breaker::Result::Success,
+            Err(AttemptError::Permanent(_)) => breaker::Result::Permanent,
+            Err(AttemptError::Retry { .. }) => breaker::Result::Failure,
+        };
+        if r == breaker::Result::Success && !job.probe && !self.breakers.contains_key(&job.key) {
+            return; // the common case: closed, nothing to count
+        }
+        let now = Instant::now();
+        let b = self.breakers.entry(job.key.clone()).or_default();
+        let t = b.record(&settings, now, r, job.probe);
+        let closed_clean = !b.is_open() && r == breaker::Result::Success;
+        match t {
+            Some(breaker::Transition::Opened(d)) => {
+                warn!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, open_ms = d.as_millis() as u64, "breaker opened");
+                metrics::counter!("ankusa_breaker_transitions_total", "to" => "open").increment(1);
+                for queued in self.slots.take_key(&job.tenant, &job.key) {
+                    self.park(queued, d);
+                }
+            }
+            Some(breaker::Transition::Closed) => {
+                info!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, "breaker closed");
+                metrics::counter!("ankusa_breaker_transitions_total", "to" => "closed")
+                    .increment(1);
+            }
+            None => {}
+        }
+        if closed_clean {
+            self.breakers.remove(&job.key);
+        }
+        metrics::gauge!("ankusa_breakers_open")
+            .set(self.breakers.values().filter(|b| b.is_open()).count() as f64);
+    }
+
+    /// Park a row until its breaker closes (R16): attempt count unchanged, due again after
+    /// `d` plus up to half of `breaker_open_ms` of jitter, so a recovering endpoint is not hit by
+    /// the whole backlog at once; never past the row's retry horizon, and a row parked at or
+    /// past it is dead-lettered `retry_horizon(module)`.
+    fn park(&mut self, job: Job, d: Duration) {
+        let now = job.redis_now_ms();
+        let spread = self.cfg.dispatch.breaker_open_ms / 2;
+        let mut delay = d.as_millis() as u64
+            + if spread > 0 {
+                rand::random::<u64>() % spread
+            } else {
+                0
+            };
+        let module = job.key.module.to_string();
+        let op = match job.first_attempt_ms {
+            Some(first) => {
+                let horizon = first.saturating_add(self.cfg.retry.max_elapsed_ms as i64);
+                if now >= horizon {
+                    metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
+                    SettleOp::DeadLetter {
+                        reason: DeadReason::RetryHorizon(module.clone()).to_string(),
+                        error: "parked past the retry horizon".into(),
+                    }
+                } else {
+                    delay = delay.min((horizon - now) as u64);
+                    SettleOp::Park { delay_ms: delay }
+                }
+            }
+            None => SettleOp::Park { delay_ms: delay },
+        };
+        if matches!(op, SettleOp::Park { .. }) {
+            metrics::counter!("ankusa_parked_rows_total").increment(1);
+            metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "parked")
+                .increment(1);
+        }
+        let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+        self.push_outcome(job.tenant, job.row, job.attempts, first, op, job.bytes);
+    }
+
     fn record_attempt(&mut self, job: Job, result: Result<(), AttemptError>, elapsed: Duration) {
         let module: &'static str = match &*job.target {
             Target::Http(_) => "http",
@@ -472,24 +625,44 @@ impl Session {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
                 metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
                 let reason = truncate(reason, ERROR_MAX_BYTES);
-                SettleOp::DeadLetter { reason: DeadReason::Permanent(reason.clone()).to_string(), error: reason }
+                SettleOp::DeadLetter {
+                    reason: DeadReason::Permanent(reason.clone()).to_string(),
+                    error: reason,
+                }
             }
             Err(AttemptError::Retry { error, retry_after }) => {
-                let result = if error.starts_with("attempt_timeout") { "timeout" } else { "error" };
+                let result = if error.starts_with("attempt_timeout") {
+                    "timeout"
+                } else {
+                    "error"
+                };
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => result).record(elapsed.as_secs_f64());
                 let error = truncate(error, ERROR_MAX_BYTES);
-                match backoff::decide(&self.cfg.retry, attempts, first, now, retry_after, rand::random::<f64>()) {
+                match backoff::decide(
+                    &self.cfg.retry,
+                    attempts,
+                    first,
+                    now,
+                    retry_after,
+                    rand::random::<f64>(),
+                ) {
                     backoff::RetryDecision::RetryIn(delay_ms) => {
                         metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "retry").increment(1);
                         SettleOp::Retry { delay_ms, error }
                     }
                     backoff::RetryDecision::Horizon => {
                         metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
-                        SettleOp::DeadLetter { reason: DeadReason::RetryHorizon(module.into()).to_string(), error }
+                        SettleOp::DeadLetter {
+                            reason: DeadReason::RetryHorizon(module.into()).to_string(),
+                            error,
+                        }
                     }
                     backoff::RetryDecision::MaxAttempts => {
                         metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
-                        SettleOp::DeadLetter { reason: DeadReason::MaxAttempts(module.into()).to_string(), error }
+                        SettleOp::DeadLetter {
+                            reason: DeadReason::MaxAttempts(module.into()).to_string(),
+                            error,
+                        }
                     }
                 }
             }
@@ -497,12 +670,29 @@ impl Session {
         self.push_outcome(job.tenant, job.row, attempts, first, op, job.bytes);
     }
 
-    fn push_outcome(&mut self, tenant: String, row: String, attempts: u32, first_attempt_ms: i64, op: SettleOp, bytes: u64) {
+    fn push_outcome(
+        &mut self,
+        tenant: String,
+        row: String,
+        attempts: u32,
+        first_attempt_ms: i64,
+        op: SettleOp,
+        bytes: u64,
+    ) {
         if let SettleOp::DeadLetter { reason, .. } = &op {
             let kind = reason.split('(').next().unwrap_or("unknown").to_string();
             metrics::counter!("ankusa_dead_letters_total", "reason" => kind).increment(1);
         }
-        self.pending.push(Pending { outcome: Outcome { tenant, row, attempts, first_attempt_ms, op }, bytes });
+        self.pending.push(Pending {
+            outcome: Outcome {
+                tenant,
+                row,
+                attempts,
+                first_attempt_ms,
+                op,
+            },
+            bytes,
+        });
     }
 
     /// Graceful end (SIGTERM): no new claims or starts; running attempts get up to
@@ -510,10 +700,20 @@ impl Session {
     async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>) -> SessionEnd {
         let grace = Duration::from_millis(self.cfg.leader.shutdown_grace_ms);
         let deadline = tokio::time::Instant::now() + grace;
-        info!(running = self.slots.running(), "shutting down: letting running attempts finish");
+        info!(
+            running = self.slots.running(),
+            "shutting down: letting running attempts finish"
+        );
         for job in self.slots.drain_queued() {
             let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-            self.push_outcome(job.tenant, job.row, job.attempts, first, SettleOp::Park { delay_ms: 0 }, job.bytes);
+            self.push_outcome(
+                job.tenant,
+                job.row,
+                job.attempts,
+                first,
+                SettleOp::Park { delay_ms: 0 },
+                job.bytes,
+            );
         }
         while self.slots.rows() > 0 {
             self.maybe_settle();
@@ -529,25 +729,47 @@ impl Session {
                 for job in p.jobs {
                     self.slots.hold(&job.tenant, job.bytes);
                     let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-                    self.push_outcome(job.tenant, job.row, job.attempts, first, SettleOp::Park { delay_ms: 0 }, job.bytes);
+                    self.push_outcome(
+                        job.tenant,
+                        job.row,
+                        job.attempts,
+                        first,
+                        SettleOp::Park { delay_ms: 0 },
+                        job.bytes,
+                    );
                 }
                 for im in p.immediate {
                     self.slots.hold(&im.tenant, 0);
-                    self.push_outcome(im.tenant, im.row, im.attempts, im.first_attempt_ms.unwrap_or(im.now_ms), im.op, 0);
+                    self.push_outcome(
+                        im.tenant,
+                        im.row,
+                        im.attempts,
+                        im.first_attempt_ms.unwrap_or(im.now_ms),
+                        im.op,
+                        0,
+                    );
                 }
                 continue;
             }
             if let Some(end) = self.handle(ev) {
                 return end;
             }
-            if self.settle_retry_at.is_some_and(|t| t <= tokio::time::Instant::now()) {
+            if self
+                .settle_retry_at
+                .is_some_and(|t| t <= tokio::time::Instant::now())
+            {
                 self.settle_retry_at = None;
             }
         }
         self.attempts.abort_all();
         // Whatever is still claimed (attempts cut off by the grace period) is requeued by the
         // next leader; release so it takes over now, not after the lease's ttl.
-        let node = self.ctx.token.rsplit_once(':').map(|(n, _)| n.to_string()).unwrap_or_default();
+        let node = self
+            .ctx
+            .token
+            .rsplit_once(':')
+            .map(|(n, _)| n.to_string())
+            .unwrap_or_default();
         match self.ctx.store.lease_release(&node, &self.ctx.token).await {
             Ok(_) => info!("lease released"),
             Err(e) => warn!(error = %e, "could not release the lease; it lapses after its ttl"),
@@ -568,7 +790,9 @@ async fn claim_and_prepare(
 ) -> Result<Prepared, StoreError> {
     let skip_refs: Vec<&str> = skip.iter().map(String::as_str).collect();
     let room_refs: Vec<(&str, usize)> = rooms.iter().map(|(t, r)| (t.as_str(), *r)).collect();
-    let claim = store.claim(token, epoch, page, default_room, &skip_refs, &room_refs).await?;
+    let claim = store
+        .claim(token, epoch, page, default_room, &skip_refs, &room_refs)
+        .await?;
     let claimed_at = Instant::now();
     let now = claim.now_ms;
 
@@ -577,23 +801,45 @@ async fn claim_and_prepare(
     hook_ids.sort_unstable();
     hook_ids.dedup();
     let hooks = store.fetch_hooks(&hook_ids).await?;
-    let hooks: HashMap<u64, Option<Arc<StoredHook>>> = hook_ids.iter().copied().zip(hooks.into_iter().map(|h| h.map(Arc::new))).collect();
+    let hooks: HashMap<u64, Option<Arc<StoredHook>>> = hook_ids
+        .iter()
+        .copied()
+        .zip(hooks.into_iter().map(|h| h.map(Arc::new)))
+        .collect();
 
-    let mut source_keys: Vec<(String, String)> = hooks.values().flatten().map(|h| (h.tenant.clone(), h.source.clone())).collect();
+    let mut source_keys: Vec<(String, String)> = hooks
+        .values()
+        .flatten()
+        .map(|h| (h.tenant.clone(), h.source.clone()))
+        .collect();
     source_keys.sort();
     source_keys.dedup();
     let specs = store.fetch_sources(&source_keys).await?;
-    let specs: HashMap<(String, String), Option<Result<crate::model::SourceSpec, String>>> = source_keys.into_iter().zip(specs).collect();
+    let specs: HashMap<(String, String), Option<Result<crate::model::SourceSpec, String>>> =
+        source_keys.into_iter().zip(specs).collect();
     let mut targets: HashMap<(String, String, u32), Result<Arc<Target>, String>> = HashMap::new();
 
     let mut jobs = Vec::with_capacity(claim.rows.len());
     let mut immediate = Vec::new();
     for (r, id) in claim.rows.iter().zip(ids) {
-        let imm = |op: SettleOp| Immediate { tenant: r.tenant.clone(), row: r.row.clone(), attempts: r.attempts, first_attempt_ms: r.first_attempt_ms, op, now_ms: now };
-        let dead = |reason: DeadReason| SettleOp::DeadLetter { reason: reason.to_string(), error: String::new() };
+        let imm = |op: SettleOp| Immediate {
+            tenant: r.tenant.clone(),
+            row: r.row.clone(),
+            attempts: r.attempts,
+            first_attempt_ms: r.first_attempt_ms,
+            op,
+            now_ms: now,
+        };
+        let dead = |reason: DeadReason| SettleOp::DeadLetter {
+            reason: reason.to_string(),
+            error: String::new(),
+        };
         let Some(id) = id else {
             metrics::counter!("ankusa_malformed_rows_total").increment(1);
-            immediate.push(imm(dead(DeadReason::Malformed(format!("row id {:?}", truncate(r.row.clone(), 64))))));
+            immediate.push(imm(dead(DeadReason::Malformed(format!(
+                "row id {:?}",
+                truncate(r.row.clone(), 64)
+            )))));
             continue;
         };
         let Some(hook) = hooks.get(&id.hook).cloned().flatten() else {
@@ -603,17 +849,25 @@ async fn claim_and_prepare(
             continue;
         };
         if hook.tenant != r.tenant {
-            immediate.push(imm(dead(DeadReason::Malformed(format!("hook {} belongs to another tenant", id.hook)))));
+            immediate.push(imm(dead(DeadReason::Malformed(format!(
+                "hook {} belongs to another tenant",
+                id.hook
+            )))));
             continue;
         }
         let Some(module) = hook.modules.get(id.sink as usize).cloned() else {
-            immediate.push(imm(dead(DeadReason::Malformed(format!("sink index {} not in hook {}", id.sink, id.hook)))));
+            immediate.push(imm(dead(DeadReason::Malformed(format!(
+                "sink index {} not in hook {}",
+                id.sink, id.hook
+            )))));
             continue;
         };
         let spec = match specs.get(&(hook.tenant.clone(), hook.source.clone())) {
             Some(Some(Ok(spec))) => spec,
             Some(Some(Err(e))) => {
-                immediate.push(imm(dead(DeadReason::Malformed(format!("source spec: {e}")))));
+                immediate.push(imm(dead(DeadReason::Malformed(format!(
+                    "source spec: {e}"
+                )))));
                 continue;
             }
             _ => {
@@ -638,7 +892,10 @@ async fn claim_and_prepare(
         let target = match target {
             Ok(t) => t,
             Err(e) => {
-                immediate.push(imm(SettleOp::DeadLetter { reason: DeadReason::Permanent(format!("invalid sink options: {e}")).to_string(), error: e }));
+                immediate.push(imm(SettleOp::DeadLetter {
+                    reason: DeadReason::Permanent(format!("invalid sink options: {e}")).to_string(),
+                    error: e,
+                }));
                 continue;
             }
         };
@@ -646,7 +903,12 @@ async fn claim_and_prepare(
             tenant: r.tenant.clone(),
             row: r.row.clone(),
             hook_id: id.hook,
-            key: SinkKey { tenant: r.tenant.as_str().into(), source: hook.source.as_str().into(), index, module: module.as_str().into() },
+            key: SinkKey {
+                tenant: r.tenant.as_str().into(),
+                source: hook.source.as_str().into(),
+                index,
+                module: module.as_str().into(),
+            },
             attempts: r.attempts,
             first_attempt_ms: r.first_attempt_ms,
             bytes: hook.body.len() as u64,
@@ -654,15 +916,24 @@ async fn claim_and_prepare(
             target,
             claim_ms: now,
             claimed_at,
+            probe: false,
         });
     }
-    Ok(Prepared { claim, jobs, immediate, page })
+    Ok(Prepared {
+        claim,
+        jobs,
+        immediate,
+        page,
+    })
 }
 
 /// Bind a row to a sink entry (R19): its own index when the module still matches, else the
 /// one entry with its module; `None` when neither holds (`sink_gone`).
 pub fn bind(sinks: &[SinkEntry], index: u32, module: &str) -> Option<u32> {
-    if sinks.get(index as usize).is_some_and(|s| s.module == module) {
+    if sinks
+        .get(index as usize)
+        .is_some_and(|s| s.module == module)
+    {
         return Some(index);
     }
     let mut same = sinks.iter().enumerate().filter(|(_, s)| s.module == module);
@@ -677,7 +948,12 @@ mod tests {
     use super::*;
 
     fn entry(m: &str) -> SinkEntry {
-        SinkEntry { module: m.into(), opts: Default::default(), ordered: false, key: None }
+        SinkEntry {
+            module: m.into(),
+            opts: Default::default(),
+            ordered: false,
+            key: None,
+        }
     }
 
     #[test]

@@ -57,7 +57,11 @@ impl<J: Slotted> Slots<J> {
     /// Empty slots under `cfg`'s limits.
     pub fn new(cfg: &DispatchConfig) -> Self {
         Slots {
-            global: ResolvedLimits { max_inflight: cfg.max_inflight, max_inflight_bytes: cfg.max_inflight_bytes, concurrency: cfg.concurrency },
+            global: ResolvedLimits {
+                max_inflight: cfg.max_inflight,
+                max_inflight_bytes: cfg.max_inflight_bytes,
+                concurrency: cfg.concurrency,
+            },
             sink_concurrency: cfg.sink_concurrency,
             rows: 0,
             bytes: 0,
@@ -111,7 +115,11 @@ impl<J: Slotted> Slots<J> {
         self.tenants
             .iter()
             .filter_map(|(id, t)| {
-                let room = if t.bytes >= t.limits.max_inflight_bytes { 0 } else { t.limits.max_inflight.saturating_sub(t.rows) };
+                let room = if t.bytes >= t.limits.max_inflight_bytes {
+                    0
+                } else {
+                    t.limits.max_inflight.saturating_sub(t.rows)
+                };
                 (room < page).then_some((id.as_str(), room))
             })
             .collect()
@@ -127,7 +135,15 @@ impl<J: Slotted> Slots<J> {
             let limits = self.cfg.tenant_limits(tenant);
             self.tenants.insert(
                 tenant.to_string(),
-                Tenant { limits, rows: 0, bytes: 0, running: 0, keys: HashMap::new(), ready: VecDeque::new(), in_line: false },
+                Tenant {
+                    limits,
+                    rows: 0,
+                    bytes: 0,
+                    running: 0,
+                    keys: HashMap::new(),
+                    ready: VecDeque::new(),
+                    in_line: false,
+                },
             );
         }
         self.tenants.get_mut(tenant).expect("inserted above")
@@ -164,7 +180,10 @@ impl<J: Slotted> Slots<J> {
         let tenant = job.tenant().to_string();
         let key = job.key().clone();
         let t = self.tenant_mut(&tenant);
-        let q = t.keys.entry(key.clone()).or_insert_with(|| KeyQueue { jobs: VecDeque::new(), running: 0 });
+        let q = t.keys.entry(key.clone()).or_insert_with(|| KeyQueue {
+            jobs: VecDeque::new(),
+            running: 0,
+        });
         let was_idle = q.jobs.is_empty();
         q.jobs.push_back(job);
         if was_idle {
@@ -185,12 +204,18 @@ impl<J: Slotted> Slots<J> {
         let sink_cap = self.sink_concurrency;
         for _ in 0..self.ready.len() {
             let tenant = self.ready.pop_front()?;
-            let Some(t) = self.tenants.get_mut(&tenant) else { continue };
+            let Some(t) = self.tenants.get_mut(&tenant) else {
+                continue;
+            };
             let mut picked = None;
             if t.running < t.limits.concurrency {
                 for _ in 0..t.ready.len() {
-                    let Some(key) = t.ready.pop_front() else { break };
-                    let Some(q) = t.keys.get_mut(&key) else { continue };
+                    let Some(key) = t.ready.pop_front() else {
+                        break;
+                    };
+                    let Some(q) = t.keys.get_mut(&key) else {
+                        continue;
+                    };
                     if q.running >= sink_cap {
                         t.ready.push_back(key);
                         continue;
@@ -252,8 +277,14 @@ impl<J: Slotted> Slots<J> {
 
     /// Queued jobs of one sink key, taken out (a breaker opening parks them, R16).
     pub fn take_key(&mut self, tenant: &str, key: &J::Key) -> Vec<J> {
-        let Some(t) = self.tenants.get_mut(tenant) else { return Vec::new() };
-        let jobs: Vec<J> = t.keys.get_mut(key).map(|q| q.jobs.drain(..).collect()).unwrap_or_default();
+        let Some(t) = self.tenants.get_mut(tenant) else {
+            return Vec::new();
+        };
+        let jobs: Vec<J> = t
+            .keys
+            .get_mut(key)
+            .map(|q| q.jobs.drain(..).collect())
+            .unwrap_or_default();
         t.ready.retain(|k| k != key);
         if t.keys.get(key).is_some_and(|q| q.running == 0) {
             t.keys.remove(key);
@@ -288,10 +319,18 @@ mod tests {
         }
     }
     fn job(t: &str, k: u32, n: usize) -> J {
-        J { tenant: t.into(), key: (t.into(), k), n }
+        J {
+            tenant: t.into(),
+            key: (t.into(), k),
+            n,
+        }
     }
     fn cfg(concurrency: usize, sink: usize) -> DispatchConfig {
-        DispatchConfig { concurrency, sink_concurrency: sink, ..DispatchConfig::default() }
+        DispatchConfig {
+            concurrency,
+            sink_concurrency: sink,
+            ..DispatchConfig::default()
+        }
     }
     fn push(s: &mut Slots<J>, j: J) {
         s.hold(&j.tenant.clone(), 10);
@@ -334,7 +373,10 @@ mod tests {
 
     #[test]
     fn settled_rows_free_the_window() {
-        let mut s = Slots::new(&DispatchConfig { max_inflight: 2, ..DispatchConfig::default() });
+        let mut s = Slots::new(&DispatchConfig {
+            max_inflight: 2,
+            ..DispatchConfig::default()
+        });
         push(&mut s, job("t", 0, 0));
         push(&mut s, job("t", 0, 1));
         assert!(s.window_full());

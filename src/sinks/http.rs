@@ -25,24 +25,39 @@ pub struct HttpOpts {
 
 impl HttpOpts {
     /// Parse and check the options of a sink entry; the error says which field is wrong.
-    pub fn from_opts(opts: &serde_json::Map<String, serde_json::Value>) -> Result<HttpOpts, String> {
-        let o: HttpOpts = serde_json::from_value(serde_json::Value::Object(opts.clone())).map_err(|e| e.to_string())?;
-        if !(o.url.starts_with("http://") || o.url.starts_with("https://") || o.url.starts_with("${env:")) {
-            return Err(format!("url {:?}: must start with http:// or https://", o.url));
+    pub fn from_opts(
+        opts: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<HttpOpts, String> {
+        let o: HttpOpts = serde_json::from_value(serde_json::Value::Object(opts.clone()))
+            .map_err(|e| e.to_string())?;
+        if !(o.url.starts_with("http://")
+            || o.url.starts_with("https://")
+            || o.url.starts_with("${env:"))
+        {
+            return Err(format!(
+                "url {:?}: must start with http:// or https://",
+                o.url
+            ));
         }
         Ok(o)
     }
 }
 
 /// What an HTTP answer means for the row (R8); one function, table-tested.
-pub fn classify(status: u16, retry_after: Option<&str>, now: SystemTime) -> Result<(), AttemptError> {
+pub fn classify(
+    status: u16,
+    retry_after: Option<&str>,
+    now: SystemTime,
+) -> Result<(), AttemptError> {
     match status {
         200..=299 => Ok(()),
         408 | 425 | 429 | 500..=599 => Err(AttemptError::Retry {
             error: format!("http {status}"),
             retry_after: retry_after.and_then(|v| parse_retry_after(v, now)),
         }),
-        300..=399 => Err(AttemptError::Permanent(format!("http {status} redirect not followed"))),
+        300..=399 => Err(AttemptError::Permanent(format!(
+            "http {status} redirect not followed"
+        ))),
         _ => Err(AttemptError::Permanent(format!("http {status}"))),
     }
 }
@@ -64,23 +79,35 @@ fn httpdate(v: &str) -> Option<SystemTime> {
         return None;
     }
     let day: u64 = parts[1].parse().ok()?;
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| *m == parts[2])? as u64
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])? as u64
         + 1;
     let year: u64 = parts[3].parse().ok()?;
-    let hms: Vec<u64> = parts[4].split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let hms: Vec<u64> = parts[4]
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
     if hms.len() != 3 || !(1..=31).contains(&day) || year < 1970 {
         return None;
     }
     // days from civil (Howard Hinnant's algorithm)
-    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2]))
+    Some(
+        SystemTime::UNIX_EPOCH
+            + Duration::from_secs(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2]),
+    )
 }
 
 /// The HTTP sink: one shared client (connection pool), no redirects.
@@ -106,14 +133,22 @@ impl HttpSink {
 
     /// Deliver one row. Transport errors retry; the answer is classified by [`classify`].
     pub async fn deliver(&self, opts: &HttpOpts, d: &Delivery) -> Result<(), AttemptError> {
-        let url = resolve_secrets(&opts.url).map_err(|e| AttemptError::Retry { error: e, retry_after: None })?;
+        let url = resolve_secrets(&opts.url).map_err(|e| AttemptError::Retry {
+            error: e,
+            retry_after: None,
+        })?;
         let mut req = self.client.post(&url).body(d.body.clone());
         let mut has_content_type = false;
         if !d.headers.is_empty() {
-            if let Ok(serde_json::Value::Object(h)) = serde_json::from_str::<serde_json::Value>(&d.headers) {
+            if let Ok(serde_json::Value::Object(h)) =
+                serde_json::from_str::<serde_json::Value>(&d.headers)
+            {
                 for (k, v) in h {
                     let lk = k.to_ascii_lowercase();
-                    if matches!(lk.as_str(), "host" | "content-length" | "connection" | "transfer-encoding") {
+                    if matches!(
+                        lk.as_str(),
+                        "host" | "content-length" | "connection" | "transfer-encoding"
+                    ) {
                         continue;
                     }
                     if let Some(v) = v.as_str() {
@@ -127,7 +162,10 @@ impl HttpSink {
             req = req.header("content-type", "application/json");
         }
         for (k, v) in &opts.headers {
-            let v = resolve_secrets(v).map_err(|e| AttemptError::Retry { error: e, retry_after: None })?;
+            let v = resolve_secrets(v).map_err(|e| AttemptError::Retry {
+                error: e,
+                retry_after: None,
+            })?;
             req = req.header(k, v);
         }
         let ts = d.committed_at_ms / 1000;
@@ -139,9 +177,16 @@ impl HttpSink {
             .header("ankusa-attempt", d.attempt.to_string())
             .header("ankusa-tenant", &d.tenant)
             .header("ankusa-source", &d.source);
-        let resp = req.send().await.map_err(|e| AttemptError::Retry { error: transport_error(&e), retry_after: None })?;
+        let resp = req.send().await.map_err(|e| AttemptError::Retry {
+            error: transport_error(&e),
+            retry_after: None,
+        })?;
         let status = resp.status().as_u16();
-        let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         match classify(status, retry_after.as_deref(), SystemTime::now()) {
             Ok(()) => {
                 // Drain so the connection returns to the pool.
@@ -151,9 +196,10 @@ impl HttpSink {
             Err(e) => {
                 let body = read_bounded(resp, ERROR_BODY_MAX_BYTES).await;
                 Err(match e {
-                    AttemptError::Retry { error, retry_after } => {
-                        AttemptError::Retry { error: with_body(error, &body), retry_after }
-                    }
+                    AttemptError::Retry { error, retry_after } => AttemptError::Retry {
+                        error: with_body(error, &body),
+                        retry_after,
+                    },
                     AttemptError::Permanent(r) => AttemptError::Permanent(with_body(r, &body)),
                 })
             }
@@ -237,13 +283,24 @@ mod tests {
     #[test]
     fn retry_after_accepts_seconds_and_http_dates_and_ignores_garbage() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
-        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:51:37 GMT", now), Some(Duration::from_secs(120)));
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:51:37 GMT", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-5", now), None);
         match classify(429, Some("7"), now) {
-            Err(AttemptError::Retry { retry_after, .. }) => assert_eq!(retry_after, Some(Duration::from_secs(7))),
+            Err(AttemptError::Retry { retry_after, .. }) => {
+                assert_eq!(retry_after, Some(Duration::from_secs(7)))
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -253,8 +310,12 @@ mod tests {
         let ok = serde_json::json!({"url": "https://example.com/h", "headers": {"authorization": "${env:TOKEN}"}});
         assert!(HttpOpts::from_opts(ok.as_object().unwrap()).is_ok());
         let bad = serde_json::json!({"url": "ftp://x"});
-        assert!(HttpOpts::from_opts(bad.as_object().unwrap()).unwrap_err().contains("url"));
+        assert!(HttpOpts::from_opts(bad.as_object().unwrap())
+            .unwrap_err()
+            .contains("url"));
         let unknown = serde_json::json!({"url": "http://x", "verb": "PUT"});
-        assert!(HttpOpts::from_opts(unknown.as_object().unwrap()).unwrap_err().contains("verb"));
+        assert!(HttpOpts::from_opts(unknown.as_object().unwrap())
+            .unwrap_err()
+            .contains("verb"));
     }
 }

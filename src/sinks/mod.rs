@@ -49,9 +49,13 @@ pub fn resolve_secrets(s: &str) -> Result<String, String> {
     while let Some(start) = rest.find("${env:") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 6..];
-        let end = after.find('}').ok_or_else(|| "unterminated ${env:…} reference".to_string())?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| "unterminated ${env:…} reference".to_string())?;
         let name = &after[..end];
-        let val = std::env::var(name).map_err(|_| format!("secret reference ${{env:{name}}} is not set in the worker's environment"))?;
+        let val = std::env::var(name).map_err(|_| {
+            format!("secret reference ${{env:{name}}} is not set in the worker's environment")
+        })?;
         out.push_str(&val);
         rest = &after[end + 1..];
     }
@@ -79,7 +83,10 @@ mod tests {
     #[test]
     fn secret_references_resolve_from_the_environment_and_missing_ones_are_named() {
         std::env::set_var("ANKUSA_TEST_SECRET_X", "s3cret");
-        assert_eq!(resolve_secrets("Bearer ${env:ANKUSA_TEST_SECRET_X}!").unwrap(), "Bearer s3cret!");
+        assert_eq!(
+            resolve_secrets("Bearer ${env:ANKUSA_TEST_SECRET_X}!").unwrap(),
+            "Bearer s3cret!"
+        );
         assert_eq!(resolve_secrets("plain").unwrap(), "plain");
         let e = resolve_secrets("${env:ANKUSA_TEST_SURELY_UNSET}").unwrap_err();
         assert!(e.contains("ANKUSA_TEST_SURELY_UNSET"), "{e}");

@@ -35,7 +35,10 @@ pub enum StoreError {
 
 impl StoreError {
     fn protocol(script: &'static str, detail: impl Into<String>) -> Self {
-        StoreError::Protocol { script, detail: detail.into() }
+        StoreError::Protocol {
+            script,
+            detail: detail.into(),
+        }
     }
     /// A short bounded label for the `ankusa_redis_errors_total{kind}` metric.
     pub fn kind(&self) -> &'static str {
@@ -53,7 +56,9 @@ impl StoreError {
                 } else {
                     match e.kind() {
                         fred::error::ErrorKind::Timeout => "timeout",
-                        fred::error::ErrorKind::IO | fred::error::ErrorKind::Canceled => "connection",
+                        fred::error::ErrorKind::IO | fred::error::ErrorKind::Canceled => {
+                            "connection"
+                        }
                         _ => "other",
                     }
                 }
@@ -238,7 +243,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("prefix", &self.ks.prefix()).finish()
+        f.debug_struct("Store")
+            .field("prefix", &self.ks.prefix())
+            .finish()
     }
 }
 
@@ -264,7 +271,11 @@ impl ValueExt for Value {
         match self {
             Value::Integer(i) => Some(*i),
             Value::Double(d) => Some(*d as i64),
-            _ => self.as_str_ref().and_then(|s| s.parse::<i64>().ok().or_else(|| s.parse::<f64>().ok().map(|f| f as i64))),
+            _ => self.as_str_ref().and_then(|s| {
+                s.parse::<i64>()
+                    .ok()
+                    .or_else(|| s.parse::<f64>().ok().map(|f| f as i64))
+            }),
         }
     }
     fn text(&self) -> String {
@@ -275,7 +286,10 @@ impl ValueExt for Value {
 fn array(script: &'static str, v: Value) -> Result<Vec<Value>, StoreError> {
     match v {
         Value::Array(a) => Ok(a),
-        other => Err(StoreError::protocol(script, format!("not an array: {other:?}"))),
+        other => Err(StoreError::protocol(
+            script,
+            format!("not an array: {other:?}"),
+        )),
     }
 }
 
@@ -285,13 +299,20 @@ impl Store {
     /// exponential backoff (100 ms to 5 s) forever. In-flight commands are not re-sent on
     /// reconnect (`max_command_attempts = 1`): the caller decides, because a re-sent claim
     /// could claim twice.
-    pub async fn connect(url: &str, instance: &str, command_timeout_ms: u64) -> Result<Store, StoreError> {
+    pub async fn connect(
+        url: &str,
+        instance: &str,
+        command_timeout_ms: u64,
+    ) -> Result<Store, StoreError> {
         let config = Config::from_url(url)?;
         let pool = Builder::from_config(config)
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
                 c.max_command_attempts = 1;
-                c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
+                c.tcp = TcpConfig {
+                    nodelay: Some(true),
+                    ..Default::default()
+                };
             })
             .with_performance_config(|p| {
                 p.default_command_timeout = Duration::from_millis(command_timeout_ms);
@@ -299,7 +320,11 @@ impl Store {
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
             .build_pool(4)?;
         pool.init().await?;
-        let store = Store { pool, ks: Keyspace::new(instance, 0), scripts: Scripts::default() };
+        let store = Store {
+            pool,
+            ks: Keyspace::new(instance, 0),
+            scripts: Scripts::default(),
+        };
         store.load_scripts().await?;
         Ok(store)
     }
@@ -317,7 +342,9 @@ impl Store {
     /// A fresh subscriber connection to the same server, for the wake channel (R2).
     pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, StoreError> {
         let cfg = self.pool.next().client_config();
-        Ok(Builder::from_config(cfg).set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2)).build_subscriber_client()?)
+        Ok(Builder::from_config(cfg)
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+            .build_subscriber_client()?)
     }
 
     /// `SCRIPT LOAD` every script.
@@ -330,8 +357,12 @@ impl Store {
 
     async fn call(&self, s: &LuaScript, args: Vec<Value>) -> Result<Vec<Value>, StoreError> {
         let started = Instant::now();
-        let r: Result<Value, _> = s.script.evalsha_with_reload(self.pool.next(), vec![self.ks.lease()], args).await;
-        metrics::histogram!("ankusa_script_duration_seconds", "script" => s.name).record(started.elapsed().as_secs_f64());
+        let r: Result<Value, _> = s
+            .script
+            .evalsha_with_reload(self.pool.next(), vec![self.ks.lease()], args)
+            .await;
+        metrics::histogram!("ankusa_script_duration_seconds", "script" => s.name)
+            .record(started.elapsed().as_secs_f64());
         match r {
             Ok(v) => array(s.name, v),
             Err(e) => {
@@ -356,18 +387,30 @@ impl Store {
         hooks: &[(Bytes, String)],
         max_hook_bytes: usize,
     ) -> Result<CommitReceipt, CommitError> {
-        crate::model::check_id("tenant", tenant).map_err(|e| CommitError::BadRequest(e.to_string()))?;
-        crate::model::check_id("source", source).map_err(|e| CommitError::BadRequest(e.to_string()))?;
+        crate::model::check_id("tenant", tenant)
+            .map_err(|e| CommitError::BadRequest(e.to_string()))?;
+        crate::model::check_id("source", source)
+            .map_err(|e| CommitError::BadRequest(e.to_string()))?;
         if hooks.is_empty() {
             return Err(CommitError::BadRequest("no hooks".into()));
         }
         for (index, (body, _)) in hooks.iter().enumerate() {
             if body.len() > max_hook_bytes {
-                return Err(CommitError::TooLarge { index, size: body.len(), max: max_hook_bytes });
+                return Err(CommitError::TooLarge {
+                    index,
+                    size: body.len(),
+                    max: max_hook_bytes,
+                });
             }
         }
         let mut args = Vec::with_capacity(5 + 2 * hooks.len());
-        args.extend([self.prefix(), tenant.into(), source.into(), (max_hook_bytes as i64).into(), (hooks.len() as i64).into()]);
+        args.extend([
+            self.prefix(),
+            tenant.into(),
+            source.into(),
+            (max_hook_bytes as i64).into(),
+            (hooks.len() as i64).into(),
+        ]);
         for (body, headers) in hooks {
             args.push(Value::Bytes(body.clone()));
             args.push(Value::from(headers.as_str()));
@@ -379,13 +422,18 @@ impl Store {
                 rows_per_hook: v.get(2).and_then(Value::int).unwrap_or(0) as u32,
                 committed_at_ms: v.get(3).and_then(Value::int).unwrap_or(0),
             }),
-            "unknown_source" => Err(CommitError::UnknownSource { tenant: tenant.into(), source_id: source.into() }),
+            "unknown_source" => Err(CommitError::UnknownSource {
+                tenant: tenant.into(),
+                source_id: source.into(),
+            }),
             "too_large" => Err(CommitError::TooLarge {
                 index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
                 size: v.get(2).and_then(Value::int).unwrap_or(0) as usize,
                 max: max_hook_bytes,
             }),
-            "bad_request" => Err(CommitError::BadRequest(v.get(1).map(Value::text).unwrap_or_default())),
+            "bad_request" => Err(CommitError::BadRequest(
+                v.get(1).map(Value::text).unwrap_or_default(),
+            )),
             other => Err(StoreError::protocol("commit", format!("status {other:?}")).into()),
         }
     }
@@ -403,7 +451,13 @@ impl Store {
         rooms: &[(&str, usize)],
     ) -> Result<ClaimResult, StoreError> {
         let mut args = Vec::with_capacity(8 + skip.len() + 2 * rooms.len());
-        args.extend([self.prefix(), token.into(), (epoch as i64).into(), (page as i64).into(), (default_room as i64).into()]);
+        args.extend([
+            self.prefix(),
+            token.into(),
+            (epoch as i64).into(),
+            (page as i64).into(),
+            (default_room as i64).into(),
+        ]);
         args.push((skip.len() as i64).into());
         args.extend(skip.iter().map(|t| Value::from(*t)));
         args.push((rooms.len() as i64).into());
@@ -438,7 +492,12 @@ impl Store {
     /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped)`;
     /// an outcome whose row is no longer claimed under `epoch` is skipped, so re-sending a
     /// batch after an error never applies it twice. Errors: [`StoreError::Fenced`].
-    pub async fn settle(&self, token: &str, epoch: u64, outcomes: &[Outcome]) -> Result<(u64, u64), StoreError> {
+    pub async fn settle(
+        &self,
+        token: &str,
+        epoch: u64,
+        outcomes: &[Outcome],
+    ) -> Result<(u64, u64), StoreError> {
         let mut args = Vec::with_capacity(3 + 7 * outcomes.len());
         args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
         for o in outcomes {
@@ -461,7 +520,10 @@ impl Store {
         }
         let v = self.call(&self.scripts.settle, args).await?;
         match status(&v) {
-            "ok" => Ok((v.get(1).and_then(Value::int).unwrap_or(0) as u64, v.get(2).and_then(Value::int).unwrap_or(0) as u64)),
+            "ok" => Ok((
+                v.get(1).and_then(Value::int).unwrap_or(0) as u64,
+                v.get(2).and_then(Value::int).unwrap_or(0) as u64,
+            )),
             "fenced" => Err(StoreError::Fenced),
             other => Err(StoreError::protocol("settle", format!("status {other:?}"))),
         }
@@ -472,12 +534,22 @@ impl Store {
     pub async fn requeue_claimed(&self, token: &str, epoch: u64) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
-            let args = vec![self.prefix(), token.into(), (epoch as i64).into(), 1000i64.into()];
+            let args = vec![
+                self.prefix(),
+                token.into(),
+                (epoch as i64).into(),
+                1000i64.into(),
+            ];
             let v = self.call(&self.scripts.requeue_claimed, args).await?;
             match status(&v) {
                 "ok" => {}
                 "fenced" => return Err(StoreError::Fenced),
-                other => return Err(StoreError::protocol("requeue_claimed", format!("status {other:?}"))),
+                other => {
+                    return Err(StoreError::protocol(
+                        "requeue_claimed",
+                        format!("status {other:?}"),
+                    ))
+                }
             }
             total += v.get(1).and_then(Value::int).unwrap_or(0) as u64;
             if v.get(2).and_then(Value::int).unwrap_or(0) <= 0 {
@@ -486,8 +558,20 @@ impl Store {
         }
     }
 
-    async fn lease(&self, op: &str, node: &str, token: &str, ttl_ms: u64) -> Result<Vec<Value>, StoreError> {
-        let args = vec![self.prefix(), op.into(), node.into(), token.into(), (ttl_ms as i64).into()];
+    async fn lease(
+        &self,
+        op: &str,
+        node: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Result<Vec<Value>, StoreError> {
+        let args = vec![
+            self.prefix(),
+            op.into(),
+            node.into(),
+            token.into(),
+            (ttl_ms as i64).into(),
+        ];
         self.call(&self.scripts.lease, args).await
     }
 
@@ -508,7 +592,12 @@ impl Store {
     }
 
     /// Extend the lease by `ttl_ms` if `token` still holds it. `Ok(false)`: lost.
-    pub async fn lease_renew(&self, node: &str, token: &str, ttl_ms: u64) -> Result<bool, StoreError> {
+    pub async fn lease_renew(
+        &self,
+        node: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError> {
         let v = self.lease("renew", node, token, ttl_ms).await?;
         Ok(status(&v) == "ok")
     }
@@ -540,7 +629,9 @@ impl Store {
         }
         let pipe = self.client().pipeline();
         for id in ids {
-            let _: () = pipe.hmget(self.ks.hook(*id), vec!["b", "h", "t", "tn", "s", "k"]).await?;
+            let _: () = pipe
+                .hmget(self.ks.hook(*id), vec!["b", "h", "t", "tn", "s", "k"])
+                .await?;
         }
         let replies: Vec<Value> = pipe.all().await?;
         Ok(replies.into_iter().map(decode_hook).collect())
@@ -548,7 +639,10 @@ impl Store {
 
     /// Read source specs with one pipelined round trip; `None` where a source is gone;
     /// `Some(Err)` where its stored spec is not valid JSON.
-    pub async fn fetch_sources(&self, keys: &[(String, String)]) -> Result<Vec<Option<Result<SourceSpec, String>>>, StoreError> {
+    pub async fn fetch_sources(
+        &self,
+        keys: &[(String, String)],
+    ) -> Result<Vec<Option<Result<SourceSpec, String>>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -564,35 +658,65 @@ impl Store {
     }
 
     /// Register or replace a source (R19). The spec is validated first.
-    pub async fn put_source(&self, tenant: &str, source: &str, spec: &SourceSpec) -> Result<u64, crate::Error> {
+    pub async fn put_source(
+        &self,
+        tenant: &str,
+        source: &str,
+        spec: &SourceSpec,
+    ) -> Result<u64, crate::Error> {
         crate::model::check_id("tenant", tenant)?;
         crate::model::check_id("source", source)?;
         spec.validate().map_err(crate::Error::InvalidSource)?;
-        let json = serde_json::to_string(spec).map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
+        let json =
+            serde_json::to_string(spec).map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
         let key = self.ks.source(tenant, source);
         let c = self.client();
         let pipe = c.pipeline();
-        let _: () = pipe.hset(&key, vec![("spec", json), ("modules", spec.modules_csv())]).await.map_err(StoreError::from)?;
-        let _: () = pipe.hincrby(&key, "version", 1).await.map_err(StoreError::from)?;
-        let _: () = pipe.sadd(self.ks.sources(), format!("{tenant}/{source}")).await.map_err(StoreError::from)?;
+        let _: () = pipe
+            .hset(&key, vec![("spec", json), ("modules", spec.modules_csv())])
+            .await
+            .map_err(StoreError::from)?;
+        let _: () = pipe
+            .hincrby(&key, "version", 1)
+            .await
+            .map_err(StoreError::from)?;
+        let _: () = pipe
+            .sadd(self.ks.sources(), format!("{tenant}/{source}"))
+            .await
+            .map_err(StoreError::from)?;
         let (_, version, _): (Value, u64, Value) = pipe.all().await.map_err(StoreError::from)?;
         Ok(version)
     }
 
     /// A source's spec, if registered.
-    pub async fn get_source(&self, tenant: &str, source: &str) -> Result<Option<SourceSpec>, crate::Error> {
-        let spec: Option<String> = self.client().hget(self.ks.source(tenant, source), "spec").await.map_err(StoreError::from)?;
+    pub async fn get_source(
+        &self,
+        tenant: &str,
+        source: &str,
+    ) -> Result<Option<SourceSpec>, crate::Error> {
+        let spec: Option<String> = self
+            .client()
+            .hget(self.ks.source(tenant, source), "spec")
+            .await
+            .map_err(StoreError::from)?;
         match spec {
             None => Ok(None),
-            Some(s) => serde_json::from_str(&s).map(Some).map_err(|e| crate::Error::InvalidSource(format!("stored spec of {tenant}/{source}: {e}"))),
+            Some(s) => serde_json::from_str(&s).map(Some).map_err(|e| {
+                crate::Error::InvalidSource(format!("stored spec of {tenant}/{source}: {e}"))
+            }),
         }
     }
 
     /// Every registered `(tenant, source)`, sorted.
     pub async fn list_sources(&self) -> Result<Vec<(String, String)>, StoreError> {
         let members: Vec<String> = self.client().smembers(self.ks.sources()).await?;
-        let mut out: Vec<(String, String)> =
-            members.into_iter().filter_map(|m| m.split_once('/').map(|(t, s)| (t.to_string(), s.to_string()))).collect();
+        let mut out: Vec<(String, String)> = members
+            .into_iter()
+            .filter_map(|m| {
+                m.split_once('/')
+                    .map(|(t, s)| (t.to_string(), s.to_string()))
+            })
+            .collect();
         out.sort();
         Ok(out)
     }
@@ -602,16 +726,28 @@ impl Store {
     pub async fn delete_source(&self, tenant: &str, source: &str) -> Result<bool, StoreError> {
         let c = self.client();
         let n: i64 = c.del(self.ks.source(tenant, source)).await?;
-        let _: i64 = c.srem(self.ks.sources(), format!("{tenant}/{source}")).await?;
+        let _: i64 = c
+            .srem(self.ks.sources(), format!("{tenant}/{source}"))
+            .await?;
         Ok(n > 0)
     }
 
     /// The running totals of the instance.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
-        let v: Vec<Option<u64>> =
-            self.client().hmget(self.ks.stats(), vec!["committed", "delivered", "dead_lettered", "dropped"]).await?;
+        let v: Vec<Option<u64>> = self
+            .client()
+            .hmget(
+                self.ks.stats(),
+                vec!["committed", "delivered", "dead_lettered", "dropped"],
+            )
+            .await?;
         let g = |i: usize| v.get(i).copied().flatten().unwrap_or(0);
-        Ok(Totals { committed: g(0), delivered: g(1), dead_lettered: g(2), dropped: g(3) })
+        Ok(Totals {
+            committed: g(0),
+            delivered: g(1),
+            dead_lettered: g(2),
+            dropped: g(3),
+        })
     }
 
     /// Rows claimed right now (all epochs).
@@ -621,7 +757,11 @@ impl Store {
 
     /// Redis server time (ms).
     pub async fn now_ms(&self) -> Result<i64, StoreError> {
-        let cmd = fred::types::CustomCommand::new_static("TIME", fred::types::ClusterHash::FirstKey, false);
+        let cmd = fred::types::CustomCommand::new_static(
+            "TIME",
+            fred::types::ClusterHash::FirstKey,
+            false,
+        );
         let t: Vec<String> = self.client().custom(cmd, Vec::<String>::new()).await?;
         let s: i64 = t.first().and_then(|s| s.parse().ok()).unwrap_or(0);
         let us: i64 = t.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -630,7 +770,10 @@ impl Store {
 
     /// The earliest place in line of any active tenant (ms), if any tenant has rows.
     pub async fn earliest_due_ms(&self) -> Result<Option<i64>, StoreError> {
-        let v: Value = self.client().zrange(self.ks.tenants(), 0, 0, None, false, None, true).await?;
+        let v: Value = self
+            .client()
+            .zrange(self.ks.tenants(), 0, 0, None, false, None, true)
+            .await?;
         Ok(first_score(&v))
     }
 
@@ -654,7 +797,16 @@ impl Store {
 
     /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere (R21).
     pub async fn publish_window(&self, json: &str, ttl_ms: u64) -> Result<(), StoreError> {
-        let _: () = self.client().set(self.ks.window(), json, Some(Expiration::PX(ttl_ms as i64)), None, false).await?;
+        let _: () = self
+            .client()
+            .set(
+                self.ks.window(),
+                json,
+                Some(Expiration::PX(ttl_ms as i64)),
+                None,
+                false,
+            )
+            .await?;
         Ok(())
     }
 }

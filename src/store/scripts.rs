@@ -8,7 +8,10 @@ use fred::types::scripts::Script;
 
 macro_rules! lua {
     ($file:literal) => {
-        concat!(include_str!("../../lua/prelude.lua"), include_str!(concat!("../../lua/", $file)))
+        concat!(
+            include_str!("../../lua/prelude.lua"),
+            include_str!(concat!("../../lua/", $file))
+        )
     };
 }
 
@@ -36,7 +39,10 @@ pub struct LuaScript {
 
 impl LuaScript {
     fn new(name: &'static str, src: &'static str) -> Self {
-        LuaScript { name, script: Script::from_lua(src) }
+        LuaScript {
+            name,
+            script: Script::from_lua(src),
+        }
     }
 }
 
@@ -73,7 +79,14 @@ impl Default for Scripts {
 impl Scripts {
     /// All scripts, for loading at start.
     pub fn all(&self) -> [&LuaScript; 6] {
-        [&self.commit, &self.claim, &self.settle, &self.requeue_claimed, &self.lease, &self.idle]
+        [
+            &self.commit,
+            &self.claim,
+            &self.settle,
+            &self.requeue_claimed,
+            &self.lease,
+            &self.idle,
+        ]
     }
 }
 
@@ -83,14 +96,29 @@ mod tests {
 
     #[test]
     fn each_embedded_sha_is_the_sha1_of_prelude_plus_its_file() {
-        let prelude = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/prelude.lua")).unwrap();
+        let prelude =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/prelude.lua"))
+                .unwrap();
         for s in Scripts::default().all() {
-            let file = std::fs::read_to_string(format!("{}/lua/{}.lua", env!("CARGO_MANIFEST_DIR"), s.name)).unwrap();
+            let file = std::fs::read_to_string(format!(
+                "{}/lua/{}.lua",
+                env!("CARGO_MANIFEST_DIR"),
+                s.name
+            ))
+            .unwrap();
             let want = fred::util::sha1_hash(&format!("{prelude}{file}"));
             assert_eq!(s.script.sha1().to_string(), want, "{}", s.name);
             // and the file opens with its KEYS/ARGV/Returns header
-            assert!(file.starts_with(&format!("-- {}.lua", s.name)), "{}", s.name);
-            assert!(file.contains("KEYS[1]") && file.contains("Returns"), "{}", s.name);
+            assert!(
+                file.starts_with(&format!("-- {}.lua", s.name)),
+                "{}",
+                s.name
+            );
+            assert!(
+                file.contains("KEYS[1]") && file.contains("Returns"),
+                "{}",
+                s.name
+            );
         }
     }
 }

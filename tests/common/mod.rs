@@ -47,25 +47,42 @@ impl Env {
     /// A fresh world; `tune` adjusts the workers' config.
     pub async fn with(opts: RedisOptions, tune: impl FnOnce(&mut Config)) -> Env {
         let redis = RedisServer::start_with(opts).expect("redis-server starts");
-        let receiver = Receiver::start_with(ReceiverOptions { record_bodies: false, threads: 2 }).expect("receiver starts");
+        let receiver = Receiver::start_with(ReceiverOptions {
+            record_bodies: false,
+            threads: 2,
+        })
+        .expect("receiver starts");
         let mut config = test_config(&redis.url());
         tune(&mut config);
         config.validate().expect("test config is valid");
-        let store = Store::connect(&redis.url(), &config.instance, 5_000).await.expect("store connects");
+        let store = Store::connect(&redis.url(), &config.instance, 5_000)
+            .await
+            .expect("store connects");
         let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
-        Env { redis, receiver, config, store, producer }
+        Env {
+            redis,
+            receiver,
+            config,
+            store,
+            producer,
+        }
     }
 
     /// Start an in-process worker with this env's config.
     pub async fn worker(&self) -> Worker {
-        Worker::start(self.config.clone(), Some("test")).await.expect("worker starts")
+        Worker::start(self.config.clone(), Some("test"))
+            .await
+            .expect("worker starts")
     }
 
     /// An `http` sink entry pointing at the receiver's `path`.
     pub fn http_sink(&self, path: &str) -> SinkEntry {
         SinkEntry {
             module: "http".into(),
-            opts: serde_json::json!({ "url": self.receiver.url(path) }).as_object().cloned().unwrap(),
+            opts: serde_json::json!({ "url": self.receiver.url(path) })
+                .as_object()
+                .cloned()
+                .unwrap(),
             ordered: false,
             key: None,
         }
@@ -73,13 +90,22 @@ impl Env {
 
     /// Register `tenant/source` with one http sink per receiver path.
     pub async fn http_source(&self, tenant: &str, source: &str, paths: &[&str]) {
-        let spec = SourceSpec { sinks: paths.iter().map(|p| self.http_sink(p)).collect() };
-        self.store.put_source(tenant, source, &spec).await.expect("source stored");
+        let spec = SourceSpec {
+            sinks: paths.iter().map(|p| self.http_sink(p)).collect(),
+        };
+        self.store
+            .put_source(tenant, source, &spec)
+            .await
+            .expect("source stored");
     }
 
     /// Commit one hook; returns its id.
     pub async fn commit(&self, tenant: &str, source: &str, body: impl Into<bytes::Bytes>) -> u64 {
-        self.producer.commit(tenant, source, Hook::new(body)).await.expect("commit").first_hook
+        self.producer
+            .commit(tenant, source, Hook::new(body))
+            .await
+            .expect("commit")
+            .first_hook
     }
 
     /// Commit `n` generated hooks in batches of 100; returns the ids.
@@ -88,8 +114,14 @@ impl Env {
         let mut i = 0;
         while i < n {
             let k = 100.min(n - i);
-            let hooks: Vec<Hook> = (i..i + k).map(|j| Hook::new(format!("{{\"n\":{j}}}"))).collect();
-            let r = self.producer.commit_many(tenant, source, &hooks).await.expect("commit");
+            let hooks: Vec<Hook> = (i..i + k)
+                .map(|j| Hook::new(format!("{{\"n\":{j}}}")))
+                .collect();
+            let r = self
+                .producer
+                .commit_many(tenant, source, &hooks)
+                .await
+                .expect("commit");
             ids.extend((0..k as u64).map(|j| r.first_hook + j));
             i += k;
         }
@@ -106,14 +138,19 @@ impl Env {
         let mut c = self.config.clone();
         tune(&mut c);
         let path = dir.path().join("ankusa.toml");
-        std::fs::write(&path, toml::to_string(&c).expect("config serialises")).expect("config written");
+        std::fs::write(&path, toml::to_string(&c).expect("config serialises"))
+            .expect("config written");
         path
     }
 }
 
 /// A free loopback port (bind 0, read, release).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A worker process (`ankusa worker`), killed on drop.
