@@ -5,8 +5,13 @@
 -- ARGV[6]  s, then s tenant ids to skip (at their window)
 -- then     r, then r pairs: tenant id, room (tenants whose room is below the page)
 -- Returns  {'fenced'}
---       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, then per claimed row:
+--       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, lane members|-1 (no sweep ran),
+--           lanes promoted by the sweep, then per claimed row:
 --           tenant, row id, attempts, first attempt ms|'' }
+-- Lane sweep (R12), only while the partition holds any lane member (one GET otherwise):
+-- a bounded random sample of lanes with members; a lane whose head is neither due nor
+-- claimed (committed into while idle, or its head row was lost) gets its next member
+-- promoted to head.
 -- Deficit round-robin: the page is split into equal shares over the due tenants;
 -- a tenant that filled its share may take what others left, in further passes.
 -- A served tenant that still has due rows moves to the back of the index
@@ -25,8 +30,24 @@ local r = tonumber(ARGV[i])
 for j = 1, r do room[ARGV[i + 2 * j - 1]] = tonumber(ARGV[i + 2 * j]) end
 
 local now = now_ms()
-local out = {'ok', now, -1, -1}
+local out = {'ok', now, -1, -1, -1, 0}
 local oldest = -1
+
+local members = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
+if members > 0 then
+  local promoted = 0
+  for _, t in ipairs(redis.call('SRANDMEMBER', K_LANE_TENANTS, 8)) do
+    local lanes = redis.call('SRANDMEMBER', k_lanes(t), 32)
+    if #lanes == 0 then redis.call('SREM', K_LANE_TENANTS, t) end
+    for _, lane in ipairs(lanes) do
+      local head = redis.call('GET', k_lanehead(lane))
+      local alive = head and (redis.call('ZSCORE', k_due(t), head) or redis.call('ZSCORE', K_CLAIMED, t .. '/' .. head))
+      if not alive and promote(lane, t, now) then promoted = promoted + 1 end
+    end
+  end
+  out[5] = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
+  out[6] = promoted
+end
 
 -- The due tenants, front of the line first; bounded by page + skipped.
 local active = {}

@@ -1,15 +1,19 @@
--- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2).
+-- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
 -- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes
 -- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
 --       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
+-- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
+-- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
+-- is idle, else it is appended behind it as a member (R10).
 local tenant, source = ARGV[2], ARGV[3]
 local max_bytes = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 if not n or n < 1 or #ARGV ~= 5 + 2 * n then return {'bad_request', 'argument count'} end
-local modules = redis.call('HGET', k_source(tenant, source), 'modules')
+local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes')
+local modules, lanes_json = src[1], src[2]
 if not modules then return {'unknown_source'} end
 local sinks = 0
 for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
@@ -17,18 +21,83 @@ for i = 1, n do
   local size = #ARGV[4 + 2 * i]
   if size > max_bytes then return {'too_large', i, size} end
 end
+local lanes = nil
+if lanes_json then
+  local ok, v = pcall(cjson.decode, lanes_json)
+  if not ok or type(v) ~= 'table' then return {'bad_request', 'source lanes field is not a JSON array'} end
+  lanes = v
+end
 local now = now_ms()
 if sinks == 0 then return {'ok', 0, 0, now} end
+
+-- The lane key of a hook for one spec; a missing key is the default lane ''.
+local function scalar(v)
+  if type(v) == 'string' then return v end
+  if type(v) == 'number' then
+    if v == math.floor(v) and math.abs(v) < 2^53 then return string.format('%d', v) end
+    return string.format('%.17g', v)
+  end
+  if type(v) == 'boolean' then return tostring(v) end
+  if v == nil or v == cjson.null then return '' end
+  return cjson.encode(v)
+end
+local function lane_key(spec, body, headers, cache)
+  local kind, arg = string.sub(spec, 1, 1), string.sub(spec, 3)
+  if kind == 'c' then return '' end
+  if kind == 'h' then
+    if cache.h == nil then
+      local ok, v = pcall(cjson.decode, headers)
+      cache.h = (ok and type(v) == 'table') and v or false
+    end
+    if not cache.h then return '' end
+    for k, v in pairs(cache.h) do
+      if string.lower(k) == arg then return scalar(v) end
+    end
+    return ''
+  end
+  if cache.j == nil then
+    local ok, v = pcall(cjson.decode, body)
+    cache.j = ok and v or false
+  end
+  local v = cache.j
+  if v == false then return '' end
+  for seg in string.gmatch(arg, '/([^/]*)') do
+    seg = string.gsub(string.gsub(seg, '~1', '/'), '~0', '~')
+    if type(v) ~= 'table' then return '' end
+    local idx = tonumber(seg)
+    if v[seg] ~= nil then v = v[seg] elseif idx and v[idx + 1] ~= nil then v = v[idx + 1] else return '' end
+  end
+  return scalar(v)
+end
+
 local last = redis.call('INCRBY', K_SEQ, n)
 local first = last - n + 1
 local due = k_due(tenant)
 for i = 1, n do
   local hook = first + i - 1
-  local body = ARGV[4 + 2 * i]
-  redis.call('HSET', k_hook(hook), 'b', body, 'h', ARGV[5 + 2 * i], 't', now, 'tn', tenant,
+  local body, headers = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local hk = k_hook(hook)
+  redis.call('HSET', hk, 'b', body, 'h', headers, 't', now, 'tn', tenant,
     's', source, 'k', modules, 'n', sinks, 'z', #body)
+  local cache = {}
   for idx = 0, sinks - 1 do
-    redis.call('ZADD', due, now, hook .. '.' .. idx)
+    local row = hook .. '.' .. idx
+    local spec = lanes and lanes[idx + 1] or ''
+    if spec == '' or spec == cjson.null then
+      redis.call('ZADD', due, now, row)
+    else
+      local lane = tenant .. ':' .. source .. ':' .. idx .. ':' .. redis.sha1hex(lane_key(spec, body, headers, cache))
+      redis.call('HSET', hk, 'L' .. idx, lane)
+      if redis.call('EXISTS', k_lanehead(lane)) == 1 then
+        redis.call('RPUSH', k_lane(lane), row)
+        redis.call('INCR', K_LANE_MEMBERS)
+        redis.call('SADD', k_lanes(tenant), lane)
+        redis.call('SADD', K_LANE_TENANTS, tenant)
+      else
+        redis.call('SET', k_lanehead(lane), row)
+        redis.call('ZADD', due, now, row)
+      end
+    end
   end
 end
 tenant_due(tenant, now)

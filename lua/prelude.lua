@@ -9,6 +9,11 @@ local function k_hook(hook) return P .. 'hook:' .. hook end
 local function k_row(row) return P .. 'row:' .. row end
 local function k_due(tenant) return P .. 'due:' .. tenant end
 local function k_dlq(tenant) return P .. 'dlq:' .. tenant end
+local function k_lane(lane) return P .. 'lane:' .. lane end
+local function k_lanehead(lane) return P .. 'lanehead:' .. lane end
+local function k_lanes(tenant) return P .. 'lanes:' .. tenant end
+local K_LANE_MEMBERS = P .. 'lane_members'
+local K_LANE_TENANTS = P .. 'lane_tenants'
 local K_TENANTS = P .. 'tenants'
 local K_CLAIMED = P .. 'claimed'
 local K_SEQ = P .. 'seq'
@@ -30,6 +35,26 @@ end
 local function split_row(row)
   local hook, idx = string.match(row, '^(%d+)%.(%d+)$')
   return hook, idx
+end
+
+-- Make the next member of `lane` its head, due at `now`; with no member left the lane
+-- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
+-- this (R12: only the scheduler moves lane state).
+local function promote(lane, tenant, now)
+  local nxt = redis.call('LPOP', k_lane(lane))
+  if not nxt then
+    redis.call('DEL', k_lanehead(lane))
+    redis.call('SREM', k_lanes(tenant), lane)
+    return nil
+  end
+  redis.call('DECR', K_LANE_MEMBERS)
+  redis.call('SET', k_lanehead(lane), nxt)
+  redis.call('ZADD', k_due(tenant), now, nxt)
+  redis.call('ZADD', K_TENANTS, 'LT', now, tenant)
+  if redis.call('LLEN', k_lane(lane)) == 0 then
+    redis.call('SREM', k_lanes(tenant), lane)
+  end
+  return nxt
 end
 
 -- Lower a tenant's score in the active-tenant index to `due` (never raises it).

@@ -7,7 +7,10 @@
 --          op 'P' park             x = delay ms; attempt count unchanged (R16)
 --          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
--- Returns  {'fenced'} | {'ok', applied, skipped}
+-- Returns  {'fenced'} | {'ok', applied, skipped, lanes released}
+-- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
+-- the next member becomes the head, due now (R11). (G has no hook to name its lane;
+-- the claim's sweep heals that lane, R12.)
 -- An outcome whose row is not claimed under this epoch is skipped, so a batch
 -- re-sent after a lost reply (or a NOSCRIPT reload) is never applied twice.
 if fenced(ARGV[2]) then return {'fenced'} end
@@ -15,6 +18,15 @@ local epoch = tonumber(ARGV[3])
 local now = now_ms()
 local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
+local released = 0
+
+local function release(hook, idx, tenant, row)
+  local lane = redis.call('HGET', k_hook(hook), 'L' .. idx)
+  if lane and redis.call('GET', k_lanehead(lane)) == row then
+    promote(lane, tenant, now)
+    released = released + 1
+  end
+end
 
 -- One row of a hook is finished: drop the hook when no row or dead letter needs it.
 local function finish_row(hook, dead)
@@ -43,7 +55,10 @@ while i + 6 <= #ARGV do
     local hook, idx = split_row(row)
     if op == 'D' or op == 'G' then
       redis.call('DEL', k_row(row))
-      if hook then finish_row(hook, false) end
+      if hook then
+        release(hook, idx, tenant, row)
+        finish_row(hook, false)
+      end
     elseif op == 'R' or op == 'P' then
       local due = now + (tonumber(x) or 0)
       if op == 'R' then
@@ -68,7 +83,10 @@ while i + 6 <= #ARGV do
         'attempts', attempts, 'first', first, 'error', err, 'at', now)
       redis.call('SADD', K_DLQ_TENANTS, tenant)
       redis.call('DEL', k_row(row))
-      if hook then finish_row(hook, true) end
+      if hook then
+        release(hook, idx, tenant, row)
+        finish_row(hook, true)
+      end
     end
     counts[op] = (counts[op] or 0) + 1
     applied = applied + 1
@@ -77,4 +95,4 @@ end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end
 if counts.G > 0 then redis.call('HINCRBY', K_STATS, 'dropped', counts.G) end
-return {'ok', applied, skipped}
+return {'ok', applied, skipped, released}

@@ -158,8 +158,10 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         payloads.len()
     });
 
-    let mut cfg = Config::default();
-    cfg.instance = format!("demo-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let mut cfg = Config {
+        instance: format!("demo-{:06x}", rand::random::<u32>() & 0xff_ffff),
+        ..Config::default()
+    };
     cfg.redis.url = url.clone();
     cfg.retry.initial_backoff_ms = 50;
     cfg.retry.max_backoff_ms = 1_000;

@@ -69,6 +69,33 @@ impl Keyspace {
     pub fn dlq_tenants(&self) -> String {
         self.key("dlq_tenants")
     }
+    /// List: a lane's members (row ids) behind its head, in commit order (R10).
+    /// `lane_id` is [`Keyspace::lane_id`].
+    pub fn lane(&self, lane_id: &str) -> String {
+        self.key(&format!("lane:{lane_id}"))
+    }
+    /// String: a lane's head row id; absent while the lane is idle.
+    pub fn lanehead(&self, lane_id: &str) -> String {
+        self.key(&format!("lanehead:{lane_id}"))
+    }
+    /// Set: a tenant's lanes that have members (what the sweep samples, R12).
+    pub fn lanes(&self, tenant: &str) -> String {
+        self.key(&format!("lanes:{tenant}"))
+    }
+    /// Set: tenants with lanes that have members.
+    pub fn lane_tenants(&self) -> String {
+        self.key("lane_tenants")
+    }
+    /// Counter: lane members in the partition; the sweep runs only while it is > 0 (R12).
+    pub fn lane_members(&self) -> String {
+        self.key("lane_members")
+    }
+    /// The id of lane `(tenant, source, sink index, key)`: the user's key is hashed (SHA-1 hex),
+    /// so any string — `:`, braces, unicode, empty, 1 KiB — maps to a fixed-size id that cannot
+    /// collide with another lane's structure or move the key to another cluster slot.
+    pub fn lane_id(tenant: &str, source: &str, index: u32, key: &str) -> String {
+        format!("{tenant}:{source}:{index}:{}", fred::util::sha1_hash(key))
+    }
     /// String: the leader lease, `<node id>:<epoch>` with a PX ttl (R25).
     pub fn lease(&self) -> String {
         self.key("lease")

@@ -42,7 +42,10 @@ pub struct SinkEntry {
     /// Deliver the hooks of one lane one at a time, in commit order (R10).
     #[serde(default)]
     pub ordered: bool,
-    /// Where an ordered entry's lane key comes from.
+    /// Where an ordered entry's lane key comes from (R10): `header:<name>` (a header the
+    /// producer sets) or `json:<pointer>` (an RFC 6901 JSON pointer into the body, e.g.
+    /// `json:/order/id`). A hook without that header or value goes to the default lane, the
+    /// empty key. `None` on an ordered entry: every hook of the entry is one lane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
 }
@@ -69,12 +72,41 @@ impl SourceSpec {
                     MODULES.join(", ")
                 ));
             }
+            if let Some(k) = &s.key {
+                if !s.ordered {
+                    return Err(format!(
+                        "sinks[{i}].key: only ordered entries have a lane key"
+                    ));
+                }
+                if lane_spec(k).is_none() {
+                    return Err(format!("sinks[{i}].key: {k:?} must be `header:<name>` or `json:<pointer>` (pointer empty or starting with '/')"));
+                }
+            }
             if s.module == "http" {
                 crate::sinks::http::HttpOpts::from_opts(&s.opts)
                     .map_err(|e| format!("sinks[{i}].opts: {e}"))?;
             }
         }
         Ok(())
+    }
+
+    /// The `lanes` field the commit script reads: one spec per entry (`""` unordered,
+    /// `h:<lowercased header>`, `j:<pointer>`, `c:` one lane for the whole entry); `None` when
+    /// no entry is ordered.
+    pub fn lanes_json(&self) -> Option<String> {
+        if !self.sinks.iter().any(|s| s.ordered) {
+            return None;
+        }
+        let specs: Vec<String> = self
+            .sinks
+            .iter()
+            .map(|s| match (s.ordered, s.key.as_deref()) {
+                (false, _) => String::new(),
+                (true, None) => "c:".to_string(),
+                (true, Some(k)) => lane_spec(k).unwrap_or_default(),
+            })
+            .collect();
+        serde_json::to_string(&specs).ok()
     }
 
     /// The modules csv the commit script stores with each hook.
@@ -85,6 +117,18 @@ impl SourceSpec {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// The commit script's form of a lane key spec: `header:X-Order` → `h:x-order`,
+/// `json:/a/b` → `j:/a/b`; `None` when malformed.
+pub fn lane_spec(key: &str) -> Option<String> {
+    if let Some(h) = key.strip_prefix("header:") {
+        let h = h.trim();
+        return (!h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b':'))
+            .then(|| format!("h:{}", h.to_ascii_lowercase()));
+    }
+    let p = key.strip_prefix("json:")?;
+    (p.is_empty() || p.starts_with('/')).then(|| format!("j:{p}"))
 }
 
 /// A delivery row id: `<hook id>.<sink index>`.

@@ -110,8 +110,12 @@ enum Event {
         result: Result<(), AttemptError>,
         elapsed: Duration,
     },
-    Settled(Result<Vec<(String, u64)>, (StoreError, Vec<Pending>)>),
+    Settled(SettleResult),
 }
+
+/// A settle call's result: the `(tenant, bytes)` of each settled row, or the error and the
+/// batch to retry.
+type SettleResult = Result<Vec<(String, u64)>, (StoreError, Vec<Pending>)>;
 
 /// An outcome waiting for the next settle batch, with the window room it holds.
 struct Pending {
@@ -363,7 +367,7 @@ impl Session {
         }
         let timeout = Duration::from_millis(self.cfg.dispatch.attempt_timeout_ms);
         let settings = self.breaker_settings();
-        while let Some(mut job) = self.slots.next() {
+        while let Some(mut job) = self.slots.next_start() {
             if let Some(b) = self.breakers.get_mut(&job.key) {
                 match b.admit(&settings, Instant::now()) {
                     Admit::Run => {}
@@ -437,6 +441,14 @@ impl Session {
                 let now = p.claim.now_ms;
                 let lag = p.claim.oldest_due_ms.map_or(0, |o| (now - o).max(0));
                 metrics::gauge!("ankusa_due_lag_seconds").set(lag as f64 / 1000.0);
+                if let Some(members) = p.claim.lane_members {
+                    metrics::counter!("ankusa_lane_sweeps_total").increment(1);
+                    metrics::gauge!("ankusa_lane_members").set(members as f64);
+                }
+                if p.claim.lanes_promoted > 0 {
+                    metrics::counter!("ankusa_lane_sweep_promotions_total")
+                        .increment(p.claim.lanes_promoted);
+                }
                 for im in p.immediate {
                     self.slots.hold(&im.tenant, 0);
                     if let SettleOp::DeadLetter { reason, .. } = &im.op {

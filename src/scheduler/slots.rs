@@ -197,7 +197,7 @@ impl<J: Slotted> Slots<J> {
 
     /// The next job to start under every cap, round-robin across tenants then keys;
     /// `None` when nothing may start now.
-    pub fn next(&mut self) -> Option<J> {
+    pub fn next_start(&mut self) -> Option<J> {
         if self.running >= self.global.concurrency {
             return None;
         }
@@ -344,7 +344,9 @@ mod tests {
             push(&mut s, job("big", 0, n));
         }
         push(&mut s, job("small", 0, 0));
-        let order: Vec<String> = std::iter::from_fn(|| s.next()).map(|j| j.tenant).collect();
+        let order: Vec<String> = std::iter::from_fn(|| s.next_start())
+            .map(|j| j.tenant)
+            .collect();
         assert_eq!(order, ["big", "small", "big", "big"]);
     }
 
@@ -355,7 +357,9 @@ mod tests {
             push(&mut s, job("t", 0, n));
         }
         push(&mut s, job("t", 1, 0));
-        let keys: Vec<u32> = std::iter::from_fn(|| s.next()).map(|j| j.key.1).collect();
+        let keys: Vec<u32> = std::iter::from_fn(|| s.next_start())
+            .map(|j| j.key.1)
+            .collect();
         assert_eq!(&keys[..2], &[0, 1]);
     }
 
@@ -365,10 +369,10 @@ mod tests {
         for n in 0..5 {
             push(&mut s, job("t", 0, n));
         }
-        assert!(s.next().is_some() && s.next().is_some());
-        assert!(s.next().is_none());
+        assert!(s.next_start().is_some() && s.next_start().is_some());
+        assert!(s.next_start().is_none());
         s.finished("t", &("t".into(), 0));
-        assert!(s.next().is_some());
+        assert!(s.next_start().is_some());
     }
 
     #[test]
@@ -394,7 +398,7 @@ mod tests {
             for (op, t, k) in ops {
                 match op {
                     0 => push(&mut s, job(tenants[t], k, 0)),
-                    1 => if let Some(j) = s.next() { running.push(j) },
+                    1 => if let Some(j) = s.next_start() { running.push(j) },
                     _ => if !running.is_empty() {
                         let j = running.remove(0);
                         s.finished(&j.tenant, &j.key);
@@ -419,7 +423,7 @@ mod tests {
             }
             let mut started = 0;
             while started < jobs.len() {
-                let j = s.next();
+                let j = s.next_start();
                 prop_assert!(j.is_some(), "stuck after {} of {}", started, jobs.len());
                 let j = j.unwrap();
                 s.finished(&j.tenant, &j.key);

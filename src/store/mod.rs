@@ -137,6 +137,10 @@ pub struct ClaimResult {
     pub next_due_ms: Option<i64>,
     /// The oldest due time among the claimed rows (ms), for the lag gauge.
     pub oldest_due_ms: Option<i64>,
+    /// Lane members in the partition after the sweep; `None` when no sweep ran (R12).
+    pub lane_members: Option<u64>,
+    /// Lanes whose next member the sweep promoted to head.
+    pub lanes_promoted: u64,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
 }
@@ -476,9 +480,11 @@ impl Store {
             now_ms: opt(v.get(1)).unwrap_or(0),
             next_due_ms: opt(v.get(2)),
             oldest_due_ms: opt(v.get(3)),
-            rows: Vec::with_capacity((v.len().saturating_sub(4)) / 4),
+            lane_members: opt(v.get(4)).map(|n| n as u64),
+            lanes_promoted: opt(v.get(5)).unwrap_or(0) as u64,
+            rows: Vec::with_capacity((v.len().saturating_sub(6)) / 4),
         };
-        for c in v[4.min(v.len())..].chunks_exact(4) {
+        for c in v[6.min(v.len())..].chunks_exact(4) {
             res.rows.push(ClaimedRow {
                 tenant: c[0].text(),
                 row: c[1].text(),
@@ -489,7 +495,8 @@ impl Store {
         Ok(res)
     }
 
-    /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped)`;
+    /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped)`
+    /// (lane releases are counted in `ankusa_lane_releases_total`);
     /// an outcome whose row is no longer claimed under `epoch` is skipped, so re-sending a
     /// batch after an error never applies it twice. Errors: [`StoreError::Fenced`].
     pub async fn settle(
@@ -520,10 +527,16 @@ impl Store {
         }
         let v = self.call(&self.scripts.settle, args).await?;
         match status(&v) {
-            "ok" => Ok((
-                v.get(1).and_then(Value::int).unwrap_or(0) as u64,
-                v.get(2).and_then(Value::int).unwrap_or(0) as u64,
-            )),
+            "ok" => {
+                let released = v.get(3).and_then(Value::int).unwrap_or(0);
+                if released > 0 {
+                    metrics::counter!("ankusa_lane_releases_total").increment(released as u64);
+                }
+                Ok((
+                    v.get(1).and_then(Value::int).unwrap_or(0) as u64,
+                    v.get(2).and_then(Value::int).unwrap_or(0) as u64,
+                ))
+            }
             "fenced" => Err(StoreError::Fenced),
             other => Err(StoreError::protocol("settle", format!("status {other:?}"))),
         }
@@ -680,12 +693,24 @@ impl Store {
             .hincrby(&key, "version", 1)
             .await
             .map_err(StoreError::from)?;
+        match spec.lanes_json() {
+            Some(l) => {
+                let _: () = pipe
+                    .hset(&key, ("lanes", l))
+                    .await
+                    .map_err(StoreError::from)?;
+            }
+            None => {
+                let _: () = pipe.hdel(&key, "lanes").await.map_err(StoreError::from)?;
+            }
+        }
         let _: () = pipe
             .sadd(self.ks.sources(), format!("{tenant}/{source}"))
             .await
             .map_err(StoreError::from)?;
-        let (_, version, _): (Value, u64, Value) = pipe.all().await.map_err(StoreError::from)?;
-        Ok(version)
+        let replies: Vec<Value> = pipe.all().await.map_err(StoreError::from)?;
+        // replies: hset, hincrby (the new version), hset/hdel lanes, sadd
+        Ok(replies.get(1).and_then(Value::int).unwrap_or(0) as u64)
     }
 
     /// A source's spec, if registered.

@@ -60,6 +60,14 @@ pub enum Behavior {
         /// Seed of the draw: another seed fails other requests.
         seed: u64,
     },
+    /// Fails with `status` every request whose body's SHA-256 (hex) is listed, `200 ok`
+    /// otherwise: a poison hook among good ones.
+    FailBodies {
+        /// Status of a failed request.
+        status: u16,
+        /// SHA-256 (lowercase hex) of the bodies to fail.
+        sha256: Vec<String>,
+    },
     /// Never answers; the connection stays open until the client gives up or the receiver is
     /// dropped. Recorded with status 0.
     Hang,
@@ -540,6 +548,12 @@ impl Plan {
                 seed,
             } if draw(*seed, sha, n) < *fraction => bare(*status),
             Behavior::FailFraction { .. } => ok(Duration::ZERO),
+            Behavior::FailBodies { status, sha256 }
+                if sha256.iter().any(|h| *h == hex::encode(sha)) =>
+            {
+                bare(*status)
+            }
+            Behavior::FailBodies { .. } => ok(Duration::ZERO),
             Behavior::Hang => Plan::Hang,
             Behavior::Delay { ms } => ok(Duration::from_millis(*ms)),
             Behavior::Trickle { interval_ms } => Plan::Trickle {

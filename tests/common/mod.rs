@@ -26,8 +26,10 @@ pub struct Env {
 
 /// A config tuned for tests: fast retries, short attempt timeout and lease.
 pub fn test_config(url: &str) -> Config {
-    let mut c = Config::default();
-    c.instance = "test".into();
+    let mut c = Config {
+        instance: "test".into(),
+        ..Config::default()
+    };
     c.redis.url = url.into();
     c.retry.initial_backoff_ms = 20;
     c.retry.max_backoff_ms = 200;
