@@ -15,7 +15,7 @@
 -- Deficit round-robin: the page is split into equal shares over the due tenants;
 -- a tenant that filled its share may take what others left, in further passes.
 -- A served tenant that still has due rows moves to the back of the index
--- (score = now), so a tenant this page did not reach goes first next scan.
+-- (score = now + 0.5 ms), so a tenant this page did not reach goes first next scan.
 if fenced(ARGV[2]) then return {'fenced'} end
 local epoch = tonumber(ARGV[3])
 local page = tonumber(ARGV[4])
@@ -105,7 +105,8 @@ for _, t in ipairs(active) do
     redis.call('ZREM', K_TENANTS, t)
   else
     local at = tonumber(first[2])
-    if at <= now and (taken[t] or 0) > 0 then at = now end
+    -- Behind every tenant already due, including ones committed in this same ms.
+    if at <= now and (taken[t] or 0) > 0 then at = now + 0.5 end
     redis.call('ZADD', K_TENANTS, at, t)
   end
 end

@@ -1,0 +1,196 @@
+//! Circuit breakers per sink key (R16) against a real redis-server and receiver. Times
+//! below are lower bounds the breaker guarantees (no request during an open period), not
+//! performance claims.
+
+mod common;
+
+use ankusa::testkit::{Behavior, Reply};
+use common::*;
+use std::time::Duration;
+
+fn breaker_env(open_ms: u64, max_open_ms: u64) -> impl FnOnce(&mut ankusa::Config) {
+    move |c| {
+        c.dispatch.breaker_failures = 3;
+        c.dispatch.breaker_open_ms = open_ms;
+        c.dispatch.breaker_max_open_ms = max_open_ms;
+        c.retry.initial_backoff_ms = 10;
+        c.retry.max_backoff_ms = 20;
+        c.dispatch.sink_concurrency = 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_failures_open_the_breaker_and_one_successful_probe_closes_it() {
+    let env = Env::with(Default::default(), breaker_env(400, 4_000)).await;
+    env.receiver.set(
+        "e",
+        Behavior::Sequence(vec![
+            Reply::status(500),
+            Reply::status(500),
+            Reply::status(500),
+        ]),
+    );
+    env.http_source("acme", "s", &["e"]).await;
+    env.commit_n("acme", "s", 10).await;
+    let worker = env.worker().await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.iter().filter(|r| r.status == 200).count()
+                == 10)
+            .await
+    );
+    let reqs = env.receiver.requests_for("e");
+    assert_eq!(reqs.iter().filter(|r| r.status == 500).count(), 3);
+    // No request reached the key while it was open: the probe came ≥ open_ms after the 3rd failure.
+    let gap = reqs[3].at.duration_since(reqs[2].at);
+    assert!(gap >= Duration::from_millis(380), "probe after {gap:?}");
+    // After the probe succeeded the rest flowed without another open period.
+    assert_eq!(reqs.len(), 13);
+    assert!(ankusa::dlq::list(&env.store, "acme", 10)
+        .await
+        .unwrap()
+        .is_empty());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_reopens_for_twice_as_long_after_a_failed_probe_up_to_the_maximum() {
+    let env = Env::with(Default::default(), breaker_env(200, 800)).await;
+    env.receiver.set("e", Behavior::Status(500));
+    env.http_source("acme", "s", &["e"]).await;
+    env.commit_n("acme", "s", 4).await;
+    let worker = env.worker().await;
+    // 3 failures, then probes after 200, 400, 800, 800 ms.
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 7)
+            .await
+    );
+    let reqs = env.receiver.requests_for("e");
+    let gaps: Vec<u128> = reqs
+        .windows(2)
+        .map(|w| w[1].at.duration_since(w[0].at).as_millis())
+        .collect();
+    let probes = &gaps[2..6];
+    for (gap, open) in probes.iter().zip([200u128, 400, 800, 800]) {
+        assert!(
+            *gap >= open - 20,
+            "probe gaps {probes:?} (all gaps {gaps:?})"
+        );
+    }
+    // Parked rows keep their attempt count: every row attempted at most as often as requests.
+    let mut attempts = 0;
+    for id in env
+        .redis_cmd(&["ZRANGE", "ankusa:{test.p0}:due:acme", "0", "-1"])
+        .lines()
+    {
+        let a = env.redis_cmd(&["HGET", &format!("ankusa:{{test.p0}}:row:{id}"), "a"]);
+        attempts += a.parse::<usize>().unwrap_or(0);
+    }
+    assert!(
+        attempts <= env.receiver.count_for("e"),
+        "attempts {attempts} never exceed requests"
+    );
+    worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_never_open_the_breaker() {
+    let env = Env::with(Default::default(), breaker_env(60_000, 60_000)).await;
+    env.receiver.set("e", Behavior::Status(404));
+    env.http_source("acme", "s", &["e"]).await;
+    env.commit_n("acme", "s", 10).await;
+    let worker = env.worker().await;
+    worker.tick().await.unwrap();
+    assert_eq!(
+        env.receiver.count_for("e"),
+        10,
+        "every row attempted once: nothing parked"
+    );
+    let dead = ankusa::dlq::list(&env.store, "acme", 100).await.unwrap();
+    assert_eq!(dead.len(), 10);
+    assert!(dead
+        .iter()
+        .all(|d| d.get("reason").starts_with("permanent(http 404")));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_parked_past_its_retry_horizon_is_dead_lettered() {
+    let env = Env::with(Default::default(), |c| {
+        breaker_env(5_000, 5_000)(c);
+        c.retry.max_elapsed_ms = 300;
+    })
+    .await;
+    env.receiver.set("e", Behavior::Status(503));
+    env.http_source("acme", "s", &["e"]).await;
+    env.commit_n("acme", "s", 6).await;
+    let worker = env.worker().await;
+    // The breaker stays open far longer than the horizon: parks end at the horizon, and a
+    // row parked again at or past it is dead-lettered, without another request.
+    let store = env.store.clone();
+    let mut dead = 0;
+    let mut state = worker.watch_state();
+    for _ in 0..1000 {
+        dead = store.totals().await.unwrap().dead_lettered;
+        if dead == 6 {
+            break;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), state.changed()).await;
+    }
+    assert_eq!(dead, 6);
+    let letters = ankusa::dlq::list(&env.store, "acme", 100).await.unwrap();
+    assert!(
+        letters
+            .iter()
+            .all(|d| d.get("reason") == "retry_horizon(http)"),
+        "{letters:?}"
+    );
+    assert!(
+        env.receiver.count_for("e") < 6 + 3,
+        "parked rows spent no attempts: {} requests",
+        env.receiver.count_for("e")
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_starts_with_every_breaker_closed() {
+    let env = Env::with(Default::default(), breaker_env(60_000, 60_000)).await;
+    env.receiver.set(
+        "e",
+        Behavior::Sequence(vec![
+            Reply::status(500),
+            Reply::status(500),
+            Reply::status(500),
+        ]),
+    );
+    env.http_source("acme", "s", &["e"]).await;
+    env.commit_n("acme", "s", 3).await;
+    let worker = env.worker().await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 3)
+            .await
+    );
+    worker.tick().await.unwrap(); // the three rows wait out a 60 s park: not due
+    let id = env.commit("acme", "s", "{}").await;
+    worker.tick().await.unwrap();
+    assert_eq!(
+        env.receiver.count_for("e"),
+        3,
+        "the open breaker parked the new row"
+    );
+    worker.shutdown().await;
+    let worker = env.worker().await;
+    let id2 = env.commit("acme", "s", "{}").await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r
+                .iter()
+                .any(|r| r.header("ankusa-hook-id") == Some(&id2.to_string())))
+            .await
+    );
+    assert!(id2 > id);
+    worker.shutdown().await;
+}
