@@ -75,12 +75,24 @@ while left > 0 and #hungry > 0 do
       local due = k_due(t)
       local rows = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
       local n = #rows / 2
+      if n > 0 then
+        local first_score = tonumber(rows[2])
+        if oldest < 0 or first_score < oldest then oldest = first_score end
+      end
+      -- Move them in bulk: one ZREM and one ZADD per 500 rows.
+      for c = 1, n, 500 do
+        local ids, claims = {}, {}
+        for j = c, math.min(c + 499, n) do
+          local row = rows[2 * j - 1]
+          ids[#ids + 1] = row
+          claims[#claims + 1] = epoch
+          claims[#claims + 1] = t .. '/' .. row
+        end
+        redis.call('ZREM', due, unpack(ids))
+        redis.call('ZADD', K_CLAIMED, unpack(claims))
+      end
       for j = 1, n do
         local row = rows[2 * j - 1]
-        local score = tonumber(rows[2 * j])
-        if oldest < 0 or score < oldest then oldest = score end
-        redis.call('ZREM', due, row)
-        redis.call('ZADD', K_CLAIMED, epoch, t .. '/' .. row)
         local st = redis.call('HMGET', k_row(row), 'a', 'f')
         out[#out + 1] = t
         out[#out + 1] = row

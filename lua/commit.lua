@@ -73,6 +73,7 @@ end
 local last = redis.call('INCRBY', K_SEQ, n)
 local first = last - n + 1
 local due = k_due(tenant)
+local pending = {}
 for i = 1, n do
   local hook = first + i - 1
   local body, headers = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
@@ -84,7 +85,12 @@ for i = 1, n do
     local row = hook .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
-      redis.call('ZADD', due, now, row)
+      pending[#pending + 1] = now
+      pending[#pending + 1] = row
+      if #pending >= 1000 then
+        redis.call('ZADD', due, unpack(pending))
+        pending = {}
+      end
     else
       local lane = tenant .. ':' .. source .. ':' .. idx .. ':' .. redis.sha1hex(lane_key(spec, body, headers, cache))
       redis.call('HSET', hk, 'L' .. idx, lane)
@@ -100,6 +106,7 @@ for i = 1, n do
     end
   end
 end
+if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
 tenant_due(tenant, now)
 redis.call('PUBLISH', K_WAKE, tenant)
 redis.call('HINCRBY', K_STATS, 'committed', n)

@@ -20,45 +20,51 @@ local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
 local released = 0
 
-local function release(hook, idx, tenant, row)
-  local lane = redis.call('HGET', k_hook(hook), 'L' .. idx)
-  if lane and redis.call('GET', k_lanehead(lane)) == row then
-    promote(lane, tenant, now)
+-- Which outcomes' rows are still claimed under this epoch: one ZMSCORE per 1000.
+local n = math.floor((#ARGV - 3) / 7)
+local members = {}
+for j = 0, n - 1 do members[j + 1] = ARGV[5 + 7 * j] .. '/' .. ARGV[6 + 7 * j] end
+local scores = {}
+for c = 1, n, 1000 do
+  local s = redis.call('ZMSCORE', K_CLAIMED, unpack(members, c, math.min(c + 999, n)))
+  for k = 1, #s do scores[c + k - 1] = s[k] end
+end
+
+-- One row of a hook is finished: release its lane if it is the head (R11), count it off
+-- the hook, and drop the hook when no row or dead letter needs it. Returns the hook's
+-- source and modules (for a dead letter's fields).
+local function finish_row(hook, idx, tenant, row, dead)
+  local hk = k_hook(hook)
+  local h = redis.call('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
+  if not h[1] then return '', '' end
+  if h[3] and redis.call('GET', k_lanehead(h[3])) == row then
+    promote(h[3], tenant, now)
     released = released + 1
   end
-end
-
--- One row of a hook is finished: drop the hook when no row or dead letter needs it.
-local function finish_row(hook, dead)
-  local hk = k_hook(hook)
-  if redis.call('EXISTS', hk) == 0 then return end
   local left = redis.call('HINCRBY', hk, 'n', -1)
-  local dead_count = 0
-  if dead then
-    dead_count = redis.call('HINCRBY', hk, 'd', 1)
-  else
-    dead_count = tonumber(redis.call('HGET', hk, 'd')) or 0
-  end
+  local dead_count = tonumber(h[2]) or 0
+  if dead then dead_count = redis.call('HINCRBY', hk, 'd', 1) end
   if left <= 0 and dead_count == 0 then redis.call('DEL', hk) end
+  return h[4] or '', h[5] or ''
 end
 
-local i = 4
-while i + 6 <= #ARGV do
+local done = {}
+local seen = {}
+for j = 0, n - 1 do
+  local i = 4 + 7 * j
   local op, tenant, row, x = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local attempts, first, err = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  i = i + 7
-  local member = tenant .. '/' .. row
-  if tonumber(redis.call('ZSCORE', K_CLAIMED, member)) ~= epoch then
+  local member = members[j + 1]
+  if tonumber(scores[j + 1]) ~= epoch or seen[member] then
     skipped = skipped + 1
   else
-    redis.call('ZREM', K_CLAIMED, member)
+    seen[member] = true
+    done[#done + 1] = member
     local hook, idx = split_row(row)
     if op == 'D' or op == 'G' then
-      redis.call('DEL', k_row(row))
-      if hook then
-        release(hook, idx, tenant, row)
-        finish_row(hook, false)
-      end
+      -- A row hash exists only after a failed attempt (op R).
+      if op == 'G' or (tonumber(attempts) or 0) > 1 then redis.call('DEL', k_row(row)) end
+      if hook then finish_row(hook, idx, tenant, row, false) end
     elseif op == 'R' or op == 'P' then
       local due = now + (tonumber(x) or 0)
       if op == 'R' then
@@ -68,29 +74,25 @@ while i + 6 <= #ARGV do
       tenant_due(tenant, due)
     elseif op == 'X' then
       local source, modules = '', ''
-      if hook then
-        local h = redis.call('HMGET', k_hook(hook), 's', 'k')
-        source, modules = h[1] or '', h[2] or ''
-      end
+      if hook then source, modules = finish_row(hook, idx, tenant, row, true) end
       local module = ''
-      local n = 0
+      local m_i = 0
       for m in string.gmatch(modules, '[^,]+') do
-        if tostring(n) == idx then module = m end
-        n = n + 1
+        if tostring(m_i) == idx then module = m end
+        m_i = m_i + 1
       end
       redis.call('XADD', k_dlq(tenant), '*', 'row', row, 'hook', hook or '', 'tenant', tenant,
         'source', source, 'sink', idx or '', 'module', module, 'reason', x,
         'attempts', attempts, 'first', first, 'error', err, 'at', now)
       redis.call('SADD', K_DLQ_TENANTS, tenant)
       redis.call('DEL', k_row(row))
-      if hook then
-        release(hook, idx, tenant, row)
-        finish_row(hook, true)
-      end
     end
     counts[op] = (counts[op] or 0) + 1
     applied = applied + 1
   end
+end
+for c = 1, #done, 1000 do
+  redis.call('ZREM', K_CLAIMED, unpack(done, c, math.min(c + 999, #done)))
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end
