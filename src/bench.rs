@@ -34,6 +34,15 @@ pub struct BenchArgs {
     /// Rows behind a dead sink for the memory run (0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     pub dead_backlog: usize,
+    /// Rows of the big tenant's backlog in the fairness run (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub fairness_backlog: usize,
+    /// Rows per tenant in the isolation run (0 skips it).
+    #[arg(long, default_value_t = 5_000)]
+    pub isolation_rows: usize,
+    /// Lanes in the ordered-vs-unordered run (0 skips it).
+    #[arg(long, default_value_t = 1_000)]
+    pub lanes: usize,
     /// Print the results as one JSON object on the last line.
     #[arg(long)]
     pub json: bool,
@@ -68,6 +77,243 @@ pub struct BenchReport {
     pub dead_backlog_rss_mib: Vec<f64>,
     /// Rows claimed (held in the window) at the end of the dead-sink run.
     pub dead_backlog_claimed: u64,
+    /// p99 commit → delivery of 4 small tenants alone (ms).
+    pub fairness_p99_ms_without_backlog: f64,
+    /// The same beside another tenant's backlog (ms).
+    pub fairness_p99_ms_with_backlog: f64,
+    /// with / without (target ≤ 1.5).
+    pub fairness_ratio: f64,
+    /// Deliveries/s of 7 tenants when all 8 are healthy.
+    pub isolation_healthy_per_sec: f64,
+    /// Deliveries/s of the same 7 while the 8th tenant's endpoint hangs.
+    pub isolation_one_down_per_sec: f64,
+    /// one_down / healthy (target ≥ 0.9).
+    pub isolation_ratio: f64,
+    /// Deliveries/s, unordered sink.
+    pub unordered_per_sec: f64,
+    /// Deliveries/s, the same load over ordered lanes.
+    pub ordered_per_sec: f64,
+    /// ordered / unordered.
+    pub ordered_ratio: f64,
+}
+
+async fn put_http(
+    store: &Store,
+    receiver: &Receiver,
+    tenant: &str,
+    path: &str,
+    ordered: bool,
+) -> Result<(), Error> {
+    let sink = SinkEntry {
+        module: "http".into(),
+        opts: serde_json::json!({"url": receiver.url(path)})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        ordered,
+        key: ordered.then(|| "json:/lane".to_string()),
+    };
+    store
+        .put_source(tenant, "s", &SourceSpec { sinks: vec![sink] })
+        .await?;
+    Ok(())
+}
+
+/// Commit `rate` hooks/s spread over `tenants` for `secs`; returns commit instants by hook id.
+async fn paced(
+    producer: &Producer,
+    tenants: &[String],
+    bodies: &[Vec<u8>],
+    rate: f64,
+    secs: u64,
+) -> Result<HashMap<u64, Instant>, Error> {
+    let mut at = HashMap::new();
+    let tick = Duration::from_millis(20);
+    let per_tenant = ((rate * tick.as_secs_f64()) / tenants.len() as f64)
+        .ceil()
+        .max(1.0) as usize;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut next = Instant::now();
+    let mut k = 0;
+    while Instant::now() < until {
+        for t in tenants {
+            let hooks: Vec<Hook> = (0..per_tenant)
+                .map(|j| Hook::new(bodies[(k + j) % bodies.len()].clone()))
+                .collect();
+            k += per_tenant;
+            let r = producer.commit_many(t, "s", &hooks).await?;
+            let now = Instant::now();
+            for j in 0..per_tenant as u64 {
+                at.insert(r.first_hook + j, now);
+            }
+        }
+        next += tick;
+        tokio::time::sleep_until(next.into()).await;
+    }
+    Ok(at)
+}
+
+fn p99_for(receiver: &Receiver, prefix: &str, at: &HashMap<u64, Instant>) -> f64 {
+    let mut lat: Vec<f64> = receiver
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with(prefix))
+        .filter_map(|r| {
+            let id: u64 = r.header("ankusa-hook-id")?.parse().ok()?;
+            Some(r.at.saturating_duration_since(*at.get(&id)?).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    (percentile(&lat, 0.99) * 10.0).round() / 10.0
+}
+
+/// Fairness (R13): p99 lag of 4 small tenants committing 100 hooks/s each, alone and then
+/// beside another tenant's backlog of `backlog` rows.
+async fn fairness(
+    redis: &RedisServer,
+    receiver: &Receiver,
+    dir: &tempfile::TempDir,
+    bodies: &[Vec<u8>],
+    backlog: usize,
+) -> Result<(f64, f64), Error> {
+    let mut out = [0.0; 2];
+    for (round, big) in [0, backlog].into_iter().enumerate() {
+        let instance = format!("fair{round}");
+        let store = Store::connect(&redis.url(), &instance, 30_000).await?;
+        let producer = Producer::new(store.clone(), 16 << 20);
+        let small: Vec<String> = (0..4).map(|i| format!("small{i}")).collect();
+        for t in &small {
+            put_http(&store, receiver, t, &format!("{instance}/{t}"), false).await?;
+        }
+        // The big tenant's endpoint answers in 20 ms, like a remote one: the backlog keeps
+        // its key busy for the whole run without the receiver eating the machine's CPU.
+        receiver.set(&format!("{instance}/big"), Behavior::Delay { ms: 20 });
+        put_http(&store, receiver, "big", &format!("{instance}/big"), false).await?;
+        if big > 0 {
+            let bar = indicatif::ProgressBar::new(big as u64);
+            let hooks: Vec<Hook> = (0..1000)
+                .map(|k| Hook::new(bodies[k % bodies.len()].clone()))
+                .collect();
+            for i in (0..big).step_by(1000) {
+                producer
+                    .commit_many("big", "s", &hooks[..1000.min(big - i)])
+                    .await?;
+                bar.set_position(i as u64);
+            }
+            bar.finish_and_clear();
+        }
+        receiver.clear();
+        let worker = spawn_worker(&redis.url(), dir, &instance)?;
+        // Let the worker start and the big tenant's drain reach full speed.
+        receiver
+            .wait_until_async(Duration::from_secs(2), |_| false)
+            .await;
+        let at = paced(&producer, &small, bodies, 400.0, 5).await?;
+        let n = at.len();
+        receiver
+            .wait_until_async(Duration::from_secs(30), |r| {
+                r.iter().filter(|r| r.path.contains("/small")).count() >= n
+            })
+            .await;
+        out[round] = p99_for(receiver, &format!("{instance}/small"), &at);
+        drop(worker);
+    }
+    Ok((out[0], out[1]))
+}
+
+/// Isolation (R14, R15): deliveries/s of 7 healthy tenants, with the 8th healthy and then
+/// with its endpoint hanging.
+async fn isolation(
+    redis: &RedisServer,
+    receiver: &Receiver,
+    dir: &tempfile::TempDir,
+    bodies: &[Vec<u8>],
+    rows: usize,
+) -> Result<(f64, f64), Error> {
+    let mut out = [0.0; 2];
+    for (round, down) in [false, true].into_iter().enumerate() {
+        let instance = format!("iso{round}");
+        let store = Store::connect(&redis.url(), &instance, 30_000).await?;
+        let producer = Producer::new(store.clone(), 16 << 20);
+        let tenants: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
+        for t in &tenants {
+            let path = format!("{instance}/{t}");
+            receiver.set(
+                &path,
+                if down && t == "t7" {
+                    Behavior::Hang
+                } else {
+                    Behavior::Ok
+                },
+            );
+            put_http(&store, receiver, t, &path, false).await?;
+            commit_backlog(&producer, std::slice::from_ref(t), bodies, rows).await?;
+        }
+        receiver.clear();
+        let started = Instant::now();
+        let worker = spawn_worker(&redis.url(), dir, &instance)?;
+        let healthy = 7 * rows;
+        receiver
+            .wait_until_async(Duration::from_secs(300), |r| {
+                r.iter()
+                    .filter(|r| r.status == 200 && !r.path.ends_with("/t7"))
+                    .count()
+                    >= healthy
+            })
+            .await;
+        out[round] = (healthy as f64 / started.elapsed().as_secs_f64()).round();
+        drop(worker);
+    }
+    Ok((out[0], out[1]))
+}
+
+/// Ordered lanes (R10): the same rows over `lanes` ordered lanes vs one unordered sink.
+async fn lanes(
+    redis: &RedisServer,
+    receiver: &Receiver,
+    dir: &tempfile::TempDir,
+    bodies: &[Vec<u8>],
+    rows: usize,
+    lanes: usize,
+) -> Result<(f64, f64), Error> {
+    let mut out = [0.0; 2];
+    for (round, ordered) in [false, true].into_iter().enumerate() {
+        let instance = format!("lanes{round}");
+        let store = Store::connect(&redis.url(), &instance, 30_000).await?;
+        let producer = Producer::new(store.clone(), 16 << 20);
+        let tenants: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
+        for t in &tenants {
+            put_http(&store, receiver, t, &format!("{instance}/{t}"), ordered).await?;
+        }
+        let mut i = 0;
+        while i < rows {
+            let n = 500.min(rows - i);
+            let hooks: Vec<Hook> = (i..i + n)
+                .map(|k| {
+                    // Each lane lives in one tenant: 1000 lanes = 125 per tenant × 8.
+                    let t = (i / 500) % tenants.len();
+                    let lane = t + tenants.len() * (k % (lanes / tenants.len()).max(1));
+                    Hook::new(format!(
+                        "{{\"lane\":{lane},\"k\":{k},\"pad\":\"{}\"}}",
+                        "x".repeat(bodies[k % bodies.len()].len().min(2000))
+                    ))
+                })
+                .collect();
+            producer
+                .commit_many(&tenants[(i / 500) % tenants.len()], "s", &hooks)
+                .await?;
+            i += n;
+        }
+        receiver.clear();
+        let started = Instant::now();
+        let worker = spawn_worker(&redis.url(), dir, &instance)?;
+        receiver
+            .wait_until_async(Duration::from_secs(300), |r| r.len() >= rows)
+            .await;
+        out[round] = (receiver.count() as f64 / started.elapsed().as_secs_f64()).round();
+        drop(worker);
+    }
+    Ok((out[0], out[1]))
 }
 
 struct WorkerChild(Child);
@@ -104,16 +350,21 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
-fn spawn_worker(redis_url: &str, dir: &tempfile::TempDir) -> Result<WorkerChild, Error> {
+fn spawn_worker(
+    redis_url: &str,
+    dir: &tempfile::TempDir,
+    instance: &str,
+) -> Result<WorkerChild, Error> {
     let cfg = format!(
-        "instance = \"bench\"\n[redis]\nurl = \"{redis_url}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+        "instance = \"{instance}\"\n[redis]\nurl = \"{redis_url}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [dispatch]\nconcurrency = 256\nsink_concurrency = 32\nmax_inflight = 10000\nbatch = 1000\n\
-         breaker_failures = 0\n[retry]\ninitial_backoff_ms = 1000\n"
+         attempt_timeout_ms = 5000\nbreaker_failures = 0\n[dispatch.tenants.default]\nmax_inflight = 2000\n\
+         [retry]\ninitial_backoff_ms = 1000\n"
     );
-    let path = dir.path().join("bench.toml");
+    let path = dir.path().join(format!("{instance}.toml"));
     std::fs::write(&path, cfg).map_err(|e| Error::Other(e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| Error::Other(e.to_string()))?;
-    let log = std::fs::File::create(dir.path().join("worker.log"))
+    let log = std::fs::File::create(dir.path().join(format!("{instance}.log")))
         .map_err(|e| Error::Other(e.to_string()))?;
     let child = Command::new(exe)
         .args(["worker", "--config"])
@@ -231,7 +482,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
     let cpu0 = redis_cpu(&redis);
     let cmds0 = info_field(&redis, "stats", "total_commands_processed");
     let started = Instant::now();
-    let worker = spawn_worker(&redis.url(), &dir)?;
+    let worker = spawn_worker(&redis.url(), &dir, "bench")?;
     let pid = worker.0.id();
     let bar = indicatif::ProgressBar::new(args.rows as u64);
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -347,6 +598,45 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
         );
     }
     drop(worker);
+
+    if args.fairness_backlog > 0 {
+        let (without, with) =
+            fairness(&redis, &receiver, &dir, &bodies, args.fairness_backlog).await?;
+        report.fairness_p99_ms_without_backlog = without;
+        report.fairness_p99_ms_with_backlog = with;
+        report.fairness_ratio = if without > 0.0 {
+            (with / without * 100.0).round() / 100.0
+        } else {
+            0.0
+        };
+        eprintln!("bench: small tenants' p99 lag {without:.1} ms alone, {with:.1} ms beside a {}-row backlog: ratio {:.2}", args.fairness_backlog, report.fairness_ratio);
+    }
+    if args.isolation_rows > 0 {
+        let (healthy, one_down) =
+            isolation(&redis, &receiver, &dir, &bodies, args.isolation_rows).await?;
+        report.isolation_healthy_per_sec = healthy;
+        report.isolation_one_down_per_sec = one_down;
+        report.isolation_ratio = (one_down / healthy * 100.0).round() / 100.0;
+        eprintln!("bench: 7 healthy tenants: {healthy:.0}/s all healthy, {one_down:.0}/s with an 8th tenant's endpoint hanging: ratio {:.2}", report.isolation_ratio);
+    }
+    if args.lanes > 0 {
+        let (unordered, ordered) = lanes(
+            &redis,
+            &receiver,
+            &dir,
+            &bodies,
+            args.rows.min(50_000),
+            args.lanes,
+        )
+        .await?;
+        report.unordered_per_sec = unordered;
+        report.ordered_per_sec = ordered;
+        report.ordered_ratio = (ordered / unordered * 100.0).round() / 100.0;
+        eprintln!(
+            "bench: {} lanes: {ordered:.0}/s ordered vs {unordered:.0}/s unordered: ratio {:.2}",
+            args.lanes, report.ordered_ratio
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {
