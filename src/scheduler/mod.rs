@@ -355,8 +355,11 @@ impl Session {
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         tokio::spawn(async move {
+            let started = Instant::now();
             let r =
                 claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
+            metrics::histogram!("ankusa_scan_duration_seconds")
+                .record(started.elapsed().as_secs_f64());
             let _ = tx.send(Event::Claimed(r));
         });
     }
