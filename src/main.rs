@@ -226,6 +226,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             }
             let handle = ankusa::metrics::install(&cfg.instance);
             ankusa::metrics::describe();
+            ankusa::metrics::init_series();
             let listener = tokio::net::TcpListener::bind(&cfg.admin.listen)
                 .await
                 .map_err(|e| Error::Other(format!("admin.listen {}: {e}", cfg.admin.listen)))?;

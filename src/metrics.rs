@@ -1,8 +1,17 @@
-//! Prometheus metrics (R27). Names and labels are catalogued in `docs/metrics.md`;
-//! every series carries the `instance` label (R29) as a global label.
+//! Prometheus metrics (R27). Names, types, units and labels are catalogued in
+//! `docs/metrics.md`; `tests/observability.rs` keeps this file, the catalogue, the
+//! dashboards in `grafana/` and the alert rules in `prometheus/` in step.
+//!
+//! Every series carries the pipeline's instance name (R29) as the global label
+//! `ankusa_instance`. It is not called `instance`: Prometheus attaches `instance` (the
+//! scraped `host:port`) to every target and would rename ours to `exported_instance`;
+//! with both labels each worker of a pool stays a series of its own.
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
+
+/// The global label that names the instance on every series (R29).
+pub const INSTANCE_LABEL: &str = "ankusa_instance";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -16,7 +25,7 @@ pub fn install(instance: &str) -> Option<PrometheusHandle> {
                 60.0, 300.0,
             ];
             PrometheusBuilder::new()
-                .add_global_label("instance", instance)
+                .add_global_label(INSTANCE_LABEL, instance)
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
                 .and_then(|b| {
                     b.set_buckets_for_metric(
@@ -32,11 +41,16 @@ pub fn install(instance: &str) -> Option<PrometheusHandle> {
 }
 
 /// Describe every metric once so `/metrics` carries HELP and TYPE lines.
+///
+/// The second block describes metrics that other issues bring; a description alone
+/// exports nothing, so they appear on `/metrics` only once their code emits them.
+/// `docs/metrics.md` says which issue brings each.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    // Emitted today.
     describe_counter!(
         "ankusa_commits_total",
-        "Hooks committed through this process (producer API, ingest endpoint, CLI)."
+        "Hooks committed by this process (ingest endpoint; a library Producer under a recorder)."
     );
     describe_counter!(
         "ankusa_deliveries_total",
@@ -97,10 +111,7 @@ pub fn describe() {
         Unit::Seconds,
         "Latency of each Lua script call, by script."
     );
-    describe_counter!(
-        "ankusa_redis_errors_total",
-        "Redis call failures by kind (connection, timeout, busy, loading, oom, fenced…)."
-    );
+    describe_counter!("ankusa_redis_errors_total", "Redis call failures by kind (connection, timeout, busy, loading, oom, readonly, fenced, protocol, other).");
     describe_histogram!("ankusa_scan_rows", "Rows claimed per scan.");
     describe_histogram!(
         "ankusa_scan_duration_seconds",
@@ -136,4 +147,164 @@ pub fn describe() {
         "Lanes released by a terminal outcome of their head in settle."
     );
     describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
+    describe_gauge!(
+        "ankusa_breakers_open",
+        "Sink keys whose breaker is open or probing (their rows are parked, R16)."
+    );
+    describe_counter!(
+        "ankusa_breaker_transitions_total",
+        "Breaker state changes, by the state entered (open, closed)."
+    );
+    describe_counter!(
+        "ankusa_parked_rows_total",
+        "Rows parked by an open breaker (written back due when it closes, R16)."
+    );
+    describe_gauge!(
+        "ankusa_lane_members",
+        "Hooks waiting behind a lane head in the partition (R10)."
+    );
+    describe_counter!(
+        "ankusa_lane_releases_total",
+        "Lanes released by a terminal outcome of their head (R11)."
+    );
+    describe_counter!(
+        "ankusa_lane_sweeps_total",
+        "Lane sweeps run by a claim; none while no lane has members (R12)."
+    );
+    describe_counter!(
+        "ankusa_lane_sweep_promotions_total",
+        "Lane members promoted to head by a sweep (R12)."
+    );
+
+    // Planned: described now, emitted by the issue named in docs/metrics.md.
+    describe_gauge!(
+        "ankusa_due_rows",
+        "Rows due or waiting out a backoff in the partition (the backlog)."
+    );
+    describe_histogram!(
+        "ankusa_scan_duration_seconds",
+        Unit::Seconds,
+        "Duration of one scan: the claim and the reads that bind its rows."
+    );
+    describe_gauge!(
+        "ankusa_tenant_claimed_rows",
+        "Rows claimed and not yet settled, per tenant of a configured label set."
+    );
+    describe_gauge!(
+        "ankusa_lanes_blocked",
+        "Lanes whose head is waiting out a retry or a park."
+    );
+    describe_gauge!(
+        "ankusa_batcher_queued",
+        "Attempts waiting in a batcher, by module."
+    );
+    describe_histogram!(
+        "ankusa_batch_entries",
+        "Entries per batch request, by module."
+    );
+    describe_histogram!(
+        "ankusa_batch_bytes",
+        Unit::Bytes,
+        "Bytes per batch request, by module."
+    );
+    describe_counter!(
+        "ankusa_claim_checks_total",
+        "Bodies checked in to the blob store, by result (ok, error)."
+    );
+    describe_counter!(
+        "ankusa_requeued_rows_total",
+        "Rows claimed under an older epoch made due again at takeover (R3)."
+    );
+}
+
+/// Reasons a row is dead-lettered: the `reason` label of `ankusa_dead_letters_total`
+/// (the kinds of [`crate::model::DeadReason`]).
+pub const DEAD_LETTER_REASONS: &[&str] = &[
+    "permanent",
+    "retry_horizon",
+    "max_attempts",
+    "sink_gone",
+    "source_gone",
+    "malformed",
+];
+
+/// Kinds of Redis failure: the `kind` label of `ankusa_redis_errors_total`
+/// (the values of [`crate::store::StoreError::kind`]).
+pub const REDIS_ERROR_KINDS: &[&str] = &[
+    "connection",
+    "timeout",
+    "busy",
+    "loading",
+    "oom",
+    "readonly",
+    "fenced",
+    "protocol",
+    "other",
+];
+
+/// Outcomes of an attempt: the `outcome` label of `ankusa_deliveries_total`.
+pub const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retry", "dead_lettered", "parked"];
+
+/// Create the series of bounded label sets at 0, so that they are exported before their
+/// first event: `rate()` then sees the first increment, and an alert on a rare event (a
+/// dead letter, a Redis error, an open breaker) has a series to evaluate instead of none.
+/// Call after [`install`]; a no-op without a recorder.
+pub fn init_series() {
+    for name in [
+        "ankusa_commits_total",
+        "ankusa_malformed_rows_total",
+        "ankusa_leadership_changes_total",
+        "ankusa_rows_claimed_total",
+        "ankusa_parked_rows_total",
+        "ankusa_lane_releases_total",
+        "ankusa_lane_sweeps_total",
+        "ankusa_lane_sweep_promotions_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    for name in [
+        "ankusa_breakers_open",
+        "ankusa_lane_members",
+        "ankusa_due_lag_seconds",
+    ] {
+        metrics::gauge!(name).increment(0.0);
+    }
+    for module in crate::model::MODULES {
+        for outcome in DELIVERY_OUTCOMES {
+            metrics::counter!("ankusa_deliveries_total", "module" => *module, "outcome" => *outcome).increment(0);
+        }
+    }
+    for to in ["open", "closed"] {
+        metrics::counter!("ankusa_breaker_transitions_total", "to" => to).increment(0);
+    }
+    for reason in DEAD_LETTER_REASONS {
+        metrics::counter!("ankusa_dead_letters_total", "reason" => *reason).increment(0);
+    }
+    for kind in REDIS_ERROR_KINDS {
+        metrics::counter!("ankusa_redis_errors_total", "kind" => *kind).increment(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DeadReason;
+
+    #[test]
+    fn the_pre_created_dead_letter_reasons_are_exactly_the_kinds_of_dead_reason() {
+        let all = [
+            DeadReason::Permanent("x".into()),
+            DeadReason::RetryHorizon("http".into()),
+            DeadReason::MaxAttempts("http".into()),
+            DeadReason::SinkGone(0, "http".into()),
+            DeadReason::SourceGone("s".into()),
+            DeadReason::Malformed("m".into()),
+        ];
+        let kinds: Vec<&str> = all.iter().map(DeadReason::kind).collect();
+        assert_eq!(kinds, DEAD_LETTER_REASONS);
+        // The scheduler labels a dead letter by the text before `(` of its reason.
+        for r in &all {
+            assert_eq!(r.to_string().split('(').next(), Some(r.kind()));
+        }
+    }
 }
