@@ -98,6 +98,16 @@ enum Cmd {
     Demo(ankusa::demo::DemoArgs),
     /// Measure throughput, latency, Redis cost and memory on this machine.
     Bench(ankusa::bench::BenchArgs),
+    /// Run a webhook receiver for demos (the compose stack's): `200 ok` on every path, except
+    /// paths given with `--fail`; logs a count per path and status every 10 s.
+    Receiver {
+        /// Listen address (ip:port).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// `PATH=FRACTION`: answer 503 to about FRACTION (0.0–1.0) of the requests on PATH (repeatable).
+        #[arg(long = "fail", value_parser = parse_fail)]
+        fail: Vec<(String, f64)>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -219,6 +229,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
         }
         Cmd::Demo(args) => ankusa::demo::run(args.clone()).await.map(|_| ()),
         Cmd::Bench(args) => ankusa::bench::run(args.clone()).await,
+        Cmd::Receiver { listen, fail } => receiver(*listen, fail).await,
         Cmd::Worker { name, listen } => {
             let mut cfg = load_config(&cli)?;
             if let Some(l) = listen {
@@ -412,6 +423,66 @@ async fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
+/// `--fail PATH=FRACTION` of `ankusa receiver`; a bad value is a usage error (exit 2).
+fn parse_fail(s: &str) -> Result<(String, f64), String> {
+    let (path, fraction) = s.split_once('=').ok_or("expected PATH=FRACTION")?;
+    let fraction: f64 = fraction
+        .parse()
+        .map_err(|e| format!("FRACTION {fraction:?}: {e}"))?;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(format!("FRACTION {fraction} is not in 0.0..=1.0"));
+    }
+    Ok((path.trim_start_matches('/').to_string(), fraction))
+}
+
+/// `ankusa receiver`: serve until SIGTERM/SIGINT, logging what arrived every 10 s and then
+/// forgetting it, so a long-running demo receiver holds no growing record.
+async fn receiver(listen: std::net::SocketAddr, fail: &[(String, f64)]) -> Result<(), Error> {
+    use ankusa::testkit::{Behavior, Receiver, ReceiverOptions};
+    use tokio::signal::unix::{signal, SignalKind};
+    let rx = Receiver::bind(
+        listen,
+        ReceiverOptions {
+            record_bodies: false,
+            threads: 2,
+        },
+    )
+    .map_err(|e| Error::Other(format!("--listen {listen}: {e}")))?;
+    for (i, (path, fraction)) in fail.iter().enumerate() {
+        rx.set(
+            path,
+            Behavior::FailFraction {
+                status: 503,
+                fraction: *fraction,
+                seed: i as u64,
+            },
+        );
+    }
+    tracing::info!(listen = %rx.addr(), ?fail, "receiver up");
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return Err(Error::Other("cannot install signal handlers".into()));
+    };
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = every.tick() => {
+                let mut counts: std::collections::BTreeMap<(String, u16), u64> = Default::default();
+                for r in rx.take() {
+                    *counts.entry((r.path, r.status)).or_default() += 1;
+                }
+                for ((path, status), n) in counts {
+                    tracing::info!(%path, status, requests = n, "received in the last 10 s");
+                }
+            }
+        }
+    }
+}
+
 /// SIGTERM/SIGINT end the worker gracefully; SIGHUP reloads the limits (R22).
 async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -447,7 +518,7 @@ async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
 async fn main() {
     let cli = Cli::parse();
     // Commands other than the worker talk to a person: warnings only, unless ANKUSA_LOG says otherwise.
-    let default = if matches!(cli.cmd, Cmd::Worker { .. }) {
+    let default = if matches!(cli.cmd, Cmd::Worker { .. } | Cmd::Receiver { .. }) {
         "info,fred=warn"
     } else {
         "warn,fred=error"

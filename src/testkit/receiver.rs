@@ -246,13 +246,19 @@ impl Receiver {
 
     /// Binds a free port on `127.0.0.1` and serves it from a new thread; returns once bound.
     pub fn start_with(options: ReceiverOptions) -> Result<Receiver, TestkitError> {
+        Self::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), options)
+    }
+
+    /// Binds `addr` (port 0 picks a free one) and serves it from a new thread; returns once
+    /// bound. `ankusa receiver` uses it to listen on a container's address.
+    pub fn bind(addr: SocketAddr, options: ReceiverOptions) -> Result<Receiver, TestkitError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.threads.max(1))
             .thread_name("testkit-receiver")
             .enable_all()
             .build()
             .map_err(TestkitError::io("build the receiver's runtime"))?;
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        let listener = std::net::TcpListener::bind(addr)
             .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
             .map_err(TestkitError::io("bind the receiver"))?;
         let addr = listener
@@ -308,6 +314,11 @@ impl Receiver {
     /// The TCP port it listens on.
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Makes `path` (exact match, leading `/` optional) answer with `behavior` from its next
@@ -381,6 +392,12 @@ impl Receiver {
     /// Forgets every record; behaviours and request counts are kept.
     pub fn clear(&self) {
         self.shared.lock().records.clear();
+    }
+
+    /// Returns every record and forgets them in one step (no request falls between the
+    /// two); behaviours and request counts are kept.
+    pub fn take(&self) -> Vec<Received> {
+        std::mem::take(&mut self.shared.lock().records)
     }
 
     /// Blocks until `pred` holds for the records (checked now and after each new request) or
