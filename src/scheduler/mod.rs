@@ -225,6 +225,15 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         st.running = 0;
         st.window_full = false;
     });
+    // A node that stepped down must not keep exporting the state of its last term (a window,
+    // a lag, breakers that lived in this session, the partition's lane members): the next
+    // leader reports them.
+    metrics::gauge!("ankusa_claimed_rows").set(0.0);
+    metrics::gauge!("ankusa_claimed_bytes").set(0.0);
+    metrics::gauge!("ankusa_running_attempts").set(0.0);
+    metrics::gauge!("ankusa_due_lag_seconds").set(0.0);
+    metrics::gauge!("ankusa_breakers_open").set(0.0);
+    metrics::gauge!("ankusa_lane_members").set(0.0);
     end
 }
 
@@ -444,10 +453,12 @@ impl Session {
                 let now = p.claim.now_ms;
                 let lag = p.claim.oldest_due_ms.map_or(0, |o| (now - o).max(0));
                 metrics::gauge!("ankusa_due_lag_seconds").set(lag as f64 / 1000.0);
-                if let Some(members) = p.claim.lane_members {
+                // No sweep ran only because the partition holds no lane member (claim.lua).
+                if p.claim.lane_members.is_some() {
                     metrics::counter!("ankusa_lane_sweeps_total").increment(1);
-                    metrics::gauge!("ankusa_lane_members").set(members as f64);
                 }
+                metrics::gauge!("ankusa_lane_members")
+                    .set(p.claim.lane_members.unwrap_or(0) as f64);
                 if p.claim.lanes_promoted > 0 {
                     metrics::counter!("ankusa_lane_sweep_promotions_total")
                         .increment(p.claim.lanes_promoted);
