@@ -118,34 +118,6 @@ pub fn describe() {
         Unit::Seconds,
         "One scan: the claim script plus the pipelined reads that bind its rows."
     );
-    describe_counter!(
-        "ankusa_breaker_transitions_total",
-        "Breaker transitions by target state (open, closed)."
-    );
-    describe_gauge!(
-        "ankusa_breakers_open",
-        "Sink keys whose breaker is open or probing."
-    );
-    describe_counter!(
-        "ankusa_parked_rows_total",
-        "Rows parked by an open breaker (attempt count unchanged)."
-    );
-    describe_gauge!(
-        "ankusa_lane_members",
-        "Lane members waiting behind their heads (partition-wide)."
-    );
-    describe_counter!(
-        "ankusa_lane_sweeps_total",
-        "Scans that ran the lane sweep (only while lane members exist)."
-    );
-    describe_counter!(
-        "ankusa_lane_sweep_promotions_total",
-        "Lane members the sweep promoted to head."
-    );
-    describe_counter!(
-        "ankusa_lane_releases_total",
-        "Lanes released by a terminal outcome of their head in settle."
-    );
     describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
     describe_gauge!(
         "ankusa_breakers_open",
@@ -180,11 +152,6 @@ pub fn describe() {
     describe_gauge!(
         "ankusa_due_rows",
         "Rows due or waiting out a backoff in the partition (the backlog)."
-    );
-    describe_histogram!(
-        "ankusa_scan_duration_seconds",
-        Unit::Seconds,
-        "Duration of one scan: the claim and the reads that bind its rows."
     );
     describe_gauge!(
         "ankusa_tenant_claimed_rows",
