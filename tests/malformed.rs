@@ -305,3 +305,47 @@ async fn a_source_key_of_another_type_refuses_commits_and_dead_letters_rows_nami
     assert_eq!(got.keys().cloned().collect::<Vec<_>>(), ["400.0"]);
     assert!(got["400.0"].starts_with("malformed(source "), "{got:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_whose_stored_headers_http_cannot_carry_is_dead_lettered_permanent_unsent() {
+    let env = Env::new().await;
+    let cases = [
+        (500, "not json"),
+        (501, r#"["a"]"#),
+        (502, r#"{"x-(bad)":"v"}"#),
+        (503, r#"{"x-bell":"\u0007"}"#),
+        (504, r#"{"x-n":1}"#),
+    ];
+    let dead = run_alongside_a_good_hook(&env, |env| {
+        for (id, h) in cases {
+            write_hook(env, id, &with(good_fields("{}"), &[("h", Some(h))]));
+            due_now(env, "acme", &format!("{id}.0"));
+        }
+    })
+    .await;
+    // nothing but the good hook reached the receiver
+    assert_eq!(env.receiver.count(), 1);
+    let got = reasons(&dead);
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(
+        got["500.0"].starts_with("permanent(invalid hook headers: expected"),
+        "{got:?}"
+    );
+    assert_eq!(
+        got["501.0"],
+        "permanent(invalid hook headers: not a JSON object)"
+    );
+    assert_eq!(
+        got["502.0"],
+        r#"permanent(invalid hook headers: name "x-(bad)")"#
+    );
+    assert_eq!(
+        got["503.0"],
+        r#"permanent(invalid hook headers: value of "x-bell")"#
+    );
+    assert_eq!(
+        got["504.0"],
+        r#"permanent(invalid hook headers: value of "x-n" is not a string)"#
+    );
+    assert!(dead.iter().all(|d| d.get("attempts") == "1"), "{dead:?}");
+}
