@@ -33,17 +33,22 @@ end
 -- One row of a hook is finished: release its lane if it is the head (R11), count it off
 -- the hook, and drop the hook when no row or dead letter needs it. Returns the hook's
 -- source and modules (for a dead letter's fields).
+-- The hook is read and counted with pcall: one written by other means (not a hash, or
+-- with counts that are not integers) was dead-lettered malformed by the worker and is
+-- left as it is, since an error here would fail the batch with part of it applied.
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.call('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
-  if not h[1] then return '', '' end
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
+  if h.err or not h[1] then return '', '' end
   if h[3] and redis.call('GET', k_lanehead(h[3])) == row then
     promote(h[3], tenant, now)
     released = released + 1
   end
-  local left = redis.call('HINCRBY', hk, 'n', -1)
-  local dead_count = tonumber(h[2]) or 0
-  if dead then dead_count = redis.call('HINCRBY', hk, 'd', 1) end
+  local left = redis.pcall('HINCRBY', hk, 'n', -1)
+  if type(left) ~= 'number' then return h[4] or '', h[5] or '' end
+  local dead_count = 0
+  if h[2] then dead_count = tonumber(h[2]) or 1 end
+  if dead then dead_count = redis.pcall('HINCRBY', hk, 'd', 1) end
   if left <= 0 and dead_count == 0 then redis.call('DEL', hk) end
   return h[4] or '', h[5] or ''
 end
