@@ -263,11 +263,8 @@ async fn a_header_that_http_cannot_carry_is_refused_and_writes_nothing() {
     ] {
         // one good hook first: the whole call is refused
         let hooks = [Hook::new("fine"), Hook::new("{}").header(name, value)];
-        let e = env
-            .producer
-            .commit_many("acme", "orders", &hooks)
-            .await
-            .unwrap_err();
+        let r = env.producer.commit_many("acme", "orders", &hooks).await;
+        let e = r.expect_err(&format!("{name:?}: {value:?} is refused"));
         assert!(
             matches!(&e, CommitError::BadRequest(m) if m.starts_with("invalid header")),
             "{name:?}: {value:?}: {e:?}"

@@ -58,10 +58,10 @@ fn good_fields(body: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn with(
-    fields: Vec<(&'static str, String)>,
-    changes: &[(&'static str, Option<&str>)],
-) -> Vec<(&'static str, String)> {
+/// A field set to a new value, or removed.
+type Change = (&'static str, Option<&'static str>);
+
+fn with(fields: Vec<(&'static str, String)>, changes: &[Change]) -> Vec<(&'static str, String)> {
     let mut m: BTreeMap<&str, String> = fields.into_iter().collect();
     for (f, v) in changes {
         match v {
@@ -150,7 +150,7 @@ async fn a_hook_hash_with_missing_or_garbage_fields_dead_letters_its_row_malform
     let env = Env::new().await;
     let dead = run_alongside_a_good_hook(&env, |env| {
         let good = good_fields("{}");
-        let cases: [(u64, &[(&'static str, Option<&str>)]); 6] = [
+        let cases: [(u64, &[Change]); 6] = [
             (101, &[("b", None)]),
             (102, &[("t", Some("yesterday"))]),
             (103, &[("tn", None), ("s", None), ("k", None)]),
