@@ -5,7 +5,8 @@
 --          op 'D' delivered        (the only way a row is deleted, invariant 1)
 --          op 'R' retry            x = delay ms; attempts/first/error recorded on the row
 --          op 'P' park             x = delay ms; attempt count unchanged (R16)
---          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream
+--          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream;
+--                                  an empty error takes the row's last recorded one
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released}
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
@@ -85,6 +86,10 @@ for j = 0, n - 1 do
       for m in string.gmatch(modules, '[^,]+') do
         if tostring(m_i) == idx then module = m end
         m_i = m_i + 1
+      end
+      if err == '' then
+        local last = redis.pcall('HGET', k_row(row), 'e')
+        if type(last) == 'string' then err = last end
       end
       redis.call('XADD', k_dlq(tenant), '*', 'row', row, 'hook', hook or '', 'tenant', tenant,
         'source', source, 'sink', idx or '', 'module', module, 'reason', x,

@@ -601,9 +601,10 @@ impl Session {
                 let horizon = first.saturating_add(self.cfg.retry.max_elapsed_ms as i64);
                 if now >= horizon {
                     metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
+                    // No error of its own: settle keeps the row's last attempt error.
                     SettleOp::DeadLetter {
                         reason: DeadReason::RetryHorizon(module.clone()).to_string(),
-                        error: "parked past the retry horizon".into(),
+                        error: String::new(),
                     }
                 } else {
                     delay = delay.min((horizon - now) as u64);
