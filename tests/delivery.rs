@@ -125,6 +125,72 @@ async fn a_404_or_410_dead_letters_the_row_at_once_as_permanent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_response_body_is_read_up_to_a_bound_and_stored_truncated() {
+    let env = Env::tuned(|c| c.retry.max_elapsed_ms = 200).await;
+    env.http_source("acme", "orders", &["refused", "down"])
+        .await;
+    let big = "x".repeat(100_000);
+    env.receiver.set(
+        "refused",
+        Behavior::Sequence(vec![Reply::status(400).body(big.clone())]),
+    );
+    let down: Vec<Reply> = (0..50)
+        .map(|_| Reply::status(503).body(big.clone()))
+        .collect();
+    env.receiver.set("down", Behavior::Sequence(down));
+    let worker = env.worker().await;
+    let id = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+    let mut dead = env.dead_letters("acme").await;
+    dead.sort_by(|a, b| a.get("row").cmp(b.get("row")));
+    assert_eq!(dead.len(), 2);
+    let kept = format!("{}…", "x".repeat(512));
+    assert_eq!(dead[0].get("row"), format!("{id}.0"));
+    assert_eq!(dead[0].get("error"), format!("http 400: {kept}"));
+    assert_eq!(
+        dead[0].get("reason"),
+        format!("permanent(http 400: {kept})")
+    );
+    assert_eq!(dead[1].get("row"), format!("{id}.1"));
+    assert_eq!(dead[1].get("error"), format!("http 503: {kept}"));
+    assert_eq!(dead[1].get("reason"), "retry_horizon(http)");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_refusing_connections_is_retried_until_the_horizon() {
+    let env = Env::tuned(|c| c.retry.max_elapsed_ms = 300).await;
+    let closed = format!("http://127.0.0.1:{}/hooks", free_port());
+    let sink = ankusa::model::SinkEntry {
+        module: "http".into(),
+        opts: serde_json::json!({ "url": closed })
+            .as_object()
+            .cloned()
+            .unwrap(),
+        ordered: false,
+        key: None,
+    };
+    let spec = ankusa::model::SourceSpec { sinks: vec![sink] };
+    env.store.put_source("acme", "orders", &spec).await.unwrap();
+    let worker = env.worker().await;
+    let id = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+    let dead = env.dead_letters("acme").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].get("row"), dead[0].get("reason")),
+        (format!("{id}.0").as_str(), "retry_horizon(http)")
+    );
+    assert!(
+        dead[0].get("error").starts_with("connect: "),
+        "{}",
+        dead[0].get("error")
+    );
+    assert!(dead[0].get("attempts").parse::<u32>().unwrap() >= 2);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_301_or_302_is_not_success_and_is_not_followed() {
     let env = Env::new().await;
     env.http_source("acme", "orders", &["moved", "found"]).await;
@@ -424,6 +490,45 @@ async fn rows_of_a_deleted_source_are_dead_lettered_source_gone() {
         .commit("acme", "orders", ankusa::Hook::new("{}"))
         .await
         .is_err());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_dead_lettered_without_an_attempt_of_its_own_keeps_its_last_error() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["busy"]).await;
+    env.receiver.set(
+        "busy",
+        Behavior::Sequence(vec![Reply::status(503)
+            .header("Retry-After", "1")
+            .body("later")]),
+    );
+    let worker = env.worker().await;
+    let id = env.commit("acme", "orders", "{}").await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| !r.is_empty())
+            .await
+    );
+    // settled as a retry, due in a second: tick() returns while it waits
+    worker.tick().await.unwrap();
+    let row = format!("{id}.0");
+    assert_eq!(env.row_field(&row, "e").as_deref(), Some("http 503: later"));
+    assert!(env.store.delete_source("acme", "orders").await.unwrap());
+    env.drain(&worker).await;
+    let dead = env.dead_letters("acme").await;
+    assert_eq!(dead.len(), 1);
+    let d = &dead[0];
+    assert_eq!(
+        (
+            d.get("row"),
+            d.get("reason"),
+            d.get("error"),
+            d.get("attempts")
+        ),
+        (row.as_str(), "source_gone(orders)", "http 503: later", "1")
+    );
+    assert_eq!(env.receiver.count(), 1);
     worker.shutdown().await;
 }
 

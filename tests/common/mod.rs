@@ -171,7 +171,8 @@ impl Env {
         (v != "(nil)").then_some(v)
     }
 
-    /// Rows not finished yet: due (now or later) in any tenant's set, or claimed.
+    /// Rows not finished yet: due (now or later) in any tenant's set, or claimed. Members of
+    /// ordered lanes waiting behind their head are not counted.
     pub fn pending_rows(&self) -> u64 {
         let due = self.redis_cmd(&["KEYS", &self.key("due:*")]);
         let mut n: u64 = self
