@@ -93,7 +93,14 @@ while left > 0 and #hungry > 0 do
       end
       for j = 1, n do
         local row = rows[2 * j - 1]
-        local st = redis.call('HMGET', k_row(row), 'a', 'f')
+        -- A row state written by other means that cannot be read (not a hash, or an
+        -- attempt count that is not a number) is deleted and the row starts over, rather
+        -- than failing the scan (or outliving the row: settle deletes it by its count).
+        local st = redis.pcall('HMGET', k_row(row), 'a', 'f')
+        if st.err or (st[1] and not tonumber(st[1])) then
+          redis.call('DEL', k_row(row))
+          st = {}
+        end
         out[#out + 1] = t
         out[#out + 1] = row
         out[#out + 1] = tonumber(st[1]) or 0

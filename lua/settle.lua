@@ -5,7 +5,8 @@
 --          op 'D' delivered        (the only way a row is deleted, invariant 1)
 --          op 'R' retry            x = delay ms; attempts/first/error recorded on the row
 --          op 'P' park             x = delay ms; attempt count unchanged (R16)
---          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream
+--          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream;
+--                                  an empty error takes the row's last recorded one
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released}
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
@@ -33,17 +34,22 @@ end
 -- One row of a hook is finished: release its lane if it is the head (R11), count it off
 -- the hook, and drop the hook when no row or dead letter needs it. Returns the hook's
 -- source and modules (for a dead letter's fields).
+-- The hook is read and counted with pcall: one written by other means (not a hash, or
+-- with counts that are not integers) was dead-lettered malformed by the worker and is
+-- left as it is, since an error here would fail the batch with part of it applied.
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.call('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
-  if not h[1] then return '', '' end
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
+  if h.err or not h[1] then return '', '' end
   if h[3] and redis.call('GET', k_lanehead(h[3])) == row then
     promote(h[3], tenant, now)
     released = released + 1
   end
-  local left = redis.call('HINCRBY', hk, 'n', -1)
-  local dead_count = tonumber(h[2]) or 0
-  if dead then dead_count = redis.call('HINCRBY', hk, 'd', 1) end
+  local left = redis.pcall('HINCRBY', hk, 'n', -1)
+  if type(left) ~= 'number' then return h[4] or '', h[5] or '' end
+  local dead_count = 0
+  if h[2] then dead_count = tonumber(h[2]) or 1 end
+  if dead then dead_count = redis.pcall('HINCRBY', hk, 'd', 1) end
   if left <= 0 and dead_count == 0 then redis.call('DEL', hk) end
   return h[4] or '', h[5] or ''
 end
@@ -80,6 +86,10 @@ for j = 0, n - 1 do
       for m in string.gmatch(modules, '[^,]+') do
         if tostring(m_i) == idx then module = m end
         m_i = m_i + 1
+      end
+      if err == '' then
+        local last = redis.pcall('HGET', k_row(row), 'e')
+        if type(last) == 'string' then err = last end
       end
       redis.call('XADD', k_dlq(tenant), '*', 'row', row, 'hook', hook or '', 'tenant', tenant,
         'source', source, 'sink', idx or '', 'module', module, 'reason', x,

@@ -25,7 +25,8 @@ impl Hook {
         }
     }
 
-    /// Add a header.
+    /// Add a header. A name that is not an HTTP token, or a value with a control character
+    /// other than tab, makes the commit fail with [`CommitError::BadRequest`] (R1).
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Hook {
         self.headers.insert(name.into(), value.into());
         self
@@ -35,9 +36,12 @@ impl Hook {
         if self.headers.is_empty() {
             return Ok(String::new());
         }
+        // The HTTP sink's own rules (a token name; a value without control characters other
+        // than tab), so a hook that commits can be sent: one that cannot would fail every
+        // attempt alike until the retry horizon.
         for (k, v) in &self.headers {
-            let valid_name = !k.is_empty() && k.bytes().all(|b| b.is_ascii_graphic() && b != b':');
-            if !valid_name || v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            let valid_name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok();
+            if !valid_name || reqwest::header::HeaderValue::from_str(v).is_err() {
                 return Err(CommitError::BadRequest(format!("invalid header {k:?}")));
             }
         }

@@ -612,9 +612,10 @@ impl Session {
                 let horizon = first.saturating_add(self.cfg.retry.max_elapsed_ms as i64);
                 if now >= horizon {
                     metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
+                    // No error of its own: settle keeps the row's last attempt error.
                     SettleOp::DeadLetter {
                         reason: DeadReason::RetryHorizon(module.clone()).to_string(),
-                        error: "parked past the retry horizon".into(),
+                        error: String::new(),
                     }
                 } else {
                     delay = delay.min((horizon - now) as u64);
@@ -827,14 +828,15 @@ async fn claim_and_prepare(
     hook_ids.sort_unstable();
     hook_ids.dedup();
     let hooks = store.fetch_hooks(&hook_ids).await?;
-    let hooks: HashMap<u64, Option<Arc<StoredHook>>> = hook_ids
+    let hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>> = hook_ids
         .iter()
         .copied()
-        .zip(hooks.into_iter().map(|h| h.map(Arc::new)))
+        .zip(hooks.into_iter().map(|h| h.map(|h| h.map(Arc::new))))
         .collect();
 
     let mut source_keys: Vec<(String, String)> = hooks
         .values()
+        .flatten()
         .flatten()
         .map(|h| (h.tenant.clone(), h.source.clone()))
         .collect();
@@ -860,40 +862,49 @@ async fn claim_and_prepare(
             reason: reason.to_string(),
             error: String::new(),
         };
-        let Some(id) = id else {
+        // Every row that cannot be read is counted, whatever its fate.
+        let malformed = |detail: String| {
             metrics::counter!("ankusa_malformed_rows_total").increment(1);
-            immediate.push(imm(dead(DeadReason::Malformed(format!(
+            dead(DeadReason::Malformed(detail))
+        };
+        let Some(id) = id else {
+            immediate.push(imm(malformed(format!(
                 "row id {:?}",
                 truncate(r.row.clone(), 64)
-            )))));
+            ))));
             continue;
         };
-        let Some(hook) = hooks.get(&id.hook).cloned().flatten() else {
-            // The hook is gone (or unreadable): nothing to deliver (R20: dropped, not counted).
-            metrics::counter!("ankusa_malformed_rows_total").increment(1);
-            immediate.push(imm(SettleOp::Drop));
-            continue;
+        let hook = match hooks.get(&id.hook).cloned().flatten() {
+            Some(Ok(hook)) => hook,
+            Some(Err(e)) => {
+                immediate.push(imm(malformed(format!("hook {}: {e}", id.hook))));
+                continue;
+            }
+            None => {
+                // The hook is gone: nothing to deliver (R20: dropped, not dead-lettered).
+                metrics::counter!("ankusa_malformed_rows_total").increment(1);
+                immediate.push(imm(SettleOp::Drop));
+                continue;
+            }
         };
         if hook.tenant != r.tenant {
-            immediate.push(imm(dead(DeadReason::Malformed(format!(
+            immediate.push(imm(malformed(format!(
                 "hook {} belongs to another tenant",
                 id.hook
-            )))));
+            ))));
             continue;
         }
         let Some(module) = hook.modules.get(id.sink as usize).cloned() else {
-            immediate.push(imm(dead(DeadReason::Malformed(format!(
+            immediate.push(imm(malformed(format!(
                 "sink index {} not in hook {}",
                 id.sink, id.hook
-            )))));
+            ))));
             continue;
         };
         let spec = match specs.get(&(hook.tenant.clone(), hook.source.clone())) {
             Some(Some(Ok(spec))) => spec,
             Some(Some(Err(e))) => {
-                immediate.push(imm(dead(DeadReason::Malformed(format!(
-                    "source spec: {e}"
-                )))));
+                immediate.push(imm(malformed(format!("source spec: {e}"))));
                 continue;
             }
             _ => {

@@ -5,6 +5,7 @@
 //! honouring `Retry-After`; any other 4xx is permanent (R8).
 
 use super::{resolve_secrets, truncate, AttemptError, Delivery};
+use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -140,22 +141,31 @@ impl HttpSink {
         let mut req = self.client.post(&url).body(d.body.clone());
         let mut has_content_type = false;
         if !d.headers.is_empty() {
-            if let Ok(serde_json::Value::Object(h)) =
-                serde_json::from_str::<serde_json::Value>(&d.headers)
-            {
-                for (k, v) in h {
-                    let lk = k.to_ascii_lowercase();
-                    if matches!(
-                        lk.as_str(),
-                        "host" | "content-length" | "connection" | "transfer-encoding"
-                    ) {
-                        continue;
-                    }
-                    if let Some(v) = v.as_str() {
-                        has_content_type |= lk == "content-type";
-                        req = req.header(k, v);
-                    }
+            // The producer checks headers at commit; headers written by other means that
+            // HTTP cannot carry would fail every attempt alike, so they are permanent.
+            let bad =
+                |what: String| AttemptError::Permanent(format!("invalid hook headers: {what}"));
+            let h = match serde_json::from_str::<serde_json::Value>(&d.headers) {
+                Ok(serde_json::Value::Object(h)) => h,
+                Ok(_) => return Err(bad("not a JSON object".into())),
+                Err(e) => return Err(bad(e.to_string())),
+            };
+            for (k, v) in h {
+                let lk = k.to_ascii_lowercase();
+                if matches!(
+                    lk.as_str(),
+                    "host" | "content-length" | "connection" | "transfer-encoding"
+                ) {
+                    continue;
                 }
+                let Some(v) = v.as_str() else {
+                    return Err(bad(format!("value of {k:?} is not a string")));
+                };
+                let name =
+                    HeaderName::from_bytes(k.as_bytes()).map_err(|_| bad(format!("name {k:?}")))?;
+                let value = HeaderValue::from_str(v).map_err(|_| bad(format!("value of {k:?}")))?;
+                has_content_type |= lk == "content-type";
+                req = req.header(name, value);
             }
         }
         if !has_content_type {

@@ -634,24 +634,32 @@ impl Store {
         }
     }
 
-    /// Read hooks for delivery with one pipelined round trip; `None` where a hook is gone
-    /// or unreadable (a malformed hook).
-    pub async fn fetch_hooks(&self, ids: &[u64]) -> Result<Vec<Option<StoredHook>>, StoreError> {
+    /// Read hooks for delivery with one pipelined round trip: `None` where a hook is gone,
+    /// `Some(Err(what))` where its key holds something else than a readable hook (another
+    /// type, a missing or garbage field: a malformed hook). Errors: Redis failing as a whole.
+    pub async fn fetch_hooks(
+        &self,
+        ids: &[u64],
+    ) -> Result<Vec<Option<Result<StoredHook, String>>>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let pipe = self.client().pipeline();
         for id in ids {
-            let _: () = pipe
-                .hmget(self.ks.hook(*id), vec!["b", "h", "t", "tn", "s", "k"])
-                .await?;
+            let _: () = pipe.hmget(self.ks.hook(*id), HOOK_FIELDS.to_vec()).await?;
         }
-        let replies: Vec<Value> = pipe.all().await?;
-        Ok(replies.into_iter().map(decode_hook).collect())
+        let replies = per_key_replies(pipe.try_all::<Value>().await, ids.len())?;
+        Ok(replies
+            .into_iter()
+            .map(|r| match r {
+                Ok(v) => decode_hook(v),
+                Err(e) => Some(Err(e)),
+            })
+            .collect())
     }
 
     /// Read source specs with one pipelined round trip; `None` where a source is gone;
-    /// `Some(Err)` where its stored spec is not valid JSON.
+    /// `Some(Err)` where its stored spec is not valid JSON or its key is of another type.
     pub async fn fetch_sources(
         &self,
         keys: &[(String, String)],
@@ -663,10 +671,14 @@ impl Store {
         for (t, s) in keys {
             let _: () = pipe.hget(self.ks.source(t, s), "spec").await?;
         }
-        let replies: Vec<Option<Bytes>> = pipe.all().await?;
+        let replies = per_key_replies(pipe.try_all::<Option<Bytes>>().await, keys.len())?;
         Ok(replies
             .into_iter()
-            .map(|r| r.map(|b| serde_json::from_slice::<SourceSpec>(&b).map_err(|e| e.to_string())))
+            .map(|r| match r {
+                Ok(spec) => spec
+                    .map(|b| serde_json::from_slice::<SourceSpec>(&b).map_err(|e| e.to_string())),
+                Err(e) => Some(Err(e)),
+            })
             .collect())
     }
 
@@ -845,22 +857,72 @@ pub fn first_score(v: &Value) -> Option<i64> {
     }
 }
 
-fn decode_hook(v: Value) -> Option<StoredHook> {
-    let Value::Array(f) = v else { return None };
-    if f.len() != 6 {
+/// The fields of a hook hash read for delivery, in [`decode_hook`]'s order.
+const HOOK_FIELDS: [&str; 7] = ["b", "h", "t", "tn", "s", "k", "n"];
+
+/// Split a pipeline's replies into one result per key: a key's own error reply (it holds
+/// another type: `WRONGTYPE`) is that key's `Err(text)`; anything else failing (connection,
+/// timeout) fails the whole call, so a lost reply is never taken for a malformed key.
+fn per_key_replies<R>(
+    replies: Vec<Result<R, fred::error::Error>>,
+    expected: usize,
+) -> Result<Vec<Result<R, String>>, StoreError> {
+    let per_key = |e: &fred::error::Error| e.details().starts_with("WRONGTYPE");
+    if replies.len() != expected {
+        let e = replies.into_iter().find_map(Result::err);
+        return Err(e.map(StoreError::from).unwrap_or_else(|| {
+            StoreError::protocol("pipeline", format!("{expected} replies expected"))
+        }));
+    }
+    replies
+        .into_iter()
+        .map(|r| match r {
+            Ok(v) => Ok(Ok(v)),
+            Err(e) if per_key(&e) => Ok(Err(e.details().to_string())),
+            Err(e) => Err(StoreError::from(e)),
+        })
+        .collect()
+}
+
+/// Decode a hook read with [`HOOK_FIELDS`]: `None` when the hook is gone (every field
+/// absent), `Some(Err(what))` naming the first field that is missing or unreadable.
+fn decode_hook(v: Value) -> Option<Result<StoredHook, String>> {
+    let Value::Array(f) = v else {
+        return Some(Err("unexpected reply".into()));
+    };
+    if f.len() != HOOK_FIELDS.len() {
+        return Some(Err("unexpected reply".into()));
+    }
+    if f.iter().all(|v| matches!(v, Value::Null)) {
         return None;
     }
-    let body = match &f[0] {
-        Value::Bytes(b) => b.clone(),
-        Value::String(s) => Bytes::copy_from_slice(s.as_bytes()),
-        _ => return None,
+    let bad = |i: usize| {
+        let shown = match &f[i] {
+            Value::Null => "missing".to_string(),
+            v => format!("{:?} unreadable", truncate_text(&v.text(), 32)),
+        };
+        format!("field {} {shown}", HOOK_FIELDS[i])
     };
-    Some(StoredHook {
-        body,
-        headers: f[1].text(),
-        committed_at_ms: f[2].int()?,
-        tenant: f[3].as_str_ref()?.to_string(),
-        source: f[4].as_str_ref()?.to_string(),
-        modules: f[5].as_str_ref()?.split(',').map(str::to_string).collect(),
-    })
+    let text = |i: usize| f[i].as_str_ref().map(str::to_string).ok_or_else(|| bad(i));
+    let hook = (|| {
+        let body = match &f[0] {
+            Value::Bytes(b) => b.clone(),
+            Value::String(s) => Bytes::copy_from_slice(s.as_bytes()),
+            _ => return Err(bad(0)),
+        };
+        f[6].int().ok_or_else(|| bad(6))?;
+        Ok(StoredHook {
+            body,
+            headers: f[1].text(),
+            committed_at_ms: f[2].int().ok_or_else(|| bad(2))?,
+            tenant: text(3)?,
+            source: text(4)?,
+            modules: text(5)?.split(',').map(str::to_string).collect(),
+        })
+    })();
+    Some(hook)
+}
+
+fn truncate_text(s: &str, max: usize) -> String {
+    crate::sinks::truncate(s.to_string(), max)
 }

@@ -4,13 +4,14 @@
 #![allow(dead_code)]
 
 use ankusa::config::Config;
+use ankusa::dlq::DeadLetter;
 use ankusa::model::{SinkEntry, SourceSpec};
 use ankusa::store::Store;
 use ankusa::testkit::{Receiver, ReceiverOptions, RedisOptions, RedisServer};
 use ankusa::{Hook, Producer, Worker};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A generous liveness bound for waits in tests (never a performance claim).
 pub const LIVENESS: Duration = Duration::from_secs(30);
@@ -70,6 +71,11 @@ impl Env {
         }
     }
 
+    /// A fresh world with default Redis options; `tune` adjusts the workers' config.
+    pub async fn tuned(tune: impl FnOnce(&mut Config)) -> Env {
+        Env::with(RedisOptions::default(), tune).await
+    }
+
     /// Start an in-process worker with this env's config.
     pub async fn worker(&self) -> Worker {
         Worker::start(self.config.clone(), Some("test"))
@@ -90,7 +96,7 @@ impl Env {
         }
     }
 
-    /// Register `tenant/source` with one http sink per receiver path.
+    /// Register (or replace) `tenant/source` with one http sink per receiver path, in order.
     pub async fn http_source(&self, tenant: &str, source: &str, paths: &[&str]) {
         let spec = SourceSpec {
             sinks: paths.iter().map(|p| self.http_sink(p)).collect(),
@@ -135,6 +141,80 @@ impl Env {
         self.redis.cmd(args).expect("redis command")
     }
 
+    /// The full Redis key of `rest` in this env's partition, e.g. `key("hook:1")`.
+    pub fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.store.keyspace().prefix())
+    }
+
+    /// Every key in this test's Redis, sorted: a snapshot to compare before and after a call.
+    pub fn keys(&self) -> Vec<String> {
+        let all = self.redis_cmd(&["KEYS", "*"]);
+        let mut keys: Vec<String> = all
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// `DBSIZE`.
+    pub fn dbsize(&self) -> u64 {
+        self.redis_cmd(&["DBSIZE"])
+            .parse()
+            .expect("DBSIZE is an integer")
+    }
+
+    /// A field of a row's retry hash (`a` attempts, `f` first attempt ms, `e` last error).
+    pub fn row_field(&self, row: &str, field: &str) -> Option<String> {
+        let v = self.redis_cmd(&["HGET", &self.key(&format!("row:{row}")), field]);
+        (v != "(nil)").then_some(v)
+    }
+
+    /// Rows not finished yet: due (now or later) in any tenant's set, or claimed. Members of
+    /// ordered lanes waiting behind their head are not counted.
+    pub fn pending_rows(&self) -> u64 {
+        let due = self.redis_cmd(&["KEYS", &self.key("due:*")]);
+        let mut n: u64 = self
+            .redis_cmd(&["ZCARD", &self.key("claimed")])
+            .parse()
+            .expect("ZCARD");
+        for k in due.lines().filter(|l| !l.is_empty()) {
+            n += self.redis_cmd(&["ZCARD", k]).parse::<u64>().expect("ZCARD");
+        }
+        n
+    }
+
+    /// The dead letters of `tenant`, oldest first.
+    pub async fn dead_letters(&self, tenant: &str) -> Vec<DeadLetter> {
+        ankusa::dlq::list(&self.store, tenant, 1_000)
+            .await
+            .expect("dead letters readable")
+    }
+
+    /// Tick until every row is finished (delivered, dead-lettered or dropped), including rows
+    /// waiting out a backoff, which `tick()` alone does not wait for. Panics after [`LIVENESS`].
+    pub async fn drain(&self, worker: &Worker) {
+        let deadline = Instant::now() + LIVENESS;
+        let mut state = worker.watch_state();
+        loop {
+            tokio::time::timeout(LIVENESS, worker.tick())
+                .await
+                .expect("tick() returns")
+                .expect("tick");
+            let left = self.pending_rows();
+            if left == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{left} rows still pending after {LIVENESS:?}"
+            );
+            // A row waits out its backoff: the scheduler's state moves when it is claimed again.
+            let _ = tokio::time::timeout(Duration::from_millis(100), state.changed()).await;
+        }
+    }
+
     /// Write this env's config as TOML for worker processes; returns the path.
     pub fn config_file(&self, dir: &tempfile::TempDir, tune: impl FnOnce(&mut Config)) -> PathBuf {
         let mut c = self.config.clone();
@@ -144,6 +224,12 @@ impl Env {
             .expect("config written");
         path
     }
+}
+
+/// SHA-256 of `bytes`, lowercase hex, as the receiver records bodies.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// A free loopback port (bind 0, read, release).
