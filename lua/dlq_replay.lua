@@ -9,7 +9,9 @@
 -- A replayed row gets no row hash (no attempts, no first-attempt time: its retry
 -- horizon starts again at its next attempt) and is due now; its hook gets one more row
 -- left (`n`) and one dead letter less (`d`); the entry is deleted in the same step, so
--- two replays of one entry cannot both put the row back.
+-- two replays of one entry cannot both put the row back. A row of an ordered sink
+-- (hook field `L<idx>` names its lane, R10) becomes the lane's head when the lane is
+-- idle, and otherwise joins the back of the lane as a member, as a commit would.
 local tenant = ARGV[2]
 local dlq = k_dlq(tenant)
 local due = k_due(tenant)
@@ -35,8 +37,17 @@ for i = 3, #ARGV do
     else
       redis.call('XDEL', dlq, id)
       redis.call('DEL', k_row(row))
-      redis.call('ZADD', due, now, row)
       local hk = k_hook(h)
+      local lane = redis.call('HGET', hk, 'L' .. idx)
+      if lane and redis.call('EXISTS', k_lanehead(lane)) == 1 then
+        redis.call('RPUSH', k_lane(lane), row)
+        redis.call('INCR', K_LANE_MEMBERS)
+        redis.call('SADD', k_lanes(tenant), lane)
+        redis.call('SADD', K_LANE_TENANTS, tenant)
+      else
+        if lane then redis.call('SET', k_lanehead(lane), row) end
+        redis.call('ZADD', due, now, row)
+      end
       redis.call('HINCRBY', hk, 'n', 1)
       if (tonumber(redis.call('HGET', hk, 'd')) or 0) > 0 then redis.call('HINCRBY', hk, 'd', -1) end
       replayed = replayed + 1

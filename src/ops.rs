@@ -13,7 +13,7 @@
 use crate::config::{Config, ConfigError};
 use crate::error::Error;
 use crate::scheduler::SchedulerState;
-use crate::store::{PressureRead, SourcePage, Store, StoreError};
+use crate::store::{PressureRead, SourcePage, SourcePhase, Store, StoreError};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -114,8 +114,10 @@ pub const DEAD_LETTER_SOURCE_PAGE: usize = 500;
 /// claimed by a running attempt are left to settle; one that comes back pending after the
 /// source is deleted is dead-lettered `source_gone` when it is next claimed.
 ///
-/// The walk is a loop of bounded atomic script calls over `due:<tenant>`, so no claim can
-/// race a row, and other work goes on between pages. The call needs a live leader.
+/// The walk is a loop of bounded atomic script calls, first over the source's ordered lanes
+/// (their waiting members), then over `due:<tenant>` (a dead-lettered lane head releases
+/// its lane, R11), so no claim can race a row, and other work goes on between pages. The
+/// call needs a live leader.
 /// Errors: [`Error::BadId`] for a malformed id; [`Error::Unavailable`] when no leader holds
 /// the lease, Redis cannot answer, or `deadline` passes (the rows dead-lettered so far stay
 /// so; calling again finishes the walk).
@@ -129,44 +131,47 @@ pub async fn dead_letter_source(
     crate::model::check_id("source", source)?;
     let started = tokio::time::Instant::now();
     let mut total = SourceDeadLettered::default();
-    let mut cursor = "0".to_string();
-    loop {
-        let page = tokio::time::timeout_at(
-            started + deadline,
-            store.dead_letter_source(tenant, source, &cursor, DEAD_LETTER_SOURCE_PAGE),
-        )
-        .await;
-        let page = match page {
-            Err(_) => {
-                return Err(Error::Unavailable(format!(
-                    "dead_letter_source {tenant}/{source}: deadline of {} ms passed after {} rows dead-lettered; call again to finish",
-                    deadline.as_millis(),
-                    total.count
-                )))
-            }
-            Ok(r) => r.map_err(unavailable)?,
-        };
-        match page {
-            SourcePage::Unavailable => {
-                return Err(Error::Unavailable(format!(
-                    "no live leader: the pipeline is down ({} rows dead-lettered before)",
-                    total.count
-                )))
-            }
-            SourcePage::Page {
-                cursor: next,
-                dead_lettered,
-                dropped,
-            } => {
-                total.count += dead_lettered;
-                total.dropped += dropped;
-                if next == "0" {
-                    return Ok(total);
+    for phase in [SourcePhase::Lanes, SourcePhase::Due] {
+        let mut cursor = "0".to_string();
+        loop {
+            let page = tokio::time::timeout_at(
+                started + deadline,
+                store.dead_letter_source(tenant, source, phase, &cursor, DEAD_LETTER_SOURCE_PAGE),
+            )
+            .await;
+            let page = match page {
+                Err(_) => {
+                    return Err(Error::Unavailable(format!(
+                        "dead_letter_source {tenant}/{source}: deadline of {} ms passed after {} rows dead-lettered; call again to finish",
+                        deadline.as_millis(),
+                        total.count
+                    )))
                 }
-                cursor = next;
+                Ok(r) => r.map_err(unavailable)?,
+            };
+            match page {
+                SourcePage::Unavailable => {
+                    return Err(Error::Unavailable(format!(
+                        "no live leader: the pipeline is down ({} rows dead-lettered before)",
+                        total.count
+                    )))
+                }
+                SourcePage::Page {
+                    cursor: next,
+                    dead_lettered,
+                    dropped,
+                } => {
+                    total.count += dead_lettered;
+                    total.dropped += dropped;
+                    if next == "0" {
+                        break;
+                    }
+                    cursor = next;
+                }
             }
         }
     }
+    Ok(total)
 }
 
 /// Check a config (R24): every `dispatch.*` / `retry.*` key and the rest; the error names

@@ -1035,3 +1035,83 @@ async fn the_admin_api_refuses_a_missing_or_wrong_token_with_a_json_401() {
         cli_with(&env, Some(&pool.config), &["reconfigure", "--admin", &url]).await;
     assert_eq!(code, 0, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_source_takes_the_members_of_its_lanes_and_a_replay_puts_them_back_in_lane_order(
+) {
+    use ankusa::model::{SinkEntry, SourceSpec};
+    let env = Env::with(Default::default(), hold).await;
+    env.receiver.set("o", Behavior::Hang);
+    let ordered = SinkEntry {
+        ordered: true,
+        key: Some("json:/lane".into()),
+        ..env.http_sink("o")
+    };
+    env.store
+        .put_source(
+            "acme",
+            "feed",
+            &SourceSpec {
+                sinks: vec![ordered],
+            },
+        )
+        .await
+        .unwrap();
+    let mut pool = Pool::start(&env, |_| {}).await;
+    let mut lane_of = std::collections::HashMap::new();
+    for n in 0..5 {
+        for lane in ["a", "b"] {
+            let id = env
+                .commit("acme", "feed", json!({"lane": lane, "n": n}).to_string())
+                .await;
+            lane_of.insert(id, lane);
+        }
+    }
+    // Each lane's head hangs, claimed; its 4 members wait in the lane.
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() == 2)
+            .await
+    );
+    let r = ops::dead_letter_source(&env.store, "acme", "feed", LIVENESS)
+        .await
+        .unwrap();
+    assert_eq!((r.count, r.dropped), (8, 0));
+    assert_eq!(env.store.claimed_count().await.unwrap(), 2);
+    assert_eq!(env.redis_cmd(&["GET", &key(&env, "lane_members")]), "0");
+    assert_eq!(env.redis_cmd(&["SCARD", &key(&env, "lanes:acme")]), "0");
+
+    // The heads come back and are delivered by the next leader; their lanes go idle.
+    env.receiver.set("o", Behavior::Ok);
+    let leader = pool.leader().await;
+    pool.workers[leader].kill9();
+    idle(&env).await;
+    assert_eq!(env.receiver.count_for("o"), 4);
+
+    // A replay puts the members back in their lanes, in their order.
+    let report = dlq::replay(
+        &env.store,
+        &Filter::default(),
+        &ReplayOptions::default(),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.replayed, 8);
+    idle(&env).await;
+    let requests = env.receiver.requests_for("o");
+    assert_eq!(requests.len(), 12);
+    for lane in ["a", "b"] {
+        let order: Vec<u64> = requests[4..]
+            .iter()
+            .filter_map(|r| r.header("ankusa-hook-id").and_then(|h| h.parse().ok()))
+            .filter(|h| lane_of[h] == lane)
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order.len(), 4, "{lane}");
+        assert_eq!(order, sorted, "lane {lane} delivered out of order");
+    }
+    assert_eq!(dlq_count(&env, "acme").await, 0);
+    assert_eq!(hook_keys(&env), 0);
+}

@@ -13,7 +13,7 @@ use fred::prelude::*;
 use fred::types::{Expiration, Value};
 use std::time::{Duration, Instant};
 
-pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage};
+pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use scripts::{LuaScript, Scripts};
 
 /// Errors of store calls.

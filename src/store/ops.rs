@@ -6,6 +6,15 @@
 use super::{status, Store, StoreError, ValueExt};
 use fred::types::Value;
 
+/// The two walks of [`Store::dead_letter_source`], in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePhase {
+    /// Members waiting behind the heads of the source's ordered lanes (R10).
+    Lanes,
+    /// The tenant's due set.
+    Due,
+}
+
 /// One page of [`Store::dead_letter_source`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourcePage {
@@ -79,21 +88,29 @@ fn int(v: &[Value], i: usize) -> u64 {
 }
 
 impl Store {
-    /// One bounded page of `dead_letter_source.lua` (R20): walk `due:<tenant>` from `cursor`
-    /// (`"0"` to start, about `count` rows), dead-letter the rows of `source` as
-    /// `source_gone(<source>)`, drop rows whose hook is gone. The caller loops until the
-    /// returned cursor is `"0"`.
+    /// One bounded page of `dead_letter_source.lua` (R20). Phase [`SourcePhase::Lanes`]
+    /// dead-letters the members waiting in the source's ordered lanes, phase
+    /// [`SourcePhase::Due`] walks `due:<tenant>`: from `cursor` (`"0"` to start, about
+    /// `count` entries), the rows of `source` are dead-lettered `source_gone(<source>)`
+    /// (a lane head releasing its lane) and rows whose hook is gone dropped. The caller
+    /// loops each phase, lanes first, until the returned cursor is `"0"`.
     pub async fn dead_letter_source(
         &self,
         tenant: &str,
         source: &str,
+        phase: SourcePhase,
         cursor: &str,
         count: usize,
     ) -> Result<SourcePage, StoreError> {
+        let phase = match phase {
+            SourcePhase::Lanes => "lanes",
+            SourcePhase::Due => "due",
+        };
         let args = vec![
             self.prefix(),
             tenant.into(),
             source.into(),
+            phase.into(),
             cursor.into(),
             (count as i64).into(),
         ];
