@@ -3,7 +3,9 @@
 -- ARGV[1]  prefix  ARGV[2] tenant  ARGV[3] source id
 -- ARGV[4]  phase: 'lanes' (members of the source's ordered lanes) | 'due' (the due set)
 -- ARGV[5]  SSCAN/ZSCAN cursor ('0' first)  ARGV[6] COUNT hint (entries looked at per call)
--- Returns  {'unavailable'}                 no leader holds the lease
+-- Returns  {'unavailable'}                 no live leader: nobody holds the lease, or the
+--                                          holder has not published its window state
+--                                          (`window`, 3 s TTL, same epoch) as a live one does
 --       |  {'ok', next cursor ('0' when the phase is done), dead-lettered, dropped}
 -- The caller runs phase 'lanes' to its end, then phase 'due' to its end.
 -- A pending row of the source is either due (in `due:<tenant>`; only a lane's head is
@@ -21,7 +23,14 @@
 -- so no claim can interleave with it. SSCAN/ZSCAN return every entry present for the
 -- whole walk at least once; a lane with more members than the per-call budget is
 -- resumed at the same cursor.
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'unavailable'} end
+local token = redis.call('GET', KEYS[1])
+if not token then return {'unavailable'} end
+local window = redis.call('GET', P .. 'window')
+local ok, st = pcall(cjson.decode, window or '')
+if not window or not ok or type(st) ~= 'table' or not st.leading
+  or tonumber(st.epoch) ~= tonumber(string.match(token, ':(%d+)$')) then
+  return {'unavailable'}
+end
 local tenant, source, phase, cursor = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local count = tonumber(ARGV[6]) or 100
 local due = k_due(tenant)

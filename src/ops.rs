@@ -117,7 +117,8 @@ pub const DEAD_LETTER_SOURCE_PAGE: usize = 500;
 /// The walk is a loop of bounded atomic script calls, first over the source's ordered lanes
 /// (their waiting members), then over `due:<tenant>` (a dead-lettered lane head releases
 /// its lane, R11), so no claim can race a row, and other work goes on between pages. The
-/// call needs a live leader.
+/// call needs a live leader: one that holds the lease and has published its window state
+/// (as for [`pressure`]).
 /// Errors: [`Error::BadId`] for a malformed id; [`Error::Unavailable`] when no leader holds
 /// the lease, Redis cannot answer, or `deadline` passes (the rows dead-lettered so far stay
 /// so; calling again finishes the walk).

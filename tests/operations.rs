@@ -152,6 +152,14 @@ fn parse(stdout: &str) -> Value {
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
+/// Wait until the leader has published its window state (it does within ~100 ms of leading).
+async fn live_leader(env: &Env) {
+    wait_for("a live leader publishes its window", || async {
+        ops::pressure(&env.store).await.is_ok()
+    })
+    .await;
+}
+
 /// Block until the pipeline is idle (library tick from this process, bounded).
 async fn idle(env: &Env) -> u64 {
     tokio::time::timeout(LIVENESS, ops::tick(&env.store, None))
@@ -235,6 +243,7 @@ async fn dead_letter_source_counts_pending_rows_drops_hook_gone_ones_and_leaves_
         }
     }
 
+    live_leader(&env).await;
     // Library.
     let r = ops::dead_letter_source(&env.store, "t-lib", "doomed", LIVENESS)
         .await
@@ -1073,6 +1082,7 @@ async fn dead_letter_source_takes_the_members_of_its_lanes_and_a_replay_puts_the
             .wait_until_async(LIVENESS, |r| r.len() == 2)
             .await
     );
+    live_leader(&env).await;
     let r = ops::dead_letter_source(&env.store, "acme", "feed", LIVENESS)
         .await
         .unwrap();
