@@ -534,7 +534,7 @@ async fn dlq_list(
         until: q.until,
     };
     Ok(Json(
-        dlq::list(st.worker.store(), &filter, q.limit.unwrap_or(100)).await?,
+        dlq::browse(st.worker.store(), &filter, q.limit.unwrap_or(100)).await?,
     ))
 }
 

@@ -212,7 +212,10 @@ pub async fn reconfigure(
                 results.push(
                     serde_json::json!({"admin": a, "ok": false, "error": error_json(&e)["error"]}),
                 );
-                if worst.as_ref().is_none_or(|w| e.exit_code() > w.exit_code()) {
+                if worst
+                    .as_ref()
+                    .map_or(true, |w| e.exit_code() > w.exit_code())
+                {
                     worst = Some(e);
                 }
             }
@@ -230,7 +233,7 @@ pub async fn reconfigure(
 
 /// `ankusa dlq list`.
 pub async fn dlq_list(s: &Store, filter: &FilterArgs, limit: u64, json: bool) -> Result<(), Error> {
-    let page = dlq::list(s, &filter.into(), limit).await?;
+    let page = dlq::browse(s, &filter.into(), limit).await?;
     if json {
         return print_json(&page);
     }

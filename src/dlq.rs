@@ -73,6 +73,26 @@ impl DeadLetter {
         }
     }
 
+    /// A field by its stream name (`row`, `hook`, `tenant`, `source`, `sink`, `module`,
+    /// `reason`, `attempts`, `first`, `error`, `at`) as text; `""` when absent.
+    pub fn get(&self, field: &str) -> String {
+        let opt = |v: Option<String>| v.unwrap_or_default();
+        match field {
+            "row" => self.row.clone(),
+            "hook" => opt(self.hook.map(|h| h.to_string())),
+            "tenant" => self.tenant.clone(),
+            "source" => self.source.clone(),
+            "sink" => opt(self.sink.map(|i| i.to_string())),
+            "module" => self.module.clone(),
+            "reason" => self.reason.clone(),
+            "attempts" => self.attempts.to_string(),
+            "first" => opt(self.first_attempt_ms.map(|f| f.to_string())),
+            "error" => self.error.clone(),
+            "at" => self.at_ms.to_string(),
+            _ => String::new(),
+        }
+    }
+
     /// The reason's kind: the text before `(` (`permanent`, `source_gone`, …).
     pub fn reason_kind(&self) -> &str {
         self.reason.split('(').next().unwrap_or("")
@@ -118,15 +138,15 @@ impl Filter {
     }
 
     fn matches(&self, d: &DeadLetter) -> bool {
-        let source = self.source.as_ref().is_none_or(|s| *s == d.source);
-        let sink = self.sink.as_ref().is_none_or(|s| match s.parse::<u32>() {
+        let source = self.source.as_ref().map_or(true, |s| *s == d.source);
+        let sink = self.sink.as_ref().map_or(true, |s| match s.parse::<u32>() {
             Ok(i) => d.sink == Some(i),
             Err(_) => *s == d.module,
         });
         let reason = self
             .reason
             .as_ref()
-            .is_none_or(|r| *r == d.reason || r == d.reason_kind());
+            .map_or(true, |r| *r == d.reason || r == d.reason_kind());
         source && sink && reason
     }
 
@@ -352,9 +372,15 @@ pub struct DlqPage {
     pub more: bool,
 }
 
-/// Up to `limit` dead letters that `filter` selects. Errors: a malformed filter
-/// ([`Error::BadRequest`], [`Error::BadId`]); the store failing.
-pub async fn list(store: &Store, filter: &Filter, limit: u64) -> Result<DlqPage, Error> {
+/// Up to `limit` dead letters of `tenant`, oldest first (no other filter).
+pub async fn list(store: &Store, tenant: &str, limit: u64) -> Result<Vec<DeadLetter>, Error> {
+    range(store, tenant, "-", "+", limit).await
+}
+
+/// Up to `limit` dead letters that `filter` selects, tenant by tenant: what `dlq list` and
+/// `GET /admin/dlq` show. Errors: a malformed filter ([`Error::BadRequest`],
+/// [`Error::BadId`]); the store failing.
+pub async fn browse(store: &Store, filter: &Filter, limit: u64) -> Result<DlqPage, Error> {
     filter.check()?;
     let bounds = filter.bounds(store.now_ms().await?)?;
     let mut out = DlqPage::default();

@@ -267,7 +267,7 @@ async fn dead_letter_source_counts_pending_rows_drops_hook_gone_ones_and_leaves_
 
     for t in tenants {
         assert_eq!(dlq_count(&env, t).await, 5, "{t}");
-        let page = dlq::list(
+        let page = dlq::browse(
             &env.store,
             &Filter {
                 tenant: Some(t.into()),
@@ -311,7 +311,7 @@ async fn dead_letter_source_counts_pending_rows_drops_hook_gone_ones_and_leaves_
 }
 
 async fn dead_letter_hooks(env: &Env, tenant: &str) -> Vec<u64> {
-    let page = dlq::list(
+    let page = dlq::browse(
         &env.store,
         &Filter {
             tenant: Some(tenant.into()),
@@ -325,7 +325,7 @@ async fn dead_letter_hooks(env: &Env, tenant: &str) -> Vec<u64> {
 }
 
 async fn page_hook(env: &Env, tenant: &str) -> u64 {
-    let page = dlq::list(
+    let page = dlq::browse(
         &env.store,
         &Filter {
             tenant: Some(tenant.into()),
@@ -739,7 +739,7 @@ async fn purge_keeps_what_the_retention_keeps_and_frees_the_hook_bodies_of_the_r
     c.dlq.max_age_ms = 3_000;
     c.dlq.max_per_tenant = 0;
     std::fs::write(&cli_config, toml::to_string(&c).unwrap()).unwrap();
-    let newest = dlq::list(
+    let newest = dlq::browse(
         &env.store,
         &Filter {
             tenant: Some("t2".into()),
