@@ -59,6 +59,8 @@ pub struct Config {
     pub commit: CommitConfig,
     /// Metrics and admin HTTP listener (R27).
     pub admin: AdminConfig,
+    /// Retention of dead letters and of the hook bodies they keep.
+    pub dlq: DlqConfig,
 }
 
 /// Redis connection.
@@ -195,6 +197,22 @@ pub struct AdminConfig {
     pub token: Option<String>,
 }
 
+/// Retention of dead letters and of the hook bodies they keep (a hook is kept while a dead
+/// letter references it). Applied by the leader every `sweep_ms` and by `ankusa dlq purge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlqConfig {
+    /// Dead letters older than this are purged, ms; 0 keeps them whatever their age.
+    /// Default 604800000 (7 days).
+    pub max_age_ms: u64,
+    /// Most dead letters kept per tenant; the oldest beyond it are purged; 0 = no limit.
+    /// Default 100000.
+    pub max_per_tenant: u64,
+    /// How often the leader applies the retention, ms; 0 = never on its own (only
+    /// `ankusa dlq purge` does). Default 60000.
+    pub sweep_ms: u64,
+}
+
 /// One invalid value: its dotted key path and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfigProblem {
@@ -252,6 +270,17 @@ impl Default for Config {
             retry: RetryConfig::default(),
             commit: CommitConfig::default(),
             admin: AdminConfig::default(),
+            dlq: DlqConfig::default(),
+        }
+    }
+}
+
+impl Default for DlqConfig {
+    fn default() -> Self {
+        DlqConfig {
+            max_age_ms: 7 * 24 * 3_600_000,
+            max_per_tenant: 100_000,
+            sweep_ms: 60_000,
         }
     }
 }

@@ -1,27 +1,228 @@
-//! Dead letters: per-tenant Redis streams written by `settle.lua` (R8, R9, R19).
+//! Dead letters: browse, show, replay and purge (R8, R9, R19, R20).
+//!
+//! A tenant's dead letters are a Redis stream `dlq:<tenant>` written by `settle.lua` and
+//! `dead_letter_source.lua`; the tenants that have any are in the set `dlq_tenants`. Each
+//! entry names its row (`<hook>.<sink index>`), hook, source, sink index and module, reason,
+//! attempts, first attempt time, last error and time. The hook (body and headers) stays in
+//! Redis while a dead letter references it (hook field `d`), so a dead letter can be
+//! replayed: [`replay`] puts its row back as a new due row (attempts reset, retry horizon
+//! restarted) and paces itself by [`crate::ops::pressure`]. [`purge`] deletes dead letters
+//! and the hook bodies nobody needs any more, by filter or by the retention of
+//! [`DlqConfig`] (count per tenant and age), which the leader also applies every
+//! `dlq.sweep_ms`.
 
-use crate::store::{Store, StoreError};
+use crate::config::DlqConfig;
+use crate::error::Error;
+use crate::ops::{pressure, Pressure};
+use crate::store::{DlqPurge, DlqReplayed, Store, StoreError};
 use fred::prelude::*;
 use fred::types::Value;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// One dead letter as stored.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct DeadLetter {
-    /// Stream entry id (`<ms>-<n>`).
+    /// Stream entry id `<ms>-<n>`: its time of dead-lettering (ms, Redis clock) and a sequence.
     pub id: String,
-    /// Fields: row, hook, tenant, source, sink, module, reason, attempts, first, error, at.
-    pub fields: BTreeMap<String, String>,
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+    /// Row id `<hook id>.<sink index>`.
+    pub row: String,
+    /// Hook id (absent for a malformed row).
+    pub hook: Option<u64>,
+    /// Sink index the row was bound to.
+    pub sink: Option<u32>,
+    /// Sink module (`http`, …).
+    pub module: String,
+    /// Why: `permanent(…)`, `retry_horizon(…)`, `max_attempts(…)`, `sink_gone(…)`,
+    /// `source_gone(…)`, `malformed(…)`.
+    pub reason: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// First attempt time (ms, Redis clock), if any attempt was made.
+    pub first_attempt_ms: Option<i64>,
+    /// The last error, truncated.
+    pub error: String,
+    /// When it was dead-lettered (ms, Redis clock).
+    pub at_ms: i64,
 }
 
 impl DeadLetter {
-    /// A field, or "".
-    pub fn get(&self, k: &str) -> &str {
-        self.fields.get(k).map(String::as_str).unwrap_or("")
+    fn from_fields(id: String, fields: &BTreeMap<String, String>) -> DeadLetter {
+        let get = |k: &str| fields.get(k).cloned().unwrap_or_default();
+        let at = fields.get("at").and_then(|s| s.parse().ok());
+        DeadLetter {
+            at_ms: at.unwrap_or_else(|| id_ms(&id) as i64),
+            id,
+            tenant: get("tenant"),
+            source: get("source"),
+            row: get("row"),
+            hook: fields.get("hook").and_then(|s| s.parse().ok()),
+            sink: fields.get("sink").and_then(|s| s.parse().ok()),
+            module: get("module"),
+            reason: get("reason"),
+            attempts: fields
+                .get("attempts")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            first_attempt_ms: fields.get("first").and_then(|s| s.parse().ok()),
+            error: get("error"),
+        }
+    }
+
+    /// A field by its stream name (`row`, `hook`, `tenant`, `source`, `sink`, `module`,
+    /// `reason`, `attempts`, `first`, `error`, `at`) as text; `""` when absent.
+    pub fn get(&self, field: &str) -> String {
+        let opt = |v: Option<String>| v.unwrap_or_default();
+        match field {
+            "row" => self.row.clone(),
+            "hook" => opt(self.hook.map(|h| h.to_string())),
+            "tenant" => self.tenant.clone(),
+            "source" => self.source.clone(),
+            "sink" => opt(self.sink.map(|i| i.to_string())),
+            "module" => self.module.clone(),
+            "reason" => self.reason.clone(),
+            "attempts" => self.attempts.to_string(),
+            "first" => opt(self.first_attempt_ms.map(|f| f.to_string())),
+            "error" => self.error.clone(),
+            "at" => self.at_ms.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// The reason's kind: the text before `(` (`permanent`, `source_gone`, …).
+    pub fn reason_kind(&self) -> &str {
+        self.reason.split('(').next().unwrap_or("")
     }
 }
 
-/// Tenants that have dead letters.
+/// Which dead letters an operation applies to; every field is optional and they combine
+/// with AND. Times are ms since the Unix epoch (Redis clock) or a duration ago:
+/// `90s`, `15m`, `2h`, `7d`, `500ms`.
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+    utoipa::IntoParams,
+)]
+#[serde(default, deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct Filter {
+    /// Only this tenant (otherwise every tenant with dead letters).
+    pub tenant: Option<String>,
+    /// Only this source id.
+    pub source: Option<String>,
+    /// Only this sink: an index (`0`) or a module (`http`).
+    pub sink: Option<String>,
+    /// Only this reason: its kind (`permanent`, `source_gone`…) or the whole text
+    /// (`source_gone(orders)`).
+    pub reason: Option<String>,
+    /// Dead-lettered at or after this time.
+    pub since: Option<String>,
+    /// Dead-lettered at or before this time.
+    pub until: Option<String>,
+}
+
+impl Filter {
+    /// True when the filter selects everything.
+    pub fn is_empty(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    fn matches(&self, d: &DeadLetter) -> bool {
+        let source = self.source.as_ref().map_or(true, |s| *s == d.source);
+        let sink = self.sink.as_ref().map_or(true, |s| match s.parse::<u32>() {
+            Ok(i) => d.sink == Some(i),
+            Err(_) => *s == d.module,
+        });
+        let reason = self
+            .reason
+            .as_ref()
+            .map_or(true, |r| *r == d.reason || r == d.reason_kind());
+        source && sink && reason
+    }
+
+    /// The time bounds in ms (Redis clock), from `now_ms` for relative ones.
+    fn bounds(&self, now_ms: i64) -> Result<(Option<i64>, Option<i64>), Error> {
+        let since = self
+            .since
+            .as_deref()
+            .map(|s| parse_time(s, now_ms))
+            .transpose()?;
+        let until = self
+            .until
+            .as_deref()
+            .map(|s| parse_time(s, now_ms))
+            .transpose()?;
+        Ok((since, until))
+    }
+
+    /// Check the ids and times without touching Redis.
+    pub fn check(&self) -> Result<(), Error> {
+        if let Some(t) = &self.tenant {
+            crate::model::check_id("tenant", t)?;
+        }
+        if let Some(s) = &self.source {
+            crate::model::check_id("source", s)?;
+        }
+        self.bounds(0).map(|_| ())
+    }
+}
+
+/// Parse a time bound: ms since the epoch (digits only) or `<n><unit>` ago, unit one of
+/// `ms`, `s`, `m`, `h`, `d`.
+pub fn parse_time(s: &str, now_ms: i64) -> Result<i64, Error> {
+    let s = s.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse()
+            .map_err(|_| Error::BadRequest(format!("time {s:?}: out of range")));
+    }
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: i64 = n.parse().map_err(|_| {
+        Error::BadRequest(format!(
+            "time {s:?}: expected ms since the epoch or a duration ago such as 15m"
+        ))
+    })?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(Error::BadRequest(format!(
+                "time {s:?}: unit must be ms, s, m, h or d"
+            )))
+        }
+    };
+    Ok(now_ms - n.saturating_mul(ms))
+}
+
+/// The ms part of a stream entry id.
+fn id_ms(id: &str) -> u64 {
+    id.split('-')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `(ms, seq)` of a stream entry id, for ordering.
+fn id_key(id: &str) -> (u64, u64) {
+    let (m, s) = id.split_once('-').unwrap_or((id, "0"));
+    (m.parse().unwrap_or(0), s.parse().unwrap_or(0))
+}
+
+/// Tenants that have dead letters, sorted.
 pub async fn tenants(store: &Store) -> Result<Vec<String>, StoreError> {
     let mut t: Vec<String> = store
         .client()
@@ -31,37 +232,642 @@ pub async fn tenants(store: &Store) -> Result<Vec<String>, StoreError> {
     Ok(t)
 }
 
-/// Up to `limit` dead letters of `tenant`, oldest first.
-pub async fn list(store: &Store, tenant: &str, limit: u64) -> Result<Vec<DeadLetter>, StoreError> {
+/// Number of dead letters of `tenant`.
+pub async fn count(store: &Store, tenant: &str) -> Result<u64, StoreError> {
+    Ok(store.client().xlen(store.keyspace().dlq(tenant)).await?)
+}
+
+fn decode_entries(v: Value) -> Vec<DeadLetter> {
+    let mut out = Vec::new();
+    let Value::Array(entries) = v else { return out };
+    for e in entries {
+        let Value::Array(pair) = e else { continue };
+        let mut it = pair.into_iter();
+        let (Some(id), Some(kv)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Value::Array(kv) = kv else { continue };
+        let mut fields = BTreeMap::new();
+        for c in kv.chunks_exact(2) {
+            fields.insert(
+                c[0].as_string().unwrap_or_default(),
+                c[1].as_string().unwrap_or_default(),
+            );
+        }
+        out.push(DeadLetter::from_fields(
+            id.as_string().unwrap_or_default(),
+            &fields,
+        ));
+    }
+    out
+}
+
+/// `XRANGE dlq:<tenant> start end COUNT count`.
+async fn range(
+    store: &Store,
+    tenant: &str,
+    start: &str,
+    end: &str,
+    count: u64,
+) -> Result<Vec<DeadLetter>, Error> {
     let v: Value = store
         .client()
-        .xrange(store.keyspace().dlq(tenant), "-", "+", Some(limit))
-        .await?;
-    let mut out = Vec::new();
-    if let Value::Array(entries) = v {
-        for e in entries {
-            let Value::Array(pair) = e else { continue };
-            let mut it = pair.into_iter();
-            let (Some(id), Some(Value::Array(kv))) = (it.next(), it.next()) else {
-                continue;
-            };
-            let mut fields = BTreeMap::new();
-            for c in kv.chunks_exact(2) {
-                fields.insert(
-                    c[0].as_string().unwrap_or_default(),
-                    c[1].as_string().unwrap_or_default(),
-                );
+        .xrange(store.keyspace().dlq(tenant), start, end, Some(count))
+        .await
+        .map_err(StoreError::from)?;
+    Ok(decode_entries(v))
+}
+
+/// The tenants a filter covers.
+async fn filter_tenants(store: &Store, filter: &Filter) -> Result<Vec<String>, Error> {
+    Ok(match &filter.tenant {
+        Some(t) => vec![t.clone()],
+        None => tenants(store).await?,
+    })
+}
+
+/// One tenant's walk over the entries a filter selects, in stream order, from a snapshot
+/// of the stream's end: entries added after the walk began (a replayed row that failed
+/// again) are not visited, so a replay or purge always ends.
+#[derive(Clone)]
+struct Walk {
+    tenant: String,
+    after: Option<String>,
+    start: String,
+    end: String,
+    done: bool,
+}
+
+impl Walk {
+    async fn new(
+        store: &Store,
+        tenant: &str,
+        bounds: (Option<i64>, Option<i64>),
+    ) -> Result<Walk, Error> {
+        let last: Value = store
+            .client()
+            .xrevrange(store.keyspace().dlq(tenant), "+", "-", Some(1))
+            .await
+            .map_err(StoreError::from)?;
+        let last = decode_entries(last).into_iter().next().map(|d| d.id);
+        let mut end = last.clone().unwrap_or_else(|| "0-0".into());
+        if let Some(u) = bounds.1 {
+            if (u.max(0) as u64) < id_ms(&end) {
+                end = u.max(0).to_string();
             }
-            out.push(DeadLetter {
-                id: id.as_string().unwrap_or_default(),
-                fields,
-            });
+        }
+        Ok(Walk {
+            tenant: tenant.to_string(),
+            after: None,
+            start: bounds.0.map_or("-".to_string(), |s| s.max(0).to_string()),
+            end,
+            done: last.is_none() || bounds.0.zip(bounds.1).is_some_and(|(s, u)| s > u),
+        })
+    }
+
+    /// The next page of at most `count` entries read (before filtering), filtered.
+    async fn next(
+        &mut self,
+        store: &Store,
+        filter: &Filter,
+        count: u64,
+    ) -> Result<Option<Vec<DeadLetter>>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let start = match &self.after {
+            Some(a) => format!("({a}"),
+            None => self.start.clone(),
+        };
+        let page = range(store, &self.tenant, &start, &self.end, count).await?;
+        if (page.len() as u64) < count {
+            self.done = true;
+        }
+        match page.last() {
+            Some(l) => {
+                if id_key(&l.id) >= id_key(&self.end) {
+                    self.done = true;
+                }
+                self.after = Some(l.id.clone());
+            }
+            None => return Ok(None),
+        }
+        Ok(Some(
+            page.into_iter().filter(|d| filter.matches(d)).collect(),
+        ))
+    }
+}
+
+/// Entries read per stream page.
+const PAGE: u64 = 500;
+
+/// A page of [`list`].
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+pub struct DlqPage {
+    /// The dead letters, tenant by tenant (sorted), oldest first within a tenant.
+    pub dead_letters: Vec<DeadLetter>,
+    /// More dead letters match beyond `limit`.
+    pub more: bool,
+}
+
+/// Up to `limit` dead letters of `tenant`, oldest first (no other filter).
+pub async fn list(store: &Store, tenant: &str, limit: u64) -> Result<Vec<DeadLetter>, Error> {
+    range(store, tenant, "-", "+", limit).await
+}
+
+/// Up to `limit` dead letters that `filter` selects, tenant by tenant: what `dlq list` and
+/// `GET /admin/dlq` show. Errors: a malformed filter ([`Error::BadRequest`],
+/// [`Error::BadId`]); the store failing.
+pub async fn browse(store: &Store, filter: &Filter, limit: u64) -> Result<DlqPage, Error> {
+    filter.check()?;
+    let bounds = filter.bounds(store.now_ms().await?)?;
+    let mut out = DlqPage::default();
+    for t in filter_tenants(store, filter).await? {
+        let mut walk = Walk::new(store, &t, bounds).await?;
+        while let Some(page) = walk.next(store, filter, PAGE).await? {
+            for d in page {
+                if out.dead_letters.len() as u64 >= limit {
+                    out.more = true;
+                    return Ok(out);
+                }
+                out.dead_letters.push(d);
+            }
         }
     }
     Ok(out)
 }
 
-/// Number of dead letters of `tenant`.
-pub async fn count(store: &Store, tenant: &str) -> Result<u64, StoreError> {
-    Ok(store.client().xlen(store.keyspace().dlq(tenant)).await?)
+/// The hook a dead letter references, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct HookView {
+    /// Commit time (ms, Redis clock).
+    pub committed_at_ms: i64,
+    /// Producer headers.
+    pub headers: BTreeMap<String, String>,
+    /// Body size in bytes.
+    pub size: u64,
+    /// The body, when it is UTF-8.
+    pub body: Option<String>,
+    /// The body in standard base64, when it is not UTF-8.
+    pub body_base64: Option<String>,
+    /// Rows of the hook still pending or claimed.
+    pub rows_left: i64,
+    /// Dead letters that reference the hook.
+    pub dead_letters: i64,
+}
+
+/// One dead letter with its hook.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct DeadLetterDetail {
+    /// The dead letter.
+    #[serde(flatten)]
+    pub dead_letter: DeadLetter,
+    /// Its hook; absent when gone (then it cannot be replayed).
+    pub hook_body: Option<HookView>,
+}
+
+/// The dead letter `id` of `tenant` with its hook. Errors: [`Error::NotFound`].
+pub async fn show(store: &Store, tenant: &str, id: &str) -> Result<DeadLetterDetail, Error> {
+    crate::model::check_id("tenant", tenant)?;
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+        return Err(Error::BadRequest(format!(
+            "dead letter id {id:?}: expected <ms>-<n>"
+        )));
+    }
+    let d = range(store, tenant, id, id, 1)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::NotFound(format!("dead letter {tenant}/{id}")))?;
+    let hook_body = match d.hook {
+        None => None,
+        Some(h) => {
+            let v: Vec<Option<bytes::Bytes>> = store
+                .client()
+                .hmget(store.keyspace().hook(h), vec!["b", "h", "t", "n", "d"])
+                .await
+                .map_err(StoreError::from)?;
+            let text = |i: usize| {
+                v.get(i)
+                    .cloned()
+                    .flatten()
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+            };
+            match v.first().cloned().flatten() {
+                None => None,
+                Some(body) => {
+                    let headers = text(1)
+                        .filter(|s| !s.is_empty())
+                        .and_then(|s| serde_json::from_str(&s).ok())
+                        .unwrap_or_default();
+                    let (utf8, b64) = match std::str::from_utf8(&body) {
+                        Ok(s) => (Some(s.to_string()), None),
+                        Err(_) => {
+                            use base64::Engine;
+                            (
+                                None,
+                                Some(base64::engine::general_purpose::STANDARD.encode(&body)),
+                            )
+                        }
+                    };
+                    Some(HookView {
+                        committed_at_ms: text(2).and_then(|s| s.parse().ok()).unwrap_or(0),
+                        headers,
+                        size: body.len() as u64,
+                        body: utf8,
+                        body_base64: b64,
+                        rows_left: text(3).and_then(|s| s.parse().ok()).unwrap_or(0),
+                        dead_letters: text(4).and_then(|s| s.parse().ok()).unwrap_or(0),
+                    })
+                }
+            }
+        }
+    };
+    Ok(DeadLetterDetail {
+        dead_letter: d,
+        hook_body,
+    })
+}
+
+/// How [`replay`] paces itself and how much it does.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplayOptions {
+    /// Pause while the lag of the oldest due row is above this, ms. Default 5000.
+    pub max_lag_ms: u64,
+    /// Dead letters put back per step (one script call). Default 100.
+    pub batch: usize,
+    /// Replay at most this many. Default: all that match.
+    pub limit: Option<u64>,
+    /// Give up ([`Error::Unavailable`]) after pausing this long in one stretch, ms.
+    /// Default 60000.
+    pub max_pause_ms: u64,
+    /// Pace by [`pressure`]; `false` replays at once (the pipeline must absorb it).
+    /// Default true.
+    pub pace: bool,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            max_lag_ms: 5_000,
+            batch: 100,
+            limit: None,
+            max_pause_ms: 60_000,
+            pace: true,
+        }
+    }
+}
+
+/// What [`replay`] reports while it runs (for a progress bar).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayProgress {
+    /// The dead letters selected (before any is replayed).
+    Matched {
+        /// How many will be tried.
+        total: u64,
+    },
+    /// One more step done.
+    Step {
+        /// Tried so far (replayed or skipped).
+        done: u64,
+        /// Replayed so far.
+        replayed: u64,
+        /// Of this many.
+        total: u64,
+    },
+    /// Waiting for room: the window is full, the lag is over `max_lag_ms`, or there is no
+    /// live leader; `why` says which.
+    Paused {
+        /// In words.
+        why: String,
+    },
+    /// Room again after a pause.
+    Resumed,
+}
+
+/// What a [`replay`] did.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+pub struct ReplayReport {
+    /// Dead letters the filter selected (at most `limit`).
+    pub matched: u64,
+    /// Put back as due rows.
+    pub replayed: u64,
+    /// Gone before their turn (replayed or purged by someone else).
+    pub missing: u64,
+    /// Not replayable: their hook is gone; they stay until purged.
+    pub hook_gone: u64,
+    /// Their row is due or claimed already; they stay.
+    pub live: u64,
+    /// Times the replay paused for pressure.
+    pub pauses: u64,
+    /// Time spent paused, ms.
+    pub paused_ms: u64,
+}
+
+/// Poll interval while paused.
+const PACE_POLL: Duration = Duration::from_millis(100);
+
+/// Put the dead letters `filter` selects back as new due rows: attempts reset, retry
+/// horizon restarted, each entry deleted in the same atomic step (`dlq_replay.lua`).
+/// Before each step of `opts.batch` it waits for [`pressure`] to show room: the window
+/// not full and the lag at most `opts.max_lag_ms` (and a live leader). Only entries
+/// present when the replay starts are visited, so rows that fail again are not replayed
+/// twice by one call. `progress` sees each step.
+/// Errors: a malformed filter; [`Error::Unavailable`] after pausing `max_pause_ms` in one
+/// stretch or when Redis cannot answer (what was replayed stays replayed).
+pub async fn replay(
+    store: &Store,
+    filter: &Filter,
+    opts: &ReplayOptions,
+    mut progress: impl FnMut(ReplayProgress),
+) -> Result<ReplayReport, Error> {
+    filter.check()?;
+    let bounds = filter.bounds(store.now_ms().await?)?;
+    let limit = opts.limit.unwrap_or(u64::MAX);
+    let batch = opts.batch.clamp(1, 10_000);
+    // Pass 1: count, for the progress bar, on a snapshot of each stream's end.
+    let mut walks = Vec::new();
+    let mut total = 0u64;
+    for t in filter_tenants(store, filter).await? {
+        let walk = Walk::new(store, &t, bounds).await?;
+        let mut count_walk = walk.clone();
+        while total < limit {
+            match count_walk.next(store, filter, PAGE).await? {
+                Some(page) => total += page.len() as u64,
+                None => break,
+            }
+        }
+        walks.push(walk);
+    }
+    let total = total.min(limit);
+    progress(ReplayProgress::Matched { total });
+    let mut report = ReplayReport {
+        matched: total,
+        ..Default::default()
+    };
+    let mut done = 0u64;
+    let mut ids: Vec<String> = Vec::with_capacity(batch);
+    for mut walk in walks {
+        while done < total {
+            let Some(page) = walk.next(store, filter, batch as u64).await? else {
+                break;
+            };
+            for chunk in page.chunks(batch) {
+                ids.clear();
+                ids.extend(
+                    chunk
+                        .iter()
+                        .take((total - done) as usize)
+                        .map(|d| d.id.clone()),
+                );
+                if ids.is_empty() {
+                    break;
+                }
+                if opts.pace {
+                    wait_for_room(store, opts, &mut report, &mut progress, done, total).await?;
+                }
+                let r = store
+                    .dlq_replay(&walk.tenant, &ids)
+                    .await
+                    .map_err(|e| match e {
+                        StoreError::Redis(e) => Error::Unavailable(format!(
+                            "redis: {e}; {} of {total} replayed",
+                            report.replayed
+                        )),
+                        other => Error::Store(other),
+                    })?;
+                let mut counts = DlqReplayed {
+                    replayed: report.replayed,
+                    missing: report.missing,
+                    hook_gone: report.hook_gone,
+                    live: report.live,
+                };
+                counts += r;
+                report.replayed = counts.replayed;
+                report.missing = counts.missing;
+                report.hook_gone = counts.hook_gone;
+                report.live = counts.live;
+                done += ids.len() as u64;
+                progress(ReplayProgress::Step {
+                    done,
+                    replayed: report.replayed,
+                    total,
+                });
+            }
+        }
+    }
+    Ok(report)
+}
+
+async fn wait_for_room(
+    store: &Store,
+    opts: &ReplayOptions,
+    report: &mut ReplayReport,
+    progress: &mut impl FnMut(ReplayProgress),
+    done: u64,
+    total: u64,
+) -> Result<(), Error> {
+    let started = tokio::time::Instant::now();
+    let mut paused = false;
+    loop {
+        let why = match pressure(store).await {
+            Ok(Pressure {
+                window_full: false,
+                lag_ms,
+            }) if lag_ms <= opts.max_lag_ms => break,
+            Ok(Pressure {
+                window_full: true, ..
+            }) => "the in-flight window is full".to_string(),
+            Ok(Pressure { lag_ms, .. }) => {
+                format!("lag {lag_ms} ms is over {} ms", opts.max_lag_ms)
+            }
+            Err(Error::Unavailable(why)) => why,
+            Err(e) => return Err(e),
+        };
+        if !paused {
+            paused = true;
+            report.pauses += 1;
+            progress(ReplayProgress::Paused { why: why.clone() });
+        }
+        if started.elapsed() >= Duration::from_millis(opts.max_pause_ms) {
+            report.paused_ms += started.elapsed().as_millis() as u64;
+            return Err(Error::Unavailable(format!(
+                "replay paused for {} ms ({why}); {} of {total} dead letters replayed, {done} tried",
+                opts.max_pause_ms, report.replayed
+            )));
+        }
+        tokio::time::sleep(PACE_POLL).await;
+    }
+    if paused {
+        report.paused_ms += started.elapsed().as_millis() as u64;
+        progress(ReplayProgress::Resumed);
+    }
+    Ok(())
+}
+
+/// The retention of dead letters (and so of their hook bodies).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+pub struct Retention {
+    /// Dead letters older than this are purged, ms; 0: no age limit.
+    pub max_age_ms: u64,
+    /// Most dead letters kept per tenant, the oldest beyond it purged; 0: no limit.
+    pub max_per_tenant: u64,
+}
+
+impl From<&DlqConfig> for Retention {
+    fn from(c: &DlqConfig) -> Self {
+        Retention {
+            max_age_ms: c.max_age_ms,
+            max_per_tenant: c.max_per_tenant,
+        }
+    }
+}
+
+/// What [`purge`] deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurgeScope {
+    /// What the retention does not keep, in every tenant (or `tenant` only).
+    Retention {
+        /// The retention.
+        retention: Retention,
+        /// Only this tenant.
+        tenant: Option<String>,
+    },
+    /// Every dead letter the filter selects (an empty filter: all of them).
+    Matching(Filter),
+}
+
+/// What a [`purge`] did.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+pub struct PurgeReport {
+    /// Dead letters deleted (with the hook bodies no row or dead letter needed any more).
+    pub purged: u64,
+}
+
+/// Delete dead letters and the hook bodies only they kept (`dlq_purge.lua`, bounded calls).
+/// Errors: a malformed filter; the store failing.
+pub async fn purge(store: &Store, scope: &PurgeScope) -> Result<PurgeReport, Error> {
+    let mut report = PurgeReport::default();
+    match scope {
+        PurgeScope::Retention { retention, tenant } => {
+            if let Some(t) = tenant {
+                crate::model::check_id("tenant", t)?;
+            }
+            if retention.max_age_ms == 0 && retention.max_per_tenant == 0 {
+                return Ok(report);
+            }
+            let ts = match tenant {
+                Some(t) => vec![t.clone()],
+                None => tenants(store).await?,
+            };
+            for t in ts {
+                loop {
+                    let what = DlqPurge::Retain {
+                        max_age_ms: retention.max_age_ms,
+                        max_entries: retention.max_per_tenant,
+                        limit: PAGE,
+                    };
+                    let (n, more) = store.dlq_purge(&t, what).await?;
+                    report.purged += n;
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        PurgeScope::Matching(filter) => {
+            filter.check()?;
+            let bounds = filter.bounds(store.now_ms().await?)?;
+            for t in filter_tenants(store, filter).await? {
+                let mut walk = Walk::new(store, &t, bounds).await?;
+                while let Some(page) = walk.next(store, filter, PAGE).await? {
+                    let ids: Vec<String> = page.into_iter().map(|d| d.id).collect();
+                    if !ids.is_empty() {
+                        report.purged += store.dlq_purge(&t, DlqPurge::Ids(&ids)).await?.0;
+                    }
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Apply `config`'s retention to every tenant; the leader calls this every `dlq.sweep_ms`.
+pub async fn apply_retention(store: &Store, config: &DlqConfig) -> Result<u64, Error> {
+    let scope = PurgeScope::Retention {
+        retention: config.into(),
+        tenant: None,
+    };
+    Ok(purge(store, &scope).await?.purged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_bounds_are_epoch_ms_or_a_duration_ago() {
+        let now = 1_000_000_000;
+        assert_eq!(parse_time("123", now).unwrap(), 123);
+        assert_eq!(parse_time("15m", now).unwrap(), now - 900_000);
+        assert_eq!(parse_time("2h", now).unwrap(), now - 7_200_000);
+        assert_eq!(parse_time("500ms", now).unwrap(), now - 500);
+        assert_eq!(parse_time("7d", now).unwrap(), now - 7 * 86_400_000);
+        for bad in ["", "m", "5y", "-5m", "1.5h", "yesterday"] {
+            assert!(parse_time(bad, now).is_err(), "{bad}");
+        }
+    }
+
+    fn dl(source: &str, sink: u32, module: &str, reason: &str) -> DeadLetter {
+        DeadLetter {
+            id: "1-0".into(),
+            tenant: "t".into(),
+            source: source.into(),
+            row: format!("1.{sink}"),
+            hook: Some(1),
+            sink: Some(sink),
+            module: module.into(),
+            reason: reason.into(),
+            attempts: 1,
+            first_attempt_ms: None,
+            error: String::new(),
+            at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_filter_matches_source_sink_by_index_or_module_and_reason_by_kind_or_text() {
+        let d = dl("orders", 1, "http", "source_gone(orders)");
+        let f = |source: Option<&str>, sink: Option<&str>, reason: Option<&str>| Filter {
+            source: source.map(Into::into),
+            sink: sink.map(Into::into),
+            reason: reason.map(Into::into),
+            ..Default::default()
+        };
+        assert!(f(None, None, None).matches(&d));
+        assert!(f(Some("orders"), Some("1"), Some("source_gone")).matches(&d));
+        assert!(f(None, Some("http"), Some("source_gone(orders)")).matches(&d));
+        assert!(!f(Some("billing"), None, None).matches(&d));
+        assert!(!f(None, Some("0"), None).matches(&d));
+        assert!(!f(None, Some("sqs"), None).matches(&d));
+        assert!(!f(None, None, Some("source")).matches(&d));
+        assert!(!f(None, None, Some("permanent")).matches(&d));
+    }
 }

@@ -28,6 +28,12 @@ pub enum Error {
     /// No leader answers or the store cannot answer (R20, R21).
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A malformed operation request (a bad filter, a bad time bound).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The thing asked for does not exist (a dead letter, a source).
+    #[error("not found: {0}")]
+    NotFound(String),
     /// Something else (I/O of files, HTTP servers).
     #[error("{0}")]
     Other(String),
@@ -37,7 +43,9 @@ impl Error {
     /// The CLI exit code: 1 operation failed, 2 usage or config error, 3 unavailable.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::BadId(_) | Error::InvalidSource(_) => 2,
+            Error::Config(_) | Error::BadId(_) | Error::InvalidSource(_) | Error::BadRequest(_) => {
+                2
+            }
             Error::Commit(
                 CommitError::BadRequest(_)
                 | CommitError::TooLarge { .. }
@@ -47,6 +55,24 @@ impl Error {
             | Error::Commit(CommitError::Store(_))
             | Error::Unavailable(_) => 3,
             _ => 1,
+        }
+    }
+
+    /// The stable error code of the admin API's JSON errors (`{"error": {"code": …}}`),
+    /// documented in `docs/operations.md`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "invalid_config",
+            Error::BadId(_) | Error::BadRequest(_) | Error::InvalidSource(_) => "bad_request",
+            Error::Commit(CommitError::BadRequest(_)) => "bad_request",
+            Error::Commit(CommitError::TooLarge { .. }) => "too_large",
+            Error::Commit(CommitError::UnknownSource { .. }) => "unknown_source",
+            Error::NotFound(_) => "not_found",
+            Error::Store(StoreError::Redis(_))
+            | Error::Commit(CommitError::Store(_))
+            | Error::Unavailable(_) => "unavailable",
+            Error::EvictingRedis(_) => "evicting_redis",
+            Error::Store(_) | Error::Other(_) => "failed",
         }
     }
 }

@@ -6,6 +6,8 @@ use ankusa::model::SourceSpec;
 use ankusa::store::Store;
 use ankusa::{Error, Hook, Producer, Worker};
 use clap::{Parser, Subcommand};
+
+mod cli_ops;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,6 +35,9 @@ struct Cli {
         env = "ANKUSA_LOG_FORMAT"
     )]
     log_format: LogFormat,
+    /// Print JSON for scripts (errors too: `{"error": {"code", "message"}}` on stdout).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -81,12 +86,35 @@ enum Cmd {
     },
     /// Block until nothing is claimed, running or due; print the rows settled (R23).
     Tick {
-        /// Print JSON.
+        /// Give up after this long (exit 3), ms; default: wait as long as it takes.
         #[arg(long)]
-        json: bool,
+        timeout_ms: Option<u64>,
     },
-    /// Spare capacity for replay jobs: lag of the oldest due row and window state (R21).
+    /// Spare capacity for replay jobs: lag of the oldest due row and window state (R21);
+    /// exit 3 when no leader is live.
     Pressure,
+    /// Dead-letter every pending row of a source as source_gone(SOURCE); print the count (R20).
+    DeadLetterSource {
+        /// Tenant id.
+        tenant: String,
+        /// Source id.
+        source: String,
+        /// Deadline of the whole call, ms (exit 3 past it; calling again finishes the walk).
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
+    },
+    /// Make running workers re-read their config file and take the new dispatch limits (R22).
+    Reconfigure {
+        /// Admin base URL of a worker (repeat for every worker of the pool); default:
+        /// `http://<admin.listen>` of the config.
+        #[arg(long)]
+        admin: Vec<String>,
+        /// Bearer token; default: the config's `admin.token`.
+        #[arg(long)]
+        token: Option<String>,
+    },
+    /// Print the admin API's OpenAPI document (JSON), generated from the code.
+    Openapi,
     /// Running totals: committed, delivered, dead-lettered, dropped.
     Stats,
     /// Dead letters.
@@ -112,7 +140,7 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum ConfigCmd {
-    /// Validate FILE (plus environment overrides); exit 2 naming each bad key.
+    /// Validate FILE (plus environment overrides); exit 2 naming each bad key (R24).
     Check { file: Option<PathBuf> },
     /// Print the commented default config.
     Default,
@@ -136,14 +164,49 @@ enum SourceCmd {
 
 #[derive(Subcommand)]
 enum DlqCmd {
-    /// List dead letters (all tenants, or one).
+    /// List dead letters, oldest first per tenant.
     List {
-        #[arg(long)]
-        tenant: Option<String>,
+        #[command(flatten)]
+        filter: cli_ops::FilterArgs,
+        /// Show at most this many.
         #[arg(long, default_value_t = 100)]
         limit: u64,
+    },
+    /// Show one dead letter with its hook (body and headers).
+    Show {
+        /// Tenant id.
+        tenant: String,
+        /// Dead letter id (`<ms>-<n>`, as `dlq list` prints it).
+        id: String,
+    },
+    /// Put dead letters back as new due rows (attempts reset, horizon restarted), paced by pressure.
+    Replay {
+        #[command(flatten)]
+        filter: cli_ops::FilterArgs,
+        /// Pause while the oldest due row is more than this late, ms.
+        #[arg(long, default_value_t = 5_000)]
+        max_lag_ms: u64,
+        /// Dead letters put back per step.
+        #[arg(long, default_value_t = 100)]
+        batch: usize,
+        /// Replay at most this many.
         #[arg(long)]
-        json: bool,
+        limit: Option<u64>,
+        /// Give up (exit 3) after pausing this long in one stretch, ms.
+        #[arg(long, default_value_t = 60_000)]
+        max_pause_ms: u64,
+        /// Do not pace by pressure: put everything back at once.
+        #[arg(long)]
+        no_pace: bool,
+    },
+    /// Delete dead letters and the hook bodies only they keep. With no filter and no
+    /// --all: apply the retention of [dlq] (max_age_ms, max_per_tenant).
+    Purge {
+        #[command(flatten)]
+        filter: cli_ops::FilterArgs,
+        /// Delete every dead letter (of --tenant, if given).
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -223,8 +286,12 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 cfg.instance = i.clone();
             }
             cfg.validate()?;
-            print!("{}", cfg.redacted_toml());
-            eprintln!("config ok");
+            if cli.json {
+                println!("{}", serde_json::json!({"ok": true}));
+            } else {
+                print!("{}", cfg.redacted_toml());
+                eprintln!("config ok");
+            }
             Ok(())
         }
         Cmd::Demo(args) => ankusa::demo::run(args.clone()).await.map(|_| ()),
@@ -244,19 +311,35 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let worker = Arc::new(Worker::start(cfg.clone(), name.as_deref()).await?);
             let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
             let stop = tokio_util::sync::CancellationToken::new();
+            let reload: ankusa::admin::Reload = {
+                let (path, instance) = (cli.config.clone(), cfg.instance.clone());
+                Arc::new(move || {
+                    let mut c = Config::load(path.as_deref())?;
+                    c.instance = instance.clone();
+                    Ok(c)
+                })
+            };
             let st = ankusa::admin::AdminState {
                 worker: worker.clone(),
                 producer,
                 metrics: handle,
                 token: cfg.admin.token.clone(),
+                reload: Some(reload.clone()),
             };
             let bound = listener
                 .local_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_default();
+            let loopback = listener
+                .local_addr()
+                .map(|a| a.ip().is_loopback())
+                .unwrap_or(true);
             let admin = tokio::spawn(ankusa::admin::serve(listener, st, stop.clone()));
             tracing::info!(listen = %bound, node = worker.node_id(), "admin server up");
-            wait_for_signal(&worker, cli.config.as_deref(), &cfg).await;
+            if !loopback && cfg.admin.token.is_none() {
+                tracing::warn!(listen = %bound, "the admin API is reachable beyond loopback without a token: set admin.token");
+            }
+            wait_for_signal(&worker, &reload).await;
             tracing::info!("shutting down");
             stop.cancel();
             let _ = admin.await;
@@ -359,22 +442,25 @@ async fn run(cli: Cli) -> Result<(), Error> {
             );
             Ok(())
         }
-        Cmd::Tick { json } => {
-            let cfg = load_config(&cli)?;
-            let s = store(&cfg).await?;
-            let n = ankusa::ops::tick(&s, None).await?;
-            if *json {
-                println!("{}", serde_json::json!({"settled": n}));
-            } else {
-                println!("idle; {n} rows settled while waiting");
-            }
-            Ok(())
+        Cmd::Tick { timeout_ms } => cli_ops::tick(&load_config(&cli)?, *timeout_ms, cli.json).await,
+        Cmd::Pressure => cli_ops::pressure(&load_config(&cli)?, cli.json).await,
+        Cmd::DeadLetterSource {
+            tenant,
+            source,
+            timeout_ms,
+        } => {
+            cli_ops::dead_letter_source(&load_config(&cli)?, tenant, source, *timeout_ms, cli.json)
+                .await
         }
-        Cmd::Pressure => {
-            let cfg = load_config(&cli)?;
-            let s = store(&cfg).await?;
-            let p = ankusa::ops::pressure(&s).await?;
-            println!("{}", serde_json::to_string(&p).unwrap_or_default());
+        Cmd::Reconfigure { admin, token } => {
+            cli_ops::reconfigure(&load_config(&cli)?, admin, token.clone(), cli.json).await
+        }
+        Cmd::Openapi => {
+            let doc = ankusa::admin::openapi();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&doc).map_err(|e| Error::Other(e.to_string()))?
+            );
             Ok(())
         }
         Cmd::Stats => {
@@ -386,39 +472,35 @@ async fn run(cli: Cli) -> Result<(), Error> {
             );
             Ok(())
         }
-        Cmd::Dlq {
-            cmd:
-                DlqCmd::List {
-                    tenant,
-                    limit,
-                    json,
-                },
-        } => {
+        Cmd::Dlq { cmd } => {
             let cfg = load_config(&cli)?;
             let s = store(&cfg).await?;
-            let tenants = match tenant {
-                Some(t) => vec![t.clone()],
-                None => ankusa::dlq::tenants(&s).await?,
-            };
-            for t in tenants {
-                for d in ankusa::dlq::list(&s, &t, *limit).await? {
-                    if *json {
-                        println!("{}", serde_json::to_string(&d).unwrap_or_default());
-                    } else {
-                        println!(
-                            "{}  {:<12} {:<16} row {:<10} {:<28} attempts {:<3} {}",
-                            d.id,
-                            d.get("tenant"),
-                            d.get("source"),
-                            d.get("row"),
-                            d.get("reason"),
-                            d.get("attempts"),
-                            d.get("error")
-                        );
-                    }
+            match cmd {
+                DlqCmd::List { filter, limit } => {
+                    cli_ops::dlq_list(&s, filter, *limit, cli.json).await
+                }
+                DlqCmd::Show { tenant, id } => cli_ops::dlq_show(&s, tenant, id).await,
+                DlqCmd::Replay {
+                    filter,
+                    max_lag_ms,
+                    batch,
+                    limit,
+                    max_pause_ms,
+                    no_pace,
+                } => {
+                    let opts = ankusa::dlq::ReplayOptions {
+                        max_lag_ms: *max_lag_ms,
+                        batch: *batch,
+                        limit: *limit,
+                        max_pause_ms: *max_pause_ms,
+                        pace: !*no_pace,
+                    };
+                    cli_ops::dlq_replay(&s, filter, &opts, cli.json).await
+                }
+                DlqCmd::Purge { filter, all } => {
+                    cli_ops::dlq_purge(&s, &cfg, filter, *all, cli.json).await
                 }
             }
-            Ok(())
         }
     }
 }
@@ -483,8 +565,9 @@ async fn receiver(listen: std::net::SocketAddr, fail: &[(String, f64)]) -> Resul
     }
 }
 
-/// SIGTERM/SIGINT end the worker gracefully; SIGHUP reloads the limits (R22).
-async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
+/// SIGTERM/SIGINT end the worker gracefully; SIGHUP re-reads the config file and takes the
+/// new limits (R22), like `POST /admin/reconfigure`.
+async fn wait_for_signal(worker: &Worker, reload: &ankusa::admin::Reload) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
@@ -499,14 +582,8 @@ async fn wait_for_signal(worker: &Worker, path: Option<&Path>, base: &Config) {
             _ = term.recv() => return,
             _ = int.recv() => return,
             _ = hup.recv() => {
-                match Config::load(path) {
-                    Ok(mut c) => {
-                        c.instance = base.instance.clone();
-                        match worker.reconfigure(&c) {
-                            Ok(()) => tracing::info!("SIGHUP: limits reloaded"),
-                            Err(e) => tracing::error!(error = %e, "SIGHUP: config refused; limits unchanged"),
-                        }
-                    }
+                match reload().and_then(|c| worker.reconfigure(&c)) {
+                    Ok(()) => tracing::info!("SIGHUP: limits reloaded"),
                     Err(e) => tracing::error!(error = %e, "SIGHUP: config refused; limits unchanged"),
                 }
             }
@@ -524,8 +601,13 @@ async fn main() {
         "warn,fred=error"
     };
     init_logs(cli.log_format, default);
+    let json = cli.json;
     if let Err(e) = run(cli).await {
-        eprintln!("error: {e}");
+        if json {
+            println!("{}", cli_ops::error_json(&e));
+        } else {
+            eprintln!("error: {e}");
+        }
         std::process::exit(e.exit_code());
     }
 }

@@ -1,8 +1,19 @@
-//! Operations any process can run against an instance (R21, R23).
+//! Operations any process can run against an instance (R20–R24): each is a library call
+//! here, an admin HTTP endpoint ([`crate::admin`]) and an `ankusa` command.
+//!
+//! | operation | library | admin HTTP | CLI |
+//! | --- | --- | --- | --- |
+//! | dead_letter_source (R20) | [`dead_letter_source`] | `POST /admin/dead_letter_source` | `ankusa dead-letter-source` |
+//! | pressure (R21) | [`pressure`] | `GET /admin/pressure` | `ankusa pressure` |
+//! | reconfigure (R22) | [`crate::Worker::reconfigure`] | `POST /admin/reconfigure` | `ankusa reconfigure` |
+//! | tick (R23) | [`tick`], [`crate::Worker::tick`] | `POST /admin/tick` | `ankusa tick` |
+//! | validate_config (R24) | [`validate_config`] | `POST /admin/config/check` | `ankusa config check` |
+//! | dead letters | [`crate::dlq`] | `/admin/dlq…` | `ankusa dlq list\|show\|replay\|purge` |
 
+use crate::config::{Config, ConfigError};
 use crate::error::Error;
 use crate::scheduler::SchedulerState;
-use crate::store::Store;
+use crate::store::{PressureRead, SourcePage, SourcePhase, Store, StoreError};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -36,7 +47,9 @@ pub async fn tick(
 }
 
 /// The spare capacity a replay job may use now (R21).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct Pressure {
     /// Lag of the oldest due row (ms; 0 when nothing is due).
     pub lag_ms: u64,
@@ -44,52 +57,132 @@ pub struct Pressure {
     pub window_full: bool,
 }
 
-/// Read [`Pressure`] from Redis: the lag from the tenants at the front of the line, the
-/// window from the state the leader publishes with a short TTL. `Unavailable` when no
-/// leader published recently or Redis cannot answer.
+/// Tenants at the front of the line that [`pressure`] looks at for the oldest due row.
+pub const PRESSURE_TENANTS: usize = 1_000;
+
+/// Read [`Pressure`] in one atomic script (`pressure.lua`): the lag of the oldest due row
+/// from the heads of the (first 1 000) tenants in line, the window state from what the
+/// leader holding the lease publishes every second with a 3 s TTL.
+/// Errors: [`Error::Unavailable`] when nobody holds the lease, the leader has not
+/// published (it died or is starting), or Redis cannot answer.
 pub async fn pressure(store: &Store) -> Result<Pressure, Error> {
-    use fred::prelude::{KeysInterface, SortedSetsInterface};
-    let ks = store.keyspace();
-    let c = store.client();
-    let window: Option<String> = c
-        .get(ks.window())
-        .await
-        .map_err(|e| Error::Unavailable(e.to_string()))?;
-    let Some(window) = window else {
-        return Err(Error::Unavailable("no live leader".into()));
-    };
-    let state: SchedulerState = serde_json::from_str(&window)
-        .map_err(|e| Error::Unavailable(format!("leader state: {e}")))?;
-    let now = store
-        .now_ms()
-        .await
-        .map_err(|e| Error::Unavailable(e.to_string()))?;
-    // The oldest due row is at the head of some tenant at the front of the line.
-    let front: Vec<String> = c
-        .zrangebyscore(ks.tenants(), "-inf", now, false, Some((0, 64)))
-        .await
-        .map_err(|e| Error::Unavailable(e.to_string()))?;
-    let mut oldest: Option<i64> = None;
-    if !front.is_empty() {
-        let pipe = c.pipeline();
-        for t in &front {
-            let _: () = pipe
-                .zrange(ks.due(t), 0, 0, None, false, None, true)
-                .await
-                .map_err(|e| Error::Unavailable(e.to_string()))?;
-        }
-        let heads: Vec<fred::types::Value> = pipe
-            .all()
-            .await
-            .map_err(|e| Error::Unavailable(e.to_string()))?;
-        oldest = heads
-            .iter()
-            .filter_map(crate::store::first_score)
-            .filter(|s| *s <= now)
-            .min();
+    match store.pressure(PRESSURE_TENANTS).await {
+        Ok(PressureRead::Ok {
+            lag_ms,
+            window_full,
+        }) => Ok(Pressure {
+            lag_ms,
+            window_full,
+        }),
+        Ok(PressureRead::Unavailable(why)) => Err(Error::Unavailable(why)),
+        Err(e) => Err(unavailable(e)),
     }
-    Ok(Pressure {
-        lag_ms: oldest.map_or(0, |o| (now - o).max(0) as u64),
-        window_full: state.window_full,
-    })
+}
+
+fn unavailable(e: StoreError) -> Error {
+    match e {
+        StoreError::Redis(e) => Error::Unavailable(format!("redis: {e}")),
+        other => Error::Store(other),
+    }
+}
+
+/// What [`dead_letter_source`] did (R20).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+pub struct SourceDeadLettered {
+    /// Pending rows dead-lettered as `source_gone(<source>)`: R20's count.
+    pub count: u64,
+    /// Pending rows of the tenant dropped because their hook was gone (not counted).
+    pub dropped: u64,
+}
+
+/// Rows looked at per `dead_letter_source.lua` call: bounds how long one call holds Redis.
+pub const DEAD_LETTER_SOURCE_PAGE: usize = 500;
+
+/// Dead-letter every pending row of `tenant`'s source `source` now as
+/// `source_gone(<source>)` and return how many (R20), for deleting a source that still
+/// has a backlog. Rows of the tenant whose hook is gone are dropped and not counted. Rows
+/// claimed by a running attempt are left to settle; one that comes back pending after the
+/// source is deleted is dead-lettered `source_gone` when it is next claimed.
+///
+/// The walk is a loop of bounded atomic script calls, first over the source's ordered lanes
+/// (their waiting members), then over `due:<tenant>` (a dead-lettered lane head releases
+/// its lane, R11), so no claim can race a row, and other work goes on between pages. The
+/// call needs a live leader: one that holds the lease and has published its window state
+/// (as for [`pressure`]).
+/// Errors: [`Error::BadId`] for a malformed id; [`Error::Unavailable`] when no leader holds
+/// the lease, Redis cannot answer, or `deadline` passes (the rows dead-lettered so far stay
+/// so; calling again finishes the walk).
+pub async fn dead_letter_source(
+    store: &Store,
+    tenant: &str,
+    source: &str,
+    deadline: Duration,
+) -> Result<SourceDeadLettered, Error> {
+    crate::model::check_id("tenant", tenant)?;
+    crate::model::check_id("source", source)?;
+    let started = tokio::time::Instant::now();
+    let mut total = SourceDeadLettered::default();
+    for phase in [SourcePhase::Lanes, SourcePhase::Due] {
+        let mut cursor = "0".to_string();
+        loop {
+            let page = tokio::time::timeout_at(
+                started + deadline,
+                store.dead_letter_source(tenant, source, phase, &cursor, DEAD_LETTER_SOURCE_PAGE),
+            )
+            .await;
+            let page = match page {
+                Err(_) => {
+                    return Err(Error::Unavailable(format!(
+                        "dead_letter_source {tenant}/{source}: deadline of {} ms passed after {} rows dead-lettered; call again to finish",
+                        deadline.as_millis(),
+                        total.count
+                    )))
+                }
+                Ok(r) => r.map_err(unavailable)?,
+            };
+            match page {
+                SourcePage::Unavailable => {
+                    return Err(Error::Unavailable(format!(
+                        "no live leader: the pipeline is down ({} rows dead-lettered before)",
+                        total.count
+                    )))
+                }
+                SourcePage::Page {
+                    cursor: next,
+                    dead_lettered,
+                    dropped,
+                } => {
+                    total.count += dead_lettered;
+                    total.dropped += dropped;
+                    if next == "0" {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Check a config (R24): every `dispatch.*` / `retry.*` key and the rest; the error names
+/// each bad key, e.g. `dispatch.tenants.acme.max_inflight: must be > 0`.
+pub fn validate_config(config: &Config) -> Result<(), Error> {
+    Ok(config.validate()?)
+}
+
+/// Parse and check a config file's text (defaults for missing keys, no environment):
+/// unknown keys and wrong types are named with their key path too (R24).
+pub fn validate_config_toml(toml: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(toml)
 }

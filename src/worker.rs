@@ -110,6 +110,27 @@ impl Worker {
                 }
             }));
         }
+        // Dead-letter retention (count and age per tenant), applied by the leader only.
+        if config.dlq.sweep_ms > 0 {
+            let (store, state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
+            let dlq = config.dlq.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(dlq.sweep_ms)) => {}
+                        _ = shutdown.cancelled() => break,
+                    }
+                    if !state.borrow().leading {
+                        continue;
+                    }
+                    match crate::dlq::apply_retention(&store, &dlq).await {
+                        Ok(0) => {}
+                        Ok(n) => info!(purged = n, "dead-letter retention applied"),
+                        Err(e) => warn!(error = %e, "dead-letter retention failed; will try again"),
+                    }
+                }
+            }));
+        }
         let node = Node {
             store: store.clone(),
             node_id: node_id.clone(),

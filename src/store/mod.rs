@@ -3,6 +3,7 @@
 //! is decoded here into Rust types; error text is never matched except
 //! `NOSCRIPT`, which fred's reload handles.
 
+mod ops;
 pub mod scripts;
 
 use crate::keyspace::Keyspace;
@@ -12,6 +13,7 @@ use fred::prelude::*;
 use fred::types::{Expiration, Value};
 use std::time::{Duration, Instant};
 
+pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use scripts::{LuaScript, Scripts};
 
 /// Errors of store calls.

@@ -27,6 +27,14 @@ pub const REQUEUE_CLAIMED: &str = lua!("requeue_claimed.lua");
 pub const IDLE: &str = lua!("idle.lua");
 /// The source of `lease.lua` (R25).
 pub const LEASE: &str = lua!("lease.lua");
+/// The source of `dead_letter_source.lua` (R20).
+pub const DEAD_LETTER_SOURCE: &str = lua!("dead_letter_source.lua");
+/// The source of `pressure.lua` (R21).
+pub const PRESSURE: &str = lua!("pressure.lua");
+/// The source of `dlq_replay.lua` (dead-letter replay).
+pub const DLQ_REPLAY: &str = lua!("dlq_replay.lua");
+/// The source of `dlq_purge.lua` (dead-letter purge and retention).
+pub const DLQ_PURGE: &str = lua!("dlq_purge.lua");
 
 /// A script with its name (the metric label) and SHA.
 #[derive(Debug, Clone)]
@@ -61,6 +69,14 @@ pub struct Scripts {
     pub lease: LuaScript,
     /// `idle.lua`.
     pub idle: LuaScript,
+    /// `dead_letter_source.lua`.
+    pub dead_letter_source: LuaScript,
+    /// `pressure.lua`.
+    pub pressure: LuaScript,
+    /// `dlq_replay.lua`.
+    pub dlq_replay: LuaScript,
+    /// `dlq_purge.lua`.
+    pub dlq_purge: LuaScript,
 }
 
 impl Default for Scripts {
@@ -72,13 +88,17 @@ impl Default for Scripts {
             requeue_claimed: LuaScript::new("requeue_claimed", REQUEUE_CLAIMED),
             lease: LuaScript::new("lease", LEASE),
             idle: LuaScript::new("idle", IDLE),
+            dead_letter_source: LuaScript::new("dead_letter_source", DEAD_LETTER_SOURCE),
+            pressure: LuaScript::new("pressure", PRESSURE),
+            dlq_replay: LuaScript::new("dlq_replay", DLQ_REPLAY),
+            dlq_purge: LuaScript::new("dlq_purge", DLQ_PURGE),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 6] {
+    pub fn all(&self) -> [&LuaScript; 10] {
         [
             &self.commit,
             &self.claim,
@@ -86,6 +106,10 @@ impl Scripts {
             &self.requeue_claimed,
             &self.lease,
             &self.idle,
+            &self.dead_letter_source,
+            &self.pressure,
+            &self.dlq_replay,
+            &self.dlq_purge,
         ]
     }
 }

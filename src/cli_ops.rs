@@ -1,0 +1,344 @@
+//! The operation commands of the `ankusa` CLI (R20–R24, dead letters): each prints a human
+//! table or, with `--json`, one JSON document on stdout. Exit codes come from
+//! [`Error::exit_code`]: 0 ok, 1 failed, 2 usage or config error, 3 unavailable.
+
+use ankusa::config::Config;
+use ankusa::dlq::{self, Filter, PurgeScope, ReplayOptions, ReplayProgress};
+use ankusa::store::Store;
+use ankusa::{ops, Error};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Filters shared by the `dlq` commands.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct FilterArgs {
+    /// Only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only this source id.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only this sink: an index (0) or a module (http).
+    #[arg(long)]
+    pub sink: Option<String>,
+    /// Only this reason: a kind (permanent, source_gone…) or the whole text.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Dead-lettered at or after: ms since the epoch, or a duration ago (90s, 15m, 2h, 7d).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Dead-lettered at or before: ms since the epoch, or a duration ago.
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+impl From<&FilterArgs> for Filter {
+    fn from(a: &FilterArgs) -> Filter {
+        Filter {
+            tenant: a.tenant.clone(),
+            source: a.source.clone(),
+            sink: a.sink.clone(),
+            reason: a.reason.clone(),
+            since: a.since.clone(),
+            until: a.until.clone(),
+        }
+    }
+}
+
+/// `{"error": {"code", "message"}}`, as the admin API answers.
+pub fn error_json(e: &Error) -> serde_json::Value {
+    let mut detail = serde_json::json!({"code": e.code(), "message": e.to_string()});
+    if let Error::Config(c) = e {
+        if !c.problems().is_empty() {
+            detail["problems"] = serde_json::to_value(c.problems()).unwrap_or_default();
+        }
+    }
+    serde_json::json!({ "error": detail })
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
+    println!(
+        "{}",
+        serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()))?
+    );
+    Ok(())
+}
+
+async fn connect(cfg: &Config) -> Result<Store, Error> {
+    Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms)
+        .await
+        .map_err(|e| Error::Unavailable(format!("redis at {}: {e}", cfg.redis.url)))
+}
+
+/// `ankusa tick` (R23).
+pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(), Error> {
+    let s = connect(cfg).await?;
+    let n = match timeout_ms {
+        None => ops::tick(&s, None).await?,
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), ops::tick(&s, None))
+            .await
+            .map_err(|_| Error::Unavailable(format!("still busy after {ms} ms")))??,
+    };
+    if json {
+        print_json(&serde_json::json!({ "settled": n }))
+    } else {
+        println!("idle; {n} rows settled while waiting");
+        Ok(())
+    }
+}
+
+/// `ankusa pressure` (R21).
+pub async fn pressure(cfg: &Config, json: bool) -> Result<(), Error> {
+    let s = connect(cfg).await?;
+    let p = ops::pressure(&s).await?;
+    if json {
+        print_json(&p)
+    } else {
+        println!("lag_ms       {}\nwindow_full  {}", p.lag_ms, p.window_full);
+        Ok(())
+    }
+}
+
+/// `ankusa dead-letter-source` (R20).
+pub async fn dead_letter_source(
+    cfg: &Config,
+    tenant: &str,
+    source: &str,
+    timeout_ms: u64,
+    json: bool,
+) -> Result<(), Error> {
+    let s = connect(cfg).await?;
+    let r = ops::dead_letter_source(&s, tenant, source, Duration::from_millis(timeout_ms)).await?;
+    if json {
+        print_json(&r)
+    } else {
+        println!(
+            "dead-lettered {} pending rows of {tenant}/{source} as source_gone({source}); dropped {} whose hook was gone",
+            r.count, r.dropped
+        );
+        Ok(())
+    }
+}
+
+fn admin_url(base: &str) -> String {
+    let base = base.trim_end_matches('/');
+    if base.starts_with("http://") || base.starts_with("https://") {
+        base.to_string()
+    } else {
+        format!("http://{base}")
+    }
+}
+
+/// `ankusa reconfigure` (R22): `POST /admin/reconfigure` on each worker.
+pub async fn reconfigure(
+    cfg: &Config,
+    admins: &[String],
+    token: Option<String>,
+    json: bool,
+) -> Result<(), Error> {
+    let admins: Vec<String> = if admins.is_empty() {
+        vec![cfg.admin.listen.clone()]
+    } else {
+        admins.to_vec()
+    };
+    let token = token.or_else(|| cfg.admin.token.clone());
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(
+            cfg.redis.command_timeout_ms.max(1_000) * 2,
+        ))
+        .build()
+        .map_err(|e| Error::Other(format!("http client: {e}")))?;
+    let mut results = Vec::new();
+    let mut worst: Option<Error> = None;
+    for a in &admins {
+        let url = format!("{}/admin/reconfigure", admin_url(a));
+        let mut req = client.post(&url);
+        if let Some(t) = &token {
+            req = req.bearer_auth(t);
+        }
+        let outcome = match req.send().await {
+            Err(e) => Err(Error::Unavailable(format!("{url}: {e}"))),
+            Ok(resp) => {
+                let status = resp.status();
+                let body: serde_json::Value = match resp.bytes().await {
+                    Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
+                    Err(_) => serde_json::Value::Null,
+                };
+                if status.is_success() {
+                    Ok(body)
+                } else {
+                    let code = body["error"]["code"]
+                        .as_str()
+                        .unwrap_or("failed")
+                        .to_string();
+                    let mut msg = format!(
+                        "{url}: {}",
+                        body["error"]["message"].as_str().unwrap_or(status.as_str())
+                    );
+                    if let Some(problems) = body["error"]["problems"].as_array() {
+                        for p in problems {
+                            msg.push_str(&format!(
+                                "\n  {}: {}",
+                                p["key"].as_str().unwrap_or(""),
+                                p["message"].as_str().unwrap_or("")
+                            ));
+                        }
+                    }
+                    Err(match code.as_str() {
+                        "invalid_config" | "bad_request" | "unauthorized" | "no_config_source" => {
+                            Error::BadRequest(msg)
+                        }
+                        "unavailable" => Error::Unavailable(msg),
+                        _ => Error::Other(msg),
+                    })
+                }
+            }
+        };
+        match outcome {
+            Ok(limits) => {
+                if !json {
+                    println!(
+                        "{a}: reconfigured (concurrency {}, sink_concurrency {}, {} tenant entries)",
+                        limits["concurrency"], limits["sink_concurrency"],
+                        limits["tenants"].as_object().map_or(0, |t| t.len())
+                    );
+                }
+                results.push(serde_json::json!({"admin": a, "ok": true, "limits": limits}));
+            }
+            Err(e) => {
+                if !json {
+                    eprintln!("{a}: {e}");
+                }
+                results.push(
+                    serde_json::json!({"admin": a, "ok": false, "error": error_json(&e)["error"]}),
+                );
+                if worst
+                    .as_ref()
+                    .map_or(true, |w| e.exit_code() > w.exit_code())
+                {
+                    worst = Some(e);
+                }
+            }
+        }
+    }
+    if json {
+        print_json(&serde_json::json!({ "workers": results }))?;
+    }
+    match worst {
+        None => Ok(()),
+        Some(e) if json => std::process::exit(e.exit_code()),
+        Some(e) => Err(e),
+    }
+}
+
+/// `ankusa dlq list`.
+pub async fn dlq_list(s: &Store, filter: &FilterArgs, limit: u64, json: bool) -> Result<(), Error> {
+    let page = dlq::browse(s, &filter.into(), limit).await?;
+    if json {
+        return print_json(&page);
+    }
+    println!(
+        "{:<16} {:<12} {:<16} {:<10} {:<6} {:<28} {:>8}  ERROR",
+        "ID", "TENANT", "SOURCE", "ROW", "MODULE", "REASON", "ATTEMPTS"
+    );
+    for d in &page.dead_letters {
+        let mut err = d.error.replace('\n', " ");
+        if err.len() > 60 {
+            let mut cut = 60;
+            while !err.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            err.truncate(cut);
+            err.push('…');
+        }
+        println!(
+            "{:<16} {:<12} {:<16} {:<10} {:<6} {:<28} {:>8}  {err}",
+            d.id, d.tenant, d.source, d.row, d.module, d.reason, d.attempts
+        );
+    }
+    if page.more {
+        println!("… more match: narrow the filter or raise --limit");
+    }
+    Ok(())
+}
+
+/// `ankusa dlq show`.
+pub async fn dlq_show(s: &Store, tenant: &str, id: &str) -> Result<(), Error> {
+    let d = dlq::show(s, tenant, id).await?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&d).map_err(|e| Error::Other(e.to_string()))?
+    );
+    Ok(())
+}
+
+/// `ankusa dlq replay`: a progress bar on stderr unless `--json`.
+pub async fn dlq_replay(
+    s: &Store,
+    filter: &FilterArgs,
+    opts: &ReplayOptions,
+    json: bool,
+) -> Result<(), Error> {
+    let bar = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(0)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} replay [{bar:40}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let r = dlq::replay(s, &filter.into(), opts, |p| match p {
+        ReplayProgress::Matched { total } => bar.set_length(total),
+        ReplayProgress::Step { done, .. } => bar.set_position(done),
+        ReplayProgress::Paused { why } => bar.set_message(format!("paused: {why}")),
+        ReplayProgress::Resumed => bar.set_message(""),
+    })
+    .await;
+    bar.finish_and_clear();
+    let r = r?;
+    if json {
+        print_json(&r)
+    } else {
+        println!(
+            "replayed {} of {} dead letters (hook gone: {}, row live: {}, gone meanwhile: {}); paused {} times, {} ms",
+            r.replayed, r.matched, r.hook_gone, r.live, r.missing, r.pauses, r.paused_ms
+        );
+        Ok(())
+    }
+}
+
+/// `ankusa dlq purge`: by filter, `--all`, or (neither) the configured retention.
+pub async fn dlq_purge(
+    s: &Store,
+    cfg: &Config,
+    filter: &FilterArgs,
+    all: bool,
+    json: bool,
+) -> Result<(), Error> {
+    let filter: Filter = filter.into();
+    let retention_only = !all && filter.is_empty();
+    let scope = if retention_only {
+        PurgeScope::Retention {
+            retention: (&cfg.dlq).into(),
+            tenant: None,
+        }
+    } else {
+        PurgeScope::Matching(filter)
+    };
+    let r = dlq::purge(s, &scope).await?;
+    if json {
+        print_json(&r)
+    } else {
+        if retention_only {
+            println!(
+                "purged {} dead letters past the retention (max_age_ms {}, max_per_tenant {})",
+                r.purged, cfg.dlq.max_age_ms, cfg.dlq.max_per_tenant
+            );
+        } else {
+            println!("purged {} dead letters", r.purged);
+        }
+        Ok(())
+    }
+}
