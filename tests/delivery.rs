@@ -99,22 +99,25 @@ async fn a_404_or_410_dead_letters_the_row_at_once_as_permanent() {
         (1, 1)
     );
     let mut dead = env.dead_letters("acme").await;
-    dead.sort_by(|a, b| a.get("row").cmp(b.get("row")));
+    dead.sort_by(|a, b| a.get("row").as_str().cmp(b.get("row").as_str()));
     assert_eq!(dead.len(), 2);
     let (d0, d1) = (&dead[0], &dead[1]);
-    assert_eq!(d0.get("row"), format!("{id}.0"));
-    assert_eq!(d0.get("reason"), "permanent(http 404: no such endpoint)");
-    assert_eq!(d0.get("error"), "http 404: no such endpoint");
+    assert_eq!(d0.get("row").as_str(), format!("{id}.0"));
+    assert_eq!(
+        d0.get("reason").as_str(),
+        "permanent(http 404: no such endpoint)"
+    );
+    assert_eq!(d0.get("error").as_str(), "http 404: no such endpoint");
     assert_eq!(
         (
-            d0.get("hook"),
-            d0.get("source"),
-            d0.get("sink"),
-            d0.get("module")
+            d0.get("hook").as_str(),
+            d0.get("source").as_str(),
+            d0.get("sink").as_str(),
+            d0.get("module").as_str()
         ),
         (id.to_string().as_str(), "orders", "0", "http")
     );
-    assert_eq!(d0.get("attempts"), "1");
+    assert_eq!(d0.get("attempts").as_str(), "1");
     assert_eq!(d1.get("row"), format!("{id}.1"));
     assert_eq!(d1.get("reason"), "permanent(http 410)");
     assert_eq!(d1.get("attempts"), "1");
@@ -142,18 +145,18 @@ async fn an_error_response_body_is_read_up_to_a_bound_and_stored_truncated() {
     let id = env.commit("acme", "orders", "{}").await;
     env.drain(&worker).await;
     let mut dead = env.dead_letters("acme").await;
-    dead.sort_by(|a, b| a.get("row").cmp(b.get("row")));
+    dead.sort_by(|a, b| a.get("row").as_str().cmp(b.get("row").as_str()));
     assert_eq!(dead.len(), 2);
     let kept = format!("{}…", "x".repeat(512));
-    assert_eq!(dead[0].get("row"), format!("{id}.0"));
-    assert_eq!(dead[0].get("error"), format!("http 400: {kept}"));
+    assert_eq!(dead[0].get("row").as_str(), format!("{id}.0"));
+    assert_eq!(dead[0].get("error").as_str(), format!("http 400: {kept}"));
     assert_eq!(
-        dead[0].get("reason"),
+        dead[0].get("reason").as_str(),
         format!("permanent(http 400: {kept})")
     );
-    assert_eq!(dead[1].get("row"), format!("{id}.1"));
-    assert_eq!(dead[1].get("error"), format!("http 503: {kept}"));
-    assert_eq!(dead[1].get("reason"), "retry_horizon(http)");
+    assert_eq!(dead[1].get("row").as_str(), format!("{id}.1"));
+    assert_eq!(dead[1].get("error").as_str(), format!("http 503: {kept}"));
+    assert_eq!(dead[1].get("reason").as_str(), "retry_horizon(http)");
     worker.shutdown().await;
 }
 
@@ -178,15 +181,15 @@ async fn an_endpoint_refusing_connections_is_retried_until_the_horizon() {
     let dead = env.dead_letters("acme").await;
     assert_eq!(dead.len(), 1);
     assert_eq!(
-        (dead[0].get("row"), dead[0].get("reason")),
+        (dead[0].get("row").as_str(), dead[0].get("reason").as_str()),
         (format!("{id}.0").as_str(), "retry_horizon(http)")
     );
     assert!(
-        dead[0].get("error").starts_with("connect: "),
+        dead[0].get("error").as_str().starts_with("connect: "),
         "{}",
-        dead[0].get("error")
+        dead[0].get("error").as_str()
     );
-    assert!(dead[0].get("attempts").parse::<u32>().unwrap() >= 2);
+    assert!(dead[0].get("attempts").as_str().parse::<u32>().unwrap() >= 2);
     worker.shutdown().await;
 }
 
@@ -232,7 +235,7 @@ async fn a_301_or_302_is_not_success_and_is_not_followed() {
         .dead_letters("acme")
         .await
         .iter()
-        .map(|d| d.get("reason").to_string())
+        .map(|d| d.get("reason").as_str().to_string())
         .collect();
     reasons.sort();
     assert_eq!(
@@ -337,7 +340,11 @@ async fn a_row_still_failing_at_the_retry_horizon_is_dead_lettered_retry_horizon
     assert_eq!(dead.len(), 1);
     let d = &dead[0];
     assert_eq!(
-        (d.get("row"), d.get("reason"), d.get("error")),
+        (
+            d.get("row").as_str(),
+            d.get("reason").as_str(),
+            d.get("error").as_str()
+        ),
         (
             format!("{id}.0").as_str(),
             "retry_horizon(http)",
@@ -346,13 +353,13 @@ async fn a_row_still_failing_at_the_retry_horizon_is_dead_lettered_retry_horizon
     );
     let tries = env.receiver.count_for("down");
     assert!(tries >= 2, "{tries} attempts");
-    assert_eq!(d.get("attempts"), tries.to_string());
+    assert_eq!(d.get("attempts").as_str(), tries.to_string());
     // the last attempt ran at the horizon, not past it
     let reqs = env.receiver.requests_for("down");
     let span = reqs[tries - 1].at.duration_since(reqs[0].at);
     assert!(span >= std::time::Duration::from_millis(250), "{span:?}");
-    let first: i64 = d.get("first").parse().unwrap();
-    let at: i64 = d.get("at").parse().unwrap();
+    let first: i64 = d.get("first").as_str().parse().unwrap();
+    let at: i64 = d.get("at").as_str().parse().unwrap();
     assert!(
         at - first >= 300,
         "dead-lettered {} ms after the first attempt",
@@ -418,7 +425,12 @@ async fn a_row_whose_sink_entry_was_removed_is_dead_lettered_sink_gone() {
         .dead_letters("acme")
         .await
         .iter()
-        .map(|d| (d.get("row").to_string(), d.get("reason").to_string()))
+        .map(|d| {
+            (
+                d.get("row").as_str().to_string(),
+                d.get("reason").as_str().to_string(),
+            )
+        })
         .collect();
     dead.sort();
     assert_eq!(
@@ -450,10 +462,10 @@ async fn a_row_whose_index_is_gone_and_whose_module_is_ambiguous_is_dead_lettere
     let dead = env.dead_letters("acme").await;
     assert_eq!(dead.len(), 1);
     assert_eq!(
-        (dead[0].get("row"), dead[0].get("reason")),
+        (dead[0].get("row").as_str(), dead[0].get("reason").as_str()),
         (format!("{id}.2").as_str(), "sink_gone(2, http)")
     );
-    assert_eq!(dead[0].get("attempts"), "0");
+    assert_eq!(dead[0].get("attempts").as_str(), "0");
     worker.shutdown().await;
 }
 
@@ -473,7 +485,10 @@ async fn rows_of_a_deleted_source_are_dead_lettered_source_gone() {
         Some(kept.to_string().as_str())
     );
     let dead = env.dead_letters("acme").await;
-    let mut rows: Vec<String> = dead.iter().map(|d| d.get("row").to_string()).collect();
+    let mut rows: Vec<String> = dead
+        .iter()
+        .map(|d| d.get("row").as_str().to_string())
+        .collect();
     rows.sort();
     assert_eq!(
         rows,
@@ -481,7 +496,8 @@ async fn rows_of_a_deleted_source_are_dead_lettered_source_gone() {
     );
     assert!(
         dead.iter()
-            .all(|d| d.get("reason") == "source_gone(orders)" && d.get("source") == "orders"),
+            .all(|d| d.get("reason").as_str() == "source_gone(orders)"
+                && d.get("source").as_str() == "orders"),
         "{dead:?}"
     );
     // and a new commit to the deleted source is refused
@@ -521,10 +537,10 @@ async fn a_row_dead_lettered_without_an_attempt_of_its_own_keeps_its_last_error(
     let d = &dead[0];
     assert_eq!(
         (
-            d.get("row"),
-            d.get("reason"),
-            d.get("error"),
-            d.get("attempts")
+            d.get("row").as_str(),
+            d.get("reason").as_str(),
+            d.get("error").as_str(),
+            d.get("attempts").as_str()
         ),
         (row.as_str(), "source_gone(orders)", "http 503: later", "1")
     );
