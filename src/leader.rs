@@ -327,12 +327,14 @@ impl Renewer {
         if stalled < limit {
             return false;
         }
-        match self.store.idle().await {
-            Ok(true) => {
+        // Bounded by the lease deadline: the renewal that follows must not be delayed past it.
+        let dl = *self.deadline.borrow();
+        match tokio::time::timeout_at(dl.into(), self.store.idle()).await {
+            Ok(Ok(true)) => {
                 *idle_seen = Instant::now();
                 false
             }
-            Ok(false) => {
+            Ok(Ok(false)) => {
                 let reason = format!(
                     "scheduler made no progress for {} ms while rows are due or claimed (self-check limit {} ms)",
                     stalled.as_millis(),
@@ -350,8 +352,8 @@ impl Renewer {
                 }
                 true
             }
-            // Redis cannot say: the deadline rules decide, not the self-check.
-            Err(_) => false,
+            // Redis cannot say (in time): the deadline rules decide, not the self-check.
+            _ => false,
         }
     }
 }
