@@ -882,7 +882,10 @@ mod tests {
     #[test]
     fn the_selfcheck_needs_two_lease_intervals_and_outlasts_an_attempt() {
         let found = problems("[leader]\nselfcheck_intervals = 1\n");
-        assert_eq!(found, vec!["leader.selfcheck_intervals: must be 0 (off) or >= 2".to_string()]);
+        assert_eq!(
+            found,
+            vec!["leader.selfcheck_intervals: must be 0 (off) or >= 2".to_string()]
+        );
         let mut leader = LeaderConfig::default();
         assert_eq!(leader.stall_limit_ms(1_000), Some(30_000));
         // a window of hanging attempts finishes only at the attempt timeout: not a stall

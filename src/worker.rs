@@ -75,7 +75,9 @@ impl Worker {
         let sub = store.subscriber()?;
         sub.init().await.map_err(crate::store::StoreError::from)?;
         let lease_channel = store.keyspace().lease();
-        sub.subscribe(vec![store.keyspace().wake(), lease_channel.clone()]).await.map_err(crate::store::StoreError::from)?;
+        sub.subscribe(vec![store.keyspace().wake(), lease_channel.clone()])
+            .await
+            .map_err(crate::store::StoreError::from)?;
         let _resub = sub.manage_subscriptions();
         let mut messages = sub.message_rx();
         {
@@ -151,7 +153,15 @@ impl Worker {
         };
         tasks.push(tokio::spawn(run_node(node)));
         info!(%node_id, instance = %config.instance, "worker started");
-        Ok(Worker { store, node_id, config: config_tx, state: state_rx, health, shutdown, tasks: Mutex::new(tasks) })
+        Ok(Worker {
+            store,
+            node_id,
+            config: config_tx,
+            state: state_rx,
+            health,
+            shutdown,
+            tasks: Mutex::new(tasks),
+        })
     }
 
     /// The store this worker uses.
@@ -216,7 +226,12 @@ impl Worker {
     }
 
     fn take_tasks(&self) -> Vec<JoinHandle<()>> {
-        std::mem::take(&mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Stop: no new claims, running attempts get `leader.shutdown_grace_ms`, outcomes are

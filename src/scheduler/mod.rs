@@ -324,10 +324,15 @@ impl Session {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
             let r = match store.settle(&token, epoch, &outcomes).await {
                 Ok((applied, skipped)) => {
-                    metrics::counter!("ankusa_settle_rows_total", "result" => "applied").increment(applied);
+                    metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
+                        .increment(applied);
                     if skipped > 0 {
-                        metrics::counter!("ankusa_settle_rows_total", "result" => "skipped").increment(skipped);
-                        warn!(skipped, "settle skipped rows no longer claimed by this epoch");
+                        metrics::counter!("ankusa_settle_rows_total", "result" => "skipped")
+                            .increment(skipped);
+                        warn!(
+                            skipped,
+                            "settle skipped rows no longer claimed by this epoch"
+                        );
                     }
                     Ok(batch
                         .into_iter()
@@ -337,8 +342,10 @@ impl Session {
                 Err(e) => {
                     if matches!(e, StoreError::Fenced) {
                         // A deposed leader tried to write: refused by the script (R25).
-                        metrics::counter!("ankusa_redis_errors_total", "kind" => "fenced").increment(1);
-                        metrics::counter!("ankusa_settle_rows_total", "result" => "fenced").increment(batch.len() as u64);
+                        metrics::counter!("ankusa_redis_errors_total", "kind" => "fenced")
+                            .increment(1);
+                        metrics::counter!("ankusa_settle_rows_total", "result" => "fenced")
+                            .increment(batch.len() as u64);
                     }
                     Err((e, batch))
                 }
