@@ -204,7 +204,10 @@ async fn a_paused_leader_resumes_fenced_and_moves_no_row() {
     );
     a.signal(libc::SIGCONT);
 
-    // The zombie wakes past its lease deadline: it steps down and every write it tries is refused.
+    // The zombie wakes past its lease deadline: it steps down before it starts anything, and
+    // every write it still tries is refused (`fenced`). Usually the deadline check wins and it
+    // tries none; the refusal itself is tested below in
+    // a_deposed_leaders_token_is_refused_by_every_row_moving_script.
     assert!(
         poll_until(LIVENESS, || async { a.log_text().contains("stepped down") }).await,
         "{}",
