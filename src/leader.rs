@@ -364,7 +364,10 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
     // Takeover (R3): rows claimed under older epochs are due again. Circuit breakers need no
     // work here: they live in the session, and this term's session starts with none open.
     match node.store.requeue_claimed(&token, epoch).await {
-        Ok(n) if n > 0 => info!(rows = n, "requeued rows claimed under older epochs"),
+        Ok(n) if n > 0 => {
+            metrics::counter!("ankusa_requeued_rows_total").increment(n);
+            info!(rows = n, "requeued rows claimed under older epochs");
+        }
         Ok(_) => {}
         Err(e) => {
             warn!(error = %e, "requeue failed");
