@@ -336,10 +336,18 @@ pub struct Ready {
 async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
     let w = &st.worker;
     if w.health().draining() {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "draining", "shutting down"));
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "shutting down",
+        ));
     }
     if let Some(reason) = w.health().problem() {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unhealthy", reason));
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unhealthy",
+            reason,
+        ));
     }
     match w.store().now_ms().await {
         Ok(_) => {
