@@ -6,11 +6,19 @@
 --          renew:   {'ok', token}        | {'lost', holder token or ''}
 --          release: {'ok'}               | {'lost', holder token or ''}
 -- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
+-- A node id is unique per process start, so a lease still held under this node's id
+-- is a term of this very process that ended (e.g. after Redis restarted with the
+-- lease persisted): the node may take it again at once, under a new epoch, so the
+-- old term's scripts are fenced exactly as another node's would be.
+-- Release publishes on a channel named like the lease key, so standbys take over
+-- at once instead of waiting out the ttl.
 local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local K_EPOCH = P .. 'epoch'
 local holder = redis.call('GET', KEYS[1])
 if op == 'acquire' then
-  if holder then return {'held', holder, redis.call('PTTL', KEYS[1])} end
+  if holder and string.sub(holder, 1, #node + 1) ~= node .. ':' then
+    return {'held', holder, redis.call('PTTL', KEYS[1])}
+  end
   local epoch = redis.call('INCR', K_EPOCH)
   local t = node .. ':' .. epoch
   redis.call('SET', KEYS[1], t, 'PX', ttl)
@@ -22,6 +30,7 @@ elseif op == 'renew' then
 elseif op == 'release' then
   if holder ~= token then return {'lost', holder or ''} end
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1], 'released')
   return {'ok'}
 end
 return {'bad_request', op}

@@ -288,10 +288,31 @@ async fn metrics(State(st): State<AdminState>) -> Response {
     }
 }
 
-/// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = String)))]
-async fn healthz() -> &'static str {
-    "ok"
+/// Health of a worker process.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Healthy {
+    /// Always true in a 200 answer.
+    pub healthy: bool,
+    /// This process's node id (unique per start).
+    pub node_id: String,
+}
+
+/// Liveness (R25): 200 while the process runs and its scheduler is not known to be stuck;
+/// 503 `unhealthy` after a failed leader self-check, until this process leads again.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, body = Healthy), (status = 503, body = ErrorBody)))]
+async fn healthz(State(st): State<AdminState>) -> Result<Json<Healthy>, ApiError> {
+    match st.worker.health().problem() {
+        None => Ok(Json(Healthy {
+            healthy: true,
+            node_id: st.worker.node_id().to_string(),
+        })),
+        Some(reason) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unhealthy",
+            reason,
+        )),
+    }
 }
 
 /// Readiness of a worker.
@@ -301,17 +322,43 @@ pub struct Ready {
     pub ready: bool,
     /// This worker leads.
     pub leader: bool,
+    /// The fencing epoch of this worker's current or last term (0 before its first).
+    pub epoch: u64,
+    /// This process's node id (unique per start).
+    pub node_id: String,
 }
 
-/// Readiness: Redis answers.
+/// Readiness (R25): 200 when Redis answers and this process leads or is a ready standby;
+/// 503 while Redis cannot be reached (`unavailable`), after a failed self-check
+/// (`unhealthy`) or during a graceful shutdown (`draining`).
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = Ready), (status = 503, body = ErrorBody)))]
 async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
-    match st.worker.store().now_ms().await {
-        Ok(_) => Ok(Json(Ready {
-            ready: true,
-            leader: st.worker.is_leader(),
-        })),
+    let w = &st.worker;
+    if w.health().draining() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "shutting down",
+        ));
+    }
+    if let Some(reason) = w.health().problem() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unhealthy",
+            reason,
+        ));
+    }
+    match w.store().now_ms().await {
+        Ok(_) => {
+            let state = w.state();
+            Ok(Json(Ready {
+                ready: true,
+                leader: state.leading,
+                epoch: state.epoch,
+                node_id: w.node_id().to_string(),
+            }))
+        }
         Err(e) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",

@@ -91,6 +91,15 @@ pub struct LeaderConfig {
     /// On shutdown, how long in-flight attempts may finish before the lease is released, ms.
     /// Default 10000.
     pub shutdown_grace_ms: u64,
+    /// Self-check: a leader whose scheduler made no progress (no rows claimed, no attempt
+    /// finished, no outcome settled) for this many lease intervals while rows are due or
+    /// claimed gives its lease up and reports unhealthy. The stall bound is never shorter than
+    /// `dispatch.attempt_timeout_ms + lease_ms`, so a window full of hanging attempts is not a
+    /// stall. 0 disables the check; otherwise >= 2. Default 3 (R25).
+    pub selfcheck_intervals: u32,
+    /// TEST ONLY: the scheduler never claims, as if its claim loop were wedged, so the
+    /// self-check can be exercised. Never set it in production. Default `false`.
+    pub test_wedge_claim_loop: bool,
 }
 
 /// Scheduler limits (R5, R7, R13–R16).
@@ -301,6 +310,8 @@ impl Default for LeaderConfig {
             lease_ms: 10_000,
             renew_ms: 0,
             shutdown_grace_ms: 10_000,
+            selfcheck_intervals: 3,
+            test_wedge_claim_loop: false,
         }
     }
 }
@@ -361,6 +372,16 @@ impl LeaderConfig {
         match self.renew_ms {
             0 => self.lease_ms / 3,
             ms => ms,
+        }
+    }
+
+    /// How long a leader's scheduler may go without progress while work is waiting before
+    /// the self-check gives the lease up, ms: `selfcheck_intervals × lease_ms`, but at least
+    /// `attempt_timeout_ms + lease_ms`. `None` when the self-check is disabled.
+    pub fn stall_limit_ms(&self, attempt_timeout_ms: u64) -> Option<u64> {
+        match self.selfcheck_intervals {
+            0 => None,
+            n => Some((u64::from(n) * self.lease_ms).max(attempt_timeout_ms + self.lease_ms)),
         }
     }
 }
@@ -460,6 +481,11 @@ impl Config {
                 "must be 0 (lease_ms / 3) or < leader.lease_ms / 2 = {}",
                 l.lease_ms / 2
             ),
+        );
+        p.check(
+            l.selfcheck_intervals == 0 || l.selfcheck_intervals >= 2,
+            "leader.selfcheck_intervals",
+            "must be 0 (off) or >= 2",
         );
 
         let d = &self.dispatch;
@@ -851,6 +877,21 @@ mod tests {
         assert_eq!(leader.renew_interval_ms(), 3_333);
         leader.renew_ms = 2_000;
         assert_eq!(leader.renew_interval_ms(), 2_000);
+    }
+
+    #[test]
+    fn the_selfcheck_needs_two_lease_intervals_and_outlasts_an_attempt() {
+        let found = problems("[leader]\nselfcheck_intervals = 1\n");
+        assert_eq!(
+            found,
+            vec!["leader.selfcheck_intervals: must be 0 (off) or >= 2".to_string()]
+        );
+        let mut leader = LeaderConfig::default();
+        assert_eq!(leader.stall_limit_ms(1_000), Some(30_000));
+        // a window of hanging attempts finishes only at the attempt timeout: not a stall
+        assert_eq!(leader.stall_limit_ms(60_000), Some(70_000));
+        leader.selfcheck_intervals = 0;
+        assert_eq!(leader.stall_limit_ms(1_000), None);
     }
 
     #[test]

@@ -1,25 +1,44 @@
 //! Leader election through a lease key, with a fencing epoch (R25).
 //!
 //! Every worker runs [`run_node`]. It tries to take the partition's lease
-//! (`SET NX PX` inside `lease.lua`, which increments the epoch); the winner
+//! (`SET PX` inside `lease.lua`, which increments the epoch); the winner
 //! requeues the rows claimed under older epochs (R3) and runs a scheduler
 //! session while a renewer extends the lease every `renew_ms`. The others stand
-//! by and retry as the lease's ttl runs out. A leader that cannot renew stops
-//! starting attempts when its lease may have lapsed and steps down; the scripts
-//! refuse its stale token, so a paused ex-leader cannot move rows.
+//! by: they retry as the lease's ttl runs out, or at once when the leader
+//! releases it (the release is published on a channel named like the lease key).
+//!
+//! The renewer is also the leader's conscience:
+//! - **Deadline**: the lease is surely ours until `sent + lease_ms − lease_ms/10`
+//!   (`sent` = when the last successful renewal was sent). The session starts no
+//!   claim and no attempt past that instant, and when it passes without a renewal
+//!   the renewer declares the lease lost, without waiting for Redis to answer.
+//! - **Self-check**: when the session made no progress (rows claimed, attempts
+//!   finished, outcomes settled) for [`LeaderConfig::stall_limit_ms`] while Redis
+//!   says rows are due or claimed, the renewer releases the lease, marks the
+//!   process unhealthy ([`Health`]) and keeps it out of elections for that long,
+//!   so a wedged scheduler cannot hold the pool hostage while the renewer runs.
+//!
+//! Fencing makes all of this safe: the scripts refuse a stale token, so a paused
+//! or wedged ex-leader cannot move rows whatever it believes.
+//!
+//! Takeover closes all circuit breakers by construction: breakers (R16) live in the
+//! scheduler session's memory, and every term starts a new session with none open.
+//!
+//! [`LeaderConfig::stall_limit_ms`]: crate::config::LeaderConfig::stall_limit_ms
 
 use crate::config::Config;
 use crate::scheduler::{run_session, SchedulerState, SessionCtx, SessionEnd};
 use crate::sinks::http::HttpSink;
 use crate::store::{LeaseAcquire, Store};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
-/// A process's identity in the pool: `<name>-<random>`, unique per start so two processes
-/// started with one name never share a lease.
+/// A process's identity in the pool: `<name>-<pid>-<random>`, unique per start so two
+/// processes started with one name never share a lease.
 pub fn node_id(name: Option<&str>) -> String {
     let host = name.map(str::to_string).unwrap_or_else(|| {
         std::env::var("HOSTNAME")
@@ -39,6 +58,96 @@ pub fn node_id(name: Option<&str>) -> String {
     )
 }
 
+/// The scheduler's heartbeat: the session calls [`Progress::tick`] whenever it moves
+/// (rows claimed, an attempt finished, outcomes settled); the self-check reads its age.
+#[derive(Debug)]
+pub struct Progress {
+    base: Instant,
+    /// Milliseconds from `base` to the last tick.
+    last_ms: AtomicU64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Progress {
+    /// Record progress now.
+    pub fn tick(&self) {
+        self.last_ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Time since the last tick (or since creation).
+    pub fn age(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.base.elapsed().saturating_sub(last)
+    }
+}
+
+/// What `/healthz` and `/readyz` report beyond "the process answers" (R25).
+#[derive(Debug, Default)]
+pub struct Health {
+    inner: Mutex<HealthInner>,
+}
+
+#[derive(Debug, Default)]
+struct HealthInner {
+    /// Why the last self-check failed; cleared when this process leads again.
+    unhealthy: Option<String>,
+    /// No election before this instant (the self-check's hold-off).
+    hold_off_until: Option<Instant>,
+    /// A graceful shutdown has begun.
+    draining: bool,
+}
+
+impl Health {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `None` when healthy; else why not (a failed self-check).
+    pub fn problem(&self) -> Option<String> {
+        self.lock().unhealthy.clone()
+    }
+
+    /// Whether a graceful shutdown has begun.
+    pub fn draining(&self) -> bool {
+        self.lock().draining
+    }
+
+    /// Mark the start of a graceful shutdown (readiness turns false).
+    pub fn set_draining(&self) {
+        self.lock().draining = true;
+    }
+
+    fn fail(&self, reason: String, hold_off: Duration) {
+        let mut h = self.lock();
+        h.unhealthy = Some(reason);
+        h.hold_off_until = Some(Instant::now() + hold_off);
+    }
+
+    fn leading_again(&self) {
+        let mut h = self.lock();
+        h.unhealthy = None;
+        h.hold_off_until = None;
+    }
+
+    fn hold_off(&self) -> Option<Duration> {
+        let h = self.lock();
+        h.hold_off_until
+            .and_then(|t| t.checked_duration_since(Instant::now()))
+            .filter(|d| !d.is_zero())
+    }
+}
+
 /// What a node needs to run.
 pub struct Node {
     /// The store.
@@ -49,10 +158,14 @@ pub struct Node {
     pub config: watch::Receiver<Arc<Config>>,
     /// Wake notifications (R2).
     pub wake: Arc<Notify>,
+    /// Notified when a leader released the lease: standbys campaign at once.
+    pub released: Arc<Notify>,
     /// Graceful shutdown.
     pub shutdown: CancellationToken,
     /// Scheduler state for observers.
     pub state: watch::Sender<SchedulerState>,
+    /// Health for `/healthz` and `/readyz`.
+    pub health: Arc<Health>,
     /// HTTP sink.
     pub http: HttpSink,
 }
@@ -65,6 +178,14 @@ pub async fn run_node(node: Node) {
         if node.shutdown.is_cancelled() {
             return;
         }
+        if let Some(d) = node.health.hold_off() {
+            info!(
+                hold_off_ms = d.as_millis() as u64,
+                "self-check failed: staying out of elections"
+            );
+            wait(&node.shutdown, d).await;
+            continue;
+        }
         let cfg = node.config.borrow().clone();
         let lease_ms = cfg.leader.lease_ms;
         let renew_ms = cfg.leader.renew_interval_ms();
@@ -74,6 +195,7 @@ pub async fn run_node(node: Node) {
                 backoff = Duration::from_millis(200);
                 info!(%token, epoch, "leading");
                 metrics::counter!("ankusa_leadership_changes_total").increment(1);
+                node.health.leading_again();
                 let end = lead(&node, &cfg, token.clone(), epoch, sent).await;
                 metrics::gauge!("ankusa_leader").set(0.0);
                 info!(?end, "stepped down");
@@ -81,7 +203,8 @@ pub async fn run_node(node: Node) {
                     SessionEnd::Shutdown => return,
                     SessionEnd::Fenced => {}
                     SessionEnd::StoreFailed(_) => {
-                        // Release if we can, so the next term (ours or another's) starts now.
+                        // Release if we can, so the next term (ours or another's) starts now;
+                        // if Redis is away, lease.lua lets this node retake its own lease.
                         let _ = node.store.lease_release(&node.node_id, &token).await;
                         wait(&node.shutdown, Duration::from_millis(100)).await;
                     }
@@ -89,12 +212,18 @@ pub async fn run_node(node: Node) {
             }
             Ok(LeaseAcquire::Held { pttl_ms, .. }) => {
                 backoff = Duration::from_millis(200);
+                // Campaign again when the lease can have lapsed, at least every renew
+                // interval, or at once when its holder releases it.
                 let w = if pttl_ms > 0 {
                     (pttl_ms as u64 + 5).min(renew_ms)
                 } else {
                     50
                 };
-                wait(&node.shutdown, Duration::from_millis(w)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(w)) => {}
+                    _ = node.released.notified() => {}
+                    _ = node.shutdown.cancelled() => {}
+                }
             }
             Err(e) => {
                 warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot reach redis for the lease");
@@ -118,11 +247,127 @@ fn deadline(sent: Instant, lease_ms: u64) -> Instant {
     sent + Duration::from_millis(lease_ms - lease_ms / 10)
 }
 
+/// Everything the renewer needs.
+struct Renewer {
+    store: Store,
+    node_id: String,
+    token: String,
+    lease_ms: u64,
+    renew_ms: u64,
+    stall_limit: Option<Duration>,
+    progress: Arc<Progress>,
+    health: Arc<Health>,
+    deadline: watch::Sender<Instant>,
+    lost: CancellationToken,
+    done: CancellationToken,
+}
+
+impl Renewer {
+    /// Renew every `renew_ms` until `done`; cancel `lost` when the lease is gone, its
+    /// deadline passed without a renewal, or the self-check gave it up.
+    async fn run(self) {
+        let mut next = Instant::now() + Duration::from_millis(self.renew_ms);
+        // When the scheduler was last seen with nothing to do (idle resets the stall clock).
+        let mut idle_seen = Instant::now();
+        loop {
+            let dl = *self.deadline.borrow();
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.min(dl).into()) => {}
+                _ = self.done.cancelled() => return,
+            }
+            if Instant::now() >= dl {
+                warn!("lease deadline passed without a renewal: stepping down");
+                self.lost.cancel();
+                return;
+            }
+            if self.selfcheck(&mut idle_seen).await {
+                return;
+            }
+            let sent = Instant::now();
+            match tokio::time::timeout_at(
+                dl.into(),
+                self.store
+                    .lease_renew(&self.node_id, &self.token, self.lease_ms),
+            )
+            .await
+            {
+                Ok(Ok(true)) => {
+                    metrics::histogram!("ankusa_lease_renew_seconds")
+                        .record(sent.elapsed().as_secs_f64());
+                    let _ = self.deadline.send(deadline(sent, self.lease_ms));
+                    next = sent + Duration::from_millis(self.renew_ms);
+                }
+                Ok(Ok(false)) => {
+                    warn!("lease lost to another node");
+                    self.lost.cancel();
+                    return;
+                }
+                Ok(Err(e)) => {
+                    // Try again soon: the deadline, not one failure, decides.
+                    warn!(error = %e, "lease renewal failed");
+                    next = Instant::now() + Duration::from_millis(self.renew_ms.min(250));
+                }
+                Err(_) => {
+                    warn!(
+                        "lease renewal did not answer before the lease's deadline: stepping down"
+                    );
+                    self.lost.cancel();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The self-check: true when it gave the lease up.
+    async fn selfcheck(&self, idle_seen: &mut Instant) -> bool {
+        let Some(limit) = self.stall_limit else {
+            return false;
+        };
+        let stalled = self.progress.age().min(idle_seen.elapsed());
+        if stalled < limit {
+            return false;
+        }
+        // Bounded by the lease deadline: the renewal that follows must not be delayed past it.
+        let dl = *self.deadline.borrow();
+        match tokio::time::timeout_at(dl.into(), self.store.idle()).await {
+            Ok(Ok(true)) => {
+                *idle_seen = Instant::now();
+                false
+            }
+            Ok(Ok(false)) => {
+                let reason = format!(
+                    "scheduler made no progress for {} ms while rows are due or claimed (self-check limit {} ms)",
+                    stalled.as_millis(),
+                    limit.as_millis()
+                );
+                error!(%reason, "self-check failed: giving the lease up");
+                metrics::counter!("ankusa_selfcheck_failures_total").increment(1);
+                self.health.fail(reason, limit);
+                self.lost.cancel();
+                match self.store.lease_release(&self.node_id, &self.token).await {
+                    Ok(_) => info!("lease released by the self-check"),
+                    Err(e) => {
+                        warn!(error = %e, "self-check could not release the lease; it lapses after its ttl")
+                    }
+                }
+                true
+            }
+            // Redis cannot say (in time): the deadline rules decide, not the self-check.
+            _ => false,
+        }
+    }
+}
+
 async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instant) -> SessionEnd {
     let lease_ms = cfg.leader.lease_ms;
     let renew_ms = cfg.leader.renew_interval_ms();
+    // Takeover (R3): rows claimed under older epochs are due again. Circuit breakers need no
+    // work here: they live in the session, and this term's session starts with none open.
     match node.store.requeue_claimed(&token, epoch).await {
-        Ok(n) if n > 0 => info!(rows = n, "requeued rows claimed under older epochs"),
+        Ok(n) if n > 0 => {
+            metrics::counter!("ankusa_requeued_rows_total").increment(n);
+            info!(rows = n, "requeued rows claimed under older epochs");
+        }
         Ok(_) => {}
         Err(e) => {
             warn!(error = %e, "requeue failed");
@@ -132,44 +377,27 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
     metrics::gauge!("ankusa_leader").set(1.0);
     let lost = CancellationToken::new();
     let done = CancellationToken::new();
+    let progress = Arc::new(Progress::default());
     let (dl_tx, dl_rx) = watch::channel(deadline(sent, lease_ms));
-    let renewer = {
-        let (store, node_id, token, lost, done) = (
-            node.store.clone(),
-            node.node_id.clone(),
-            token.clone(),
-            lost.clone(),
-            done.clone(),
-        );
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(renew_ms)) => {}
-                    _ = done.cancelled() => return,
-                }
-                let sent = Instant::now();
-                match store.lease_renew(&node_id, &token, lease_ms).await {
-                    Ok(true) => {
-                        metrics::histogram!("ankusa_lease_renew_seconds")
-                            .record(sent.elapsed().as_secs_f64());
-                        let _ = dl_tx.send(deadline(sent, lease_ms));
-                    }
-                    Ok(false) => {
-                        warn!("lease lost to another node");
-                        lost.cancel();
-                        return;
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "lease renewal failed");
-                        if Instant::now() >= *dl_tx.borrow() {
-                            lost.cancel();
-                            return;
-                        }
-                    }
-                }
-            }
-        })
-    };
+    let renewer = tokio::spawn(
+        Renewer {
+            store: node.store.clone(),
+            node_id: node.node_id.clone(),
+            token: token.clone(),
+            lease_ms,
+            renew_ms,
+            stall_limit: cfg
+                .leader
+                .stall_limit_ms(cfg.dispatch.attempt_timeout_ms)
+                .map(Duration::from_millis),
+            progress: progress.clone(),
+            health: node.health.clone(),
+            deadline: dl_tx,
+            lost: lost.clone(),
+            done: done.clone(),
+        }
+        .run(),
+    );
     let ctx = SessionCtx {
         store: node.store.clone(),
         config: node.config.clone(),
@@ -181,9 +409,41 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
         lease_deadline: dl_rx,
         state: node.state.clone(),
         http: node.http.clone(),
+        progress,
     };
     let end = run_session(ctx).await;
     done.cancel();
     let _ = renewer.await;
     end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ids_differ_between_starts_with_one_name() {
+        let a = node_id(Some("w"));
+        let b = node_id(Some("w"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("w-") && !a.contains(':'), "{a}");
+    }
+
+    #[test]
+    fn a_node_name_loses_characters_that_would_break_the_token() {
+        let id = node_id(Some("a:b c/d"));
+        assert!(id.starts_with("abcd-"), "{id}");
+    }
+
+    #[test]
+    fn a_failed_selfcheck_holds_the_node_off_until_it_leads_again() {
+        let h = Health::default();
+        assert_eq!(h.problem(), None);
+        h.fail("stalled".into(), Duration::from_secs(60));
+        assert_eq!(h.problem().as_deref(), Some("stalled"));
+        assert!(h.hold_off().is_some());
+        h.leading_again();
+        assert_eq!(h.problem(), None);
+        assert!(h.hold_off().is_none());
+    }
 }

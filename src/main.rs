@@ -341,14 +341,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
             }
             wait_for_signal(&worker, &reload).await;
             tracing::info!("shutting down");
+            // Drain first (the admin server keeps answering /readyz meanwhile), then stop it.
+            worker.shutdown().await;
             stop.cancel();
             let _ = admin.await;
-            match Arc::try_unwrap(worker) {
-                Ok(w) => w.shutdown().await,
-                Err(_) => {
-                    tracing::warn!("worker still referenced; exiting without a graceful drain")
-                }
-            }
+            tracing::info!("stopped");
             Ok(())
         }
         Cmd::Source { cmd } => {

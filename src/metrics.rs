@@ -148,6 +148,16 @@ pub fn describe() {
         "Lane members promoted to head by a sweep (R12)."
     );
 
+    describe_counter!(
+        "ankusa_requeued_rows_total",
+        "Rows claimed under an older epoch made due again at takeover (R3)."
+    );
+    describe_counter!("ankusa_settle_rows_total", "Outcomes sent to settle.lua by result: applied, skipped (not claimed by this epoch), fenced (refused: this node no longer leads).");
+    describe_counter!(
+        "ankusa_selfcheck_failures_total",
+        "Times the leader self-check gave the lease up because the scheduler made no progress."
+    );
+
     // Planned: described now, emitted by the issue named in docs/metrics.md.
     describe_gauge!(
         "ankusa_due_rows",
@@ -178,10 +188,7 @@ pub fn describe() {
         "ankusa_claim_checks_total",
         "Bodies checked in to the blob store, by result (ok, error)."
     );
-    describe_counter!(
-        "ankusa_requeued_rows_total",
-        "Rows claimed under an older epoch made due again at takeover (R3)."
-    );
+    describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
 }
 
 /// Reasons a row is dead-lettered: the `reason` label of `ankusa_dead_letters_total`
@@ -221,6 +228,8 @@ pub fn init_series() {
         "ankusa_commits_total",
         "ankusa_malformed_rows_total",
         "ankusa_leadership_changes_total",
+        "ankusa_requeued_rows_total",
+        "ankusa_selfcheck_failures_total",
         "ankusa_rows_claimed_total",
         "ankusa_parked_rows_total",
         "ankusa_lane_releases_total",

@@ -5,13 +5,13 @@
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::leader::{node_id, run_node, Node};
+use crate::leader::{node_id, run_node, Health, Node};
 use crate::ops::{self, Pressure};
 use crate::scheduler::SchedulerState;
 use crate::sinks::http::HttpSink;
 use crate::store::Store;
 use fred::prelude::*;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -24,8 +24,9 @@ pub struct Worker {
     node_id: String,
     config: watch::Sender<Arc<Config>>,
     state: watch::Receiver<SchedulerState>,
+    health: Arc<Health>,
     shutdown: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -59,6 +60,8 @@ impl Worker {
         let node_id = node_id(name);
         let http = HttpSink::new().map_err(|e| Error::Other(format!("http client: {e}")))?;
         let wake = Arc::new(Notify::new());
+        let released = Arc::new(Notify::new());
+        let health = Arc::new(Health::default());
         let shutdown = CancellationToken::new();
         let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
         let (state_tx, state_rx) = watch::channel(SchedulerState::default());
@@ -67,22 +70,28 @@ impl Worker {
         metrics::gauge!("ankusa_concurrency_max").set(config.dispatch.concurrency as f64);
 
         let mut tasks = Vec::new();
-        // Wake channel (R2): a commit's PUBLISH wakes the scan at once.
+        // Wake channel (R2): a commit's PUBLISH wakes the scan at once. The lease channel
+        // (named like the lease key): a release wakes the standbys' election at once (R25).
         let sub = store.subscriber()?;
         sub.init().await.map_err(crate::store::StoreError::from)?;
-        sub.subscribe(store.keyspace().wake())
+        let lease_channel = store.keyspace().lease();
+        sub.subscribe(vec![store.keyspace().wake(), lease_channel.clone()])
             .await
             .map_err(crate::store::StoreError::from)?;
         let _resub = sub.manage_subscriptions();
         let mut messages = sub.message_rx();
         {
-            let (wake, shutdown) = (wake.clone(), shutdown.clone());
+            let (wake, released, shutdown) = (wake.clone(), released.clone(), shutdown.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         m = messages.recv() => match m {
+                            Ok(m) if *m.channel == *lease_channel => released.notify_one(),
                             Ok(_) => wake.notify_one(),
-                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => wake.notify_one(),
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                wake.notify_one();
+                                released.notify_one();
+                            }
                             Err(_) => break,
                         },
                         _ = shutdown.cancelled() => break,
@@ -136,8 +145,10 @@ impl Worker {
             node_id: node_id.clone(),
             config: config_rx,
             wake,
+            released,
             shutdown: shutdown.clone(),
             state: state_tx,
+            health: health.clone(),
             http,
         };
         tasks.push(tokio::spawn(run_node(node)));
@@ -147,8 +158,9 @@ impl Worker {
             node_id,
             config: config_tx,
             state: state_rx,
+            health,
             shutdown,
-            tasks,
+            tasks: Mutex::new(tasks),
         })
     }
 
@@ -170,6 +182,11 @@ impl Worker {
     /// A receiver of the scheduler's state, to await changes.
     pub fn watch_state(&self) -> watch::Receiver<SchedulerState> {
         self.state.clone()
+    }
+
+    /// Health beyond "the process answers": a failed self-check, a shutdown under way (R25).
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Whether this worker leads now.
@@ -208,19 +225,30 @@ impl Worker {
         Ok(())
     }
 
+    fn take_tasks(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
     /// Stop: no new claims, running attempts get `leader.shutdown_grace_ms`, outcomes are
-    /// settled, queued rows made due, the lease released.
-    pub async fn shutdown(self) {
+    /// settled, queued rows made due, the lease released (a standby takes over at once).
+    /// Returns when all of that is done; a second call returns at once.
+    pub async fn shutdown(&self) {
+        self.health.set_draining();
         self.shutdown.cancel();
-        for t in self.tasks {
+        for t in self.take_tasks() {
             let _ = t.await;
         }
     }
 
     /// Stop abruptly, as a crash would (for tests): background tasks are aborted, nothing is
     /// settled or released. Claimed rows come back when the next leader takes over.
-    pub fn abort(self) {
-        for t in &self.tasks {
+    pub fn abort(&self) {
+        for t in self.take_tasks() {
             t.abort();
         }
     }

@@ -175,6 +175,9 @@ pub struct SessionCtx {
     pub state: watch::Sender<SchedulerState>,
     /// HTTP sink (shared client).
     pub http: HttpSink,
+    /// Heartbeat for the leader's self-check: ticked on every claim with rows, finished
+    /// attempt and applied settle.
+    pub progress: Arc<crate::leader::Progress>,
 }
 
 struct Session {
@@ -320,8 +323,12 @@ impl Session {
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
             let r = match store.settle(&token, epoch, &outcomes).await {
-                Ok((_applied, skipped)) => {
+                Ok((applied, skipped)) => {
+                    metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
+                        .increment(applied);
                     if skipped > 0 {
+                        metrics::counter!("ankusa_settle_rows_total", "result" => "skipped")
+                            .increment(skipped);
                         warn!(
                             skipped,
                             "settle skipped rows no longer claimed by this epoch"
@@ -332,7 +339,16 @@ impl Session {
                         .map(|p| (p.outcome.tenant, p.bytes))
                         .collect())
                 }
-                Err(e) => Err((e, batch)),
+                Err(e) => {
+                    if matches!(e, StoreError::Fenced) {
+                        // A deposed leader tried to write: refused by the script (R25).
+                        metrics::counter!("ankusa_redis_errors_total", "kind" => "fenced")
+                            .increment(1);
+                        metrics::counter!("ankusa_settle_rows_total", "result" => "fenced")
+                            .increment(batch.len() as u64);
+                    }
+                    Err((e, batch))
+                }
             };
             let _ = tx.send(Event::Settled(r));
         });
@@ -341,6 +357,9 @@ impl Session {
     fn maybe_claim(&mut self) {
         if self.claiming || !self.claim_wanted || !self.lease_ok() {
             return;
+        }
+        if self.cfg.leader.test_wedge_claim_loop {
+            return; // TEST ONLY: a wedged claim loop, for the leader's self-check
         }
         let page = self.slots.claim_room();
         if page == 0 {
@@ -369,6 +388,9 @@ impl Session {
                 claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
             metrics::histogram!("ankusa_scan_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
+            if matches!(r, Err(StoreError::Fenced)) {
+                metrics::counter!("ankusa_redis_errors_total", "kind" => "fenced").increment(1);
+            }
             let _ = tx.send(Event::Claimed(r));
         });
     }
@@ -448,6 +470,9 @@ impl Session {
             Event::Claimed(Ok(p)) => {
                 self.claiming = false;
                 let got = p.jobs.len() + p.immediate.len();
+                if got > 0 {
+                    self.ctx.progress.tick();
+                }
                 metrics::histogram!("ankusa_scan_rows").record(got as f64);
                 metrics::counter!("ankusa_rows_claimed_total").increment(got as u64);
                 let now = p.claim.now_ms;
@@ -514,12 +539,14 @@ impl Session {
                 result,
                 elapsed,
             } => {
+                self.ctx.progress.tick();
                 self.slots.finished(&job.tenant, &job.key);
                 self.record_breaker(&job, &result);
                 self.record_attempt(job, result, elapsed);
                 None
             }
             Event::Settled(Ok(rows)) => {
+                self.ctx.progress.tick();
                 self.settling = false;
                 self.settle_backoff = Duration::from_millis(50);
                 self.settled_total += rows.len() as u64;
@@ -742,11 +769,16 @@ impl Session {
                 job.bytes,
             );
         }
-        while self.slots.rows() > 0 {
+        while self.slots.rows() > 0 || self.claiming {
             self.maybe_settle();
+            let settle_at = self.settle_retry_at;
             let ev = tokio::select! {
                 ev = rx.recv() => ev,
                 _ = tokio::time::sleep_until(deadline) => None,
+                _ = tokio::time::sleep_until(settle_at.unwrap_or(deadline)), if settle_at.is_some() => {
+                    self.settle_retry_at = None;
+                    continue;
+                }
                 _ = self.ctx.lost.cancelled() => return SessionEnd::Fenced,
             };
             let Some(ev) = ev else { break };

@@ -3,6 +3,8 @@
 //! shared between tests, so they run in parallel.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use ankusa::config::Config;
 use ankusa::dlq::DeadLetter;
 use ankusa::model::{SinkEntry, SourceSpec};
