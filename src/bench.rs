@@ -637,6 +637,50 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
             args.lanes, report.ordered_ratio
         );
     }
+    // The targets: say which are met and by how much the others are missed.
+    let check = |name: &str, got: f64, target: f64, higher_is_better: bool| {
+        let met = if higher_is_better {
+            got >= target
+        } else {
+            got <= target
+        };
+        let factor = if higher_is_better {
+            target / got.max(f64::MIN_POSITIVE)
+        } else {
+            got / target
+        };
+        if met {
+            eprintln!("target {name}: met ({got} vs {target})");
+        } else {
+            eprintln!("target {name}: MISSED ({got} vs {target}, {factor:.2}× off)");
+        }
+    };
+    check(
+        "deliveries/s ≥ 30000",
+        report.deliveries_per_sec,
+        30_000.0,
+        true,
+    );
+    check(
+        "Redis CPU µs/row ≤ 15",
+        report.redis_cpu_us_per_row,
+        15.0,
+        false,
+    );
+    check("p50 ms ≤ 2 at half rate", report.p50_ms, 2.0, false);
+    check("p99 ms ≤ 20 at half rate", report.p99_ms, 20.0, false);
+    check(
+        "Redis bytes/pending row ≤ 200",
+        report.redis_bytes_per_pending_row,
+        200.0,
+        false,
+    );
+    if args.fairness_backlog > 0 {
+        check("fairness ratio ≤ 1.5", report.fairness_ratio, 1.5, false);
+    }
+    if args.isolation_rows > 0 {
+        check("isolation ratio ≥ 0.9", report.isolation_ratio, 0.9, true);
+    }
     if args.json {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {
