@@ -40,7 +40,8 @@ impl Keyspace {
         self.key("sources")
     }
     /// Hash: one hook (body `b`, headers `h`, commit ms `t`, tenant `tn`, source `s`,
-    /// modules `k`, rows left `n`, dead letters `d`, size `z`).
+    /// modules `k`, rows left `n`, dead letters `d`, size `z`, lane id of ordered sink `i`
+    /// `L<i>`, claim-check reference `cc` once the body is checked in, R18).
     pub fn hook(&self, hook_id: u64) -> String {
         self.key(&format!("hook:{hook_id}"))
     }
