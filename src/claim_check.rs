@@ -264,10 +264,9 @@ pub async fn check_in_pack(
         }
         out
     };
-    let mut results = match tokio::time::timeout(deadline, upload).await {
-        Ok(r) => r,
-        Err(_) => Vec::new(),
-    };
+    let mut results = tokio::time::timeout(deadline, upload)
+        .await
+        .unwrap_or_default();
     let refs: Vec<(u64, String)> = results
         .iter()
         .filter_map(|(h, r)| r.as_ref().ok().map(|u| (*h, u.clone())))

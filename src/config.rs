@@ -1013,9 +1013,11 @@ mod tests {
         let mut config = Config::default();
         config.redis.url = "redis://user:secret@host:6379/0".into();
         config.admin.token = Some("hunter2".into());
+        config.claim_check.access_key_id = "AKIA".into();
+        config.claim_check.secret_access_key = "s3kr1t".into();
         let dump = config.redacted_toml();
         assert!(
-            !dump.contains("secret") && !dump.contains("hunter2"),
+            !dump.contains(":secret@") && !dump.contains("hunter2") && !dump.contains("s3kr1t"),
             "{dump}"
         );
         assert!(

@@ -73,6 +73,11 @@ pub struct Submission {
     pub reply: oneshot::Sender<Reply>,
 }
 
+/// The batcher's task has ended; nothing more can be submitted to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the batcher has stopped")]
+pub struct BatcherGone;
+
 enum Command {
     Submit(Submission),
     Withdraw(u64),
@@ -99,12 +104,10 @@ impl Batcher {
         Batcher { tx }
     }
 
-    /// Queue one entry. Errors give the submission back when the task is gone.
-    pub fn submit(&self, s: Submission) -> Result<(), Submission> {
-        self.tx.send(Command::Submit(s)).map_err(|e| match e.0 {
-            Command::Submit(s) => s,
-            Command::Withdraw(_) => unreachable!("sent a submission"),
-        })
+    /// Queue one entry. Errors: [`BatcherGone`] when the task has ended (the entry's reply
+    /// sender is dropped with it).
+    pub fn submit(&self, s: Submission) -> Result<(), BatcherGone> {
+        self.tx.send(Command::Submit(s)).map_err(|_| BatcherGone)
     }
 
     /// Answer every queued, unsent entry of sink key `key` with [`Reply::Withdrawn`].
