@@ -53,11 +53,20 @@ pub struct Moto {
 impl Moto {
     pub async fn start() -> Moto {
         let port = free_port();
+        let args = ["-H".to_string(), "127.0.0.1".into(), "-p".into(), port.to_string()];
         let mut child = Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .or_else(|_| {
+                Command::new("python3")
+                    .args(["-m", "moto.server"])
+                    .args(&args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+            })
             .expect("moto_server starts (pip install 'moto[server]'; .ci/run installs it)");
         let url = format!("http://127.0.0.1:{port}");
         wait_http(&format!("{url}/moto-api/"), "moto_server", &mut child).await;
