@@ -9,7 +9,8 @@
 --                                  an empty error takes the row's last recorded one
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, claim-check refs…}
---          (the `cc` field of every hook this call deleted: blobs to delete, R18)
+--          (the `cc` field of every hook this call deleted, and up to 100 refs a dead-letter
+--          purge left in `blob_gc`: blobs for the caller to delete, R18)
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
 -- the next member becomes the head, due now (R11). (G has no hook to name its lane;
 -- the claim's sweep heals that lane, R12.)
@@ -113,6 +114,11 @@ end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end
 if counts.G > 0 then redis.call('HINCRBY', K_STATS, 'dropped', counts.G) end
+-- Hand over up to 100 refs of hooks a dead-letter purge deleted (dlq_purge.lua).
+local gc = redis.call('LPOP', K_BLOB_GC, 100)
+if gc then
+  for _, b in ipairs(gc) do blobs[#blobs + 1] = b end
+end
 local out = {'ok', applied, skipped, released}
 for _, b in ipairs(blobs) do out[#out + 1] = b end
 return out

@@ -117,6 +117,11 @@ impl Keyspace {
     pub fn window(&self) -> String {
         self.key("window")
     }
+    /// List: claim-check references of hooks deleted outside `settle` (a dead-letter purge),
+    /// handed to the leader by the next `settle` call, which deletes the blobs (R18).
+    pub fn blob_gc(&self) -> String {
+        self.key("blob_gc")
+    }
     /// Pub/sub channel: a commit publishes the tenant id here (R2).
     pub fn wake(&self) -> String {
         self.key("wake")

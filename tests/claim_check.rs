@@ -318,3 +318,87 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     assert!(gone.await, "blob {path} deleted after the hook finished");
     worker.shutdown().await;
 }
+
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = Moto::start().await;
+    let d = dir.path().display().to_string();
+    let env = Env::with(Default::default(), |c| {
+        c.claim_check.url = format!("file://{d}")
+    })
+    .await;
+    let sqs = sqs_client(&moto.url);
+    let q = create_queue(&sqs, "q").await;
+    let missing = format!("{}/123456789012/missing", moto.url);
+    env.store
+        .put_source(
+            "acme",
+            "gone",
+            &SourceSpec {
+                sinks: vec![sqs_sink(&moto.url, &missing)],
+            },
+        )
+        .await
+        .unwrap();
+    env.store
+        .put_source(
+            "acme",
+            "ok",
+            &SourceSpec {
+                sinks: vec![sqs_sink(&moto.url, &q)],
+            },
+        )
+        .await
+        .unwrap();
+    env.commit("acme", "gone", big_body(400_000)).await;
+    let worker = env.worker().await;
+    assert_eq!(worker.tick().await.unwrap(), 1);
+    assert_eq!(
+        ankusa::dlq::list(&env.store, "acme", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        files_under(dir.path()).len(),
+        1,
+        "the dead letter keeps its body's blob"
+    );
+
+    let report = ankusa::dlq::purge(
+        &env.store,
+        &ankusa::dlq::PurgeScope::Matching(Default::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.purged, 1);
+    // The next settle hands the purged hook's reference to the leader, which deletes it.
+    env.commit("acme", "ok", "small").await;
+    assert_eq!(worker.tick().await.unwrap(), 1);
+    let gone = async {
+        for _ in 0..500 {
+            if files_under(dir.path()).is_empty() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    };
+    assert!(gone.await, "blob deleted after the purge");
+    worker.shutdown().await;
+}

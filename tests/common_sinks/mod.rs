@@ -53,7 +53,12 @@ pub struct Moto {
 impl Moto {
     pub async fn start() -> Moto {
         let port = free_port();
-        let args = ["-H".to_string(), "127.0.0.1".into(), "-p".into(), port.to_string()];
+        let args = [
+            "-H".to_string(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+        ];
         let mut child = Command::new("moto_server")
             .args(&args)
             .stdout(Stdio::null())
