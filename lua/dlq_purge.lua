@@ -7,7 +7,8 @@
 -- Returns  {'ok', purged, more}   more = 1 when 'retain' stopped at its per-call limit
 --       |  {'bad_request', detail}
 -- A hook is kept while dead letters reference it (field `d`); the last one purged of a
--- hook with no row left (`n` <= 0) deletes the hook and its body.
+-- hook with no row left (`n` <= 0) deletes the hook and its body; its claim-check
+-- reference, if any, goes to the `blob_gc` list for the leader to delete (R18).
 -- 'retain' deletes from the oldest end: entries older than now - max age, and the
 -- oldest entries beyond max entries.
 local tenant, mode = ARGV[2], ARGV[3]
@@ -25,7 +26,12 @@ local function release(fields)
   if redis.call('EXISTS', hk) == 0 then return end
   local d = redis.call('HINCRBY', hk, 'd', -1)
   local n = tonumber(redis.call('HGET', hk, 'n')) or 0
-  if d <= 0 and n <= 0 then redis.call('DEL', hk) end
+  if d <= 0 and n <= 0 then
+    -- R18: the leader deletes the body's claim-check blob (handed over by settle.lua).
+    local cc = redis.call('HGET', hk, 'cc')
+    if cc then redis.call('RPUSH', K_BLOB_GC, cc) end
+    redis.call('DEL', hk)
+  end
 end
 
 if mode == 'ids' then

@@ -20,6 +20,7 @@ local K_SEQ = P .. 'seq'
 local K_STATS = P .. 'stats'
 local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
+local K_BLOB_GC = P .. 'blob_gc'
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -8,7 +8,9 @@
 --          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream;
 --                                  an empty error takes the row's last recorded one
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
--- Returns  {'fenced'} | {'ok', applied, skipped, lanes released}
+-- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, claim-check refs…}
+--          (the `cc` field of every hook this call deleted, and up to 100 refs a dead-letter
+--          purge left in `blob_gc`: blobs for the caller to delete, R18)
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
 -- the next member becomes the head, due now (R11). (G has no hook to name its lane;
 -- the claim's sweep heals that lane, R12.)
@@ -20,6 +22,7 @@ local now = now_ms()
 local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
 local released = 0
+local blobs = {}
 
 -- Which outcomes' rows are still claimed under this epoch: one ZMSCORE per 1000.
 local n = math.floor((#ARGV - 3) / 7)
@@ -50,7 +53,11 @@ local function finish_row(hook, idx, tenant, row, dead)
   local dead_count = 0
   if h[2] then dead_count = tonumber(h[2]) or 1 end
   if dead then dead_count = redis.pcall('HINCRBY', hk, 'd', 1) end
-  if left <= 0 and dead_count == 0 then redis.call('DEL', hk) end
+  if left <= 0 and dead_count == 0 then
+    local cc = redis.call('HGET', hk, 'cc')
+    if cc then blobs[#blobs + 1] = cc end
+    redis.call('DEL', hk)
+  end
   return h[4] or '', h[5] or ''
 end
 
@@ -107,4 +114,11 @@ end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end
 if counts.G > 0 then redis.call('HINCRBY', K_STATS, 'dropped', counts.G) end
-return {'ok', applied, skipped, released}
+-- Hand over up to 100 refs of hooks a dead-letter purge deleted (dlq_purge.lua).
+local gc = redis.call('LPOP', K_BLOB_GC, 100)
+if gc then
+  for _, b in ipairs(gc) do blobs[#blobs + 1] = b end
+end
+local out = {'ok', applied, skipped, released}
+for _, b in ipairs(blobs) do out[#out + 1] = b end
+return out

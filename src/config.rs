@@ -34,7 +34,17 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 4] = ["instance", "redis.url", "admin.listen", "admin.token"];
+const STRING_KEYS: [&str; 9] = [
+    "instance",
+    "redis.url",
+    "admin.listen",
+    "admin.token",
+    "claim_check.url",
+    "claim_check.endpoint",
+    "claim_check.region",
+    "claim_check.access_key_id",
+    "claim_check.secret_access_key",
+];
 /// Replaces secrets in [`Config::redacted_toml`].
 const REDACTED: &str = "***";
 /// The `dispatch.tenants` entry every tenant falls back to.
@@ -61,6 +71,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Retention of dead letters and of the hook bodies they keep.
     pub dlq: DlqConfig,
+    /// Blob store for bodies over a sink's `inline_max_bytes` (R18).
+    pub claim_check: ClaimCheckConfig,
 }
 
 /// Redis connection.
@@ -222,6 +234,26 @@ pub struct DlqConfig {
     pub sweep_ms: u64,
 }
 
+/// The claim-check blob store (R18): where bodies larger than a sink's `inline_max_bytes`
+/// are checked in. Values may hold `${env:NAME}` secret references.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClaimCheckConfig {
+    /// `file:///absolute/dir` (local filesystem) or `s3://bucket[/prefix]`; empty means a
+    /// `file://` store in `<system temp dir>/ankusa-claim-check`. SQS consumers resolve only
+    /// `s3://` refs (the Amazon SQS Extended Client pointer format). Default empty.
+    pub url: String,
+    /// S3 endpoint override (`http://127.0.0.1:9000` for MinIO or moto); empty means AWS.
+    /// An `http://` endpoint allows plain HTTP. Default empty.
+    pub endpoint: String,
+    /// S3 region; empty means `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`. Default empty.
+    pub region: String,
+    /// S3 access key id; empty means the AWS credential chain of the environment. Default empty.
+    pub access_key_id: String,
+    /// S3 secret access key (secret, redacted in dumps); set with `access_key_id`. Default empty.
+    pub secret_access_key: String,
+}
+
 /// One invalid value: its dotted key path and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfigProblem {
@@ -280,6 +312,7 @@ impl Default for Config {
             commit: CommitConfig::default(),
             admin: AdminConfig::default(),
             dlq: DlqConfig::default(),
+            claim_check: ClaimCheckConfig::default(),
         }
     }
 }
@@ -566,6 +599,25 @@ impl Config {
             "must not be empty when set",
         );
 
+        let cc = &self.claim_check;
+        p.check(
+            cc.url.is_empty() || cc.url.starts_with("file:///") || cc.url.starts_with("s3://"),
+            "claim_check.url",
+            "must be empty, file:///absolute/dir or s3://bucket[/prefix]",
+        );
+        p.check(
+            cc.endpoint.is_empty()
+                || cc.endpoint.starts_with("http://")
+                || cc.endpoint.starts_with("https://"),
+            "claim_check.endpoint",
+            "must be empty or an http:// or https:// URL",
+        );
+        p.check(
+            cc.access_key_id.is_empty() == cc.secret_access_key.is_empty(),
+            "claim_check.secret_access_key",
+            "must be set together with claim_check.access_key_id",
+        );
+
         match p.0.is_empty() {
             true => Ok(()),
             false => Err(ConfigError::Invalid(p.0)),
@@ -579,6 +631,11 @@ impl Config {
         config.redis.url = redact_url(&config.redis.url);
         if config.admin.token.is_some() {
             config.admin.token = Some(REDACTED.into());
+        }
+        if !config.claim_check.secret_access_key.is_empty()
+            && !config.claim_check.secret_access_key.starts_with("${env:")
+        {
+            config.claim_check.secret_access_key = REDACTED.into();
         }
         toml::to_string(&config).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }
@@ -956,9 +1013,11 @@ mod tests {
         let mut config = Config::default();
         config.redis.url = "redis://user:secret@host:6379/0".into();
         config.admin.token = Some("hunter2".into());
+        config.claim_check.access_key_id = "AKIA".into();
+        config.claim_check.secret_access_key = "s3kr1t".into();
         let dump = config.redacted_toml();
         assert!(
-            !dump.contains("secret") && !dump.contains("hunter2"),
+            !dump.contains(":secret@") && !dump.contains("hunter2") && !dump.contains("s3kr1t"),
             "{dump}"
         );
         assert!(

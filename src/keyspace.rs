@@ -40,7 +40,8 @@ impl Keyspace {
         self.key("sources")
     }
     /// Hash: one hook (body `b`, headers `h`, commit ms `t`, tenant `tn`, source `s`,
-    /// modules `k`, rows left `n`, dead letters `d`, size `z`).
+    /// modules `k`, rows left `n`, dead letters `d`, size `z`, lane id of ordered sink `i`
+    /// `L<i>`, claim-check reference `cc` once the body is checked in, R18).
     pub fn hook(&self, hook_id: u64) -> String {
         self.key(&format!("hook:{hook_id}"))
     }
@@ -115,6 +116,11 @@ impl Keyspace {
     /// String (JSON, short TTL): the leader's window state for `pressure()` (R21).
     pub fn window(&self) -> String {
         self.key("window")
+    }
+    /// List: claim-check references of hooks deleted outside `settle` (a dead-letter purge),
+    /// handed to the leader by the next `settle` call, which deletes the blobs (R18).
+    pub fn blob_gc(&self) -> String {
+        self.key("blob_gc")
     }
     /// Pub/sub channel: a commit publishes the tenant id here (R2).
     pub fn wake(&self) -> String {

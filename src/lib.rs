@@ -16,7 +16,8 @@
 //! | [`leader`] | lease, renewal, fencing epoch, standby (R25) |
 //! | [`scheduler`] | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
 //! | [`scheduler::slots`], [`scheduler::backoff`] | pure decisions: windows, slots, backoff |
-//! | [`sinks`] | sink modules and their retry classification (R8) |
+//! | [`sinks`] | sink modules (http, sqs, pubsub), the batcher, retry classification (R8, R17) |
+//! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18) |
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
 //! | [`dlq`] | reading dead letters |
@@ -32,6 +33,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod claim_check;
 pub mod config;
 pub mod demo;
 pub mod dlq;

@@ -34,7 +34,7 @@ pub fn check_id(kind: &'static str, value: &str) -> Result<(), BadId> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkEntry {
-    /// The sink module: `http` (more come with the batching sinks).
+    /// The sink module: `http`, `sqs` or `pubsub` (see `docs/sinks.md`).
     pub module: String,
     /// Module options; strings may hold secret references `${env:NAME}` resolved at attempt time.
     #[serde(default)]
@@ -59,7 +59,7 @@ pub struct SourceSpec {
 }
 
 /// The sink modules this build can deliver to.
-pub const MODULES: &[&str] = &["http"];
+pub const MODULES: &[&str] = &["http", "sqs", "pubsub"];
 
 impl SourceSpec {
     /// Check every entry: a known module and the options it needs.
@@ -82,10 +82,13 @@ impl SourceSpec {
                     return Err(format!("sinks[{i}].key: {k:?} must be `header:<name>` or `json:<pointer>` (pointer empty or starting with '/')"));
                 }
             }
-            if s.module == "http" {
-                crate::sinks::http::HttpOpts::from_opts(&s.opts)
-                    .map_err(|e| format!("sinks[{i}].opts: {e}"))?;
-            }
+            let checked = match s.module.as_str() {
+                "http" => crate::sinks::http::HttpOpts::from_opts(&s.opts).map(drop),
+                "sqs" => crate::sinks::sqs::SqsOpts::from_opts(&s.opts).map(drop),
+                "pubsub" => crate::sinks::pubsub::PubSubOpts::from_opts(&s.opts).map(drop),
+                _ => Ok(()),
+            };
+            checked.map_err(|e| format!("sinks[{i}].opts: {e}"))?;
         }
         Ok(())
     }

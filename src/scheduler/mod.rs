@@ -9,12 +9,15 @@
 //! [`slots`] and [`backoff`].
 
 pub mod backoff;
+mod batched;
 pub mod breaker;
 pub mod slots;
 
 use crate::config::Config;
 use crate::model::{DeadReason, RowId, SinkEntry};
 use crate::sinks::http::{HttpOpts, HttpSink};
+use crate::sinks::pubsub::PubSubOpts;
+use crate::sinks::sqs::SqsOpts;
 use crate::sinks::{truncate, AttemptError, Delivery};
 use crate::store::{ClaimResult, Outcome, SettleOp, Store, StoreError, StoredHook};
 use breaker::{Admit, Breaker};
@@ -47,6 +50,16 @@ pub struct SinkKey {
 #[derive(Debug)]
 enum Target {
     Http(HttpOpts),
+    /// A batching sink (R17, see [`batched`]); `ordered` entries send their lane id.
+    Sqs {
+        opts: SqsOpts,
+        ordered: bool,
+    },
+    /// A batching sink (R17, see [`batched`]).
+    PubSub {
+        opts: PubSubOpts,
+        ordered: bool,
+    },
 }
 
 /// A claimed row, bound and ready to run.
@@ -111,6 +124,8 @@ enum Event {
         elapsed: Duration,
     },
     Settled(SettleResult),
+    /// A batched attempt ended or was handed back (R17).
+    Batched(batched::BatchedEvent),
 }
 
 /// A settle call's result: the `(tenant, bytes)` of each settled row, or the error and the
@@ -196,11 +211,14 @@ struct Session {
     settled_total: u64,
     /// Breakers by sink key; absent means closed with no failures (R16).
     breakers: HashMap<SinkKey, Breaker>,
+    /// Batching sinks' destinations and the claim check (R17, R18).
+    batched: batched::Batched,
 }
 
 /// Run one leadership term until shutdown or loss of the lease.
 pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
     let cfg = ctx.config.borrow().clone();
+    let batched = batched::Batched::new(&cfg);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let settled_total = ctx.state.borrow().settled_total;
     let mut s = Session {
@@ -217,6 +235,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         settle_retry_at: None,
         settled_total,
         breakers: HashMap::new(),
+        batched,
         ctx,
     };
     let end = s.run(&mut rx).await;
@@ -289,7 +308,7 @@ impl Session {
             epoch: self.ctx.epoch,
             claimed_rows: self.slots.rows(),
             claimed_bytes: self.slots.bytes(),
-            running: self.slots.running(),
+            running: self.slots.running() + self.batched.submitted(),
             window_full: self.slots.window_full(),
             settled_total: self.settled_total,
         };
@@ -320,12 +339,17 @@ impl Session {
         let store = self.ctx.store.clone();
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
+        let blobs = self.batched.blobs();
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
             let r = match store.settle(&token, epoch, &outcomes).await {
-                Ok((applied, skipped)) => {
+                Ok((applied, skipped, finished_blobs)) => {
                     metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
                         .increment(applied);
+                    // R18: the claim-check blobs of hooks this settle deleted.
+                    if let Some(b) = &blobs {
+                        b.delete_later(finished_blobs);
+                    }
                     if skipped > 0 {
                         metrics::counter!("ankusa_settle_rows_total", "result" => "skipped")
                             .increment(skipped);
@@ -433,6 +457,7 @@ impl Session {
                     let fut = async {
                         match &*job.target {
                             Target::Http(opts) => http.deliver(opts, &d).await,
+                            _ => Err(AttemptError::Permanent("batching sink in a slot".into())),
                         }
                     };
                     let result = match tokio::time::timeout(timeout, fut).await {
@@ -461,6 +486,7 @@ impl Session {
                 .instrument(span),
             );
         }
+        self.start_batched();
         // Reap finished task handles so the set does not grow.
         while self.attempts.try_join_next().is_some() {}
     }
@@ -511,9 +537,11 @@ impl Session {
                         .and_then(|b| b.parks(&settings, Instant::now()))
                     {
                         Some(d) => self.park(job, d),
+                        None if job.target.batched() => self.push_batched(job),
                         None => self.slots.push(job),
                     }
                 }
+                self.pack_scan();
                 // More may be due right away when the page came back full.
                 if got >= p.page {
                     self.claim_wanted = true;
@@ -554,6 +582,10 @@ impl Session {
                     self.slots.settled(&tenant, bytes);
                 }
                 self.claim_wanted = true;
+                None
+            }
+            Event::Batched(ev) => {
+                self.handle_batched(ev);
                 None
             }
             Event::Settled(Err((StoreError::Fenced, _))) => Some(SessionEnd::Fenced),
@@ -604,6 +636,9 @@ impl Session {
                 metrics::counter!("ankusa_breaker_transitions_total", "to" => "open").increment(1);
                 for queued in self.slots.take_key(&job.tenant, &job.key) {
                     self.park(queued, d);
+                }
+                for staged in self.take_batched_key(&job.key) {
+                    self.park(staged, d);
                 }
             }
             Some(breaker::Transition::Closed) => {
@@ -663,6 +698,8 @@ impl Session {
     fn record_attempt(&mut self, job: Job, result: Result<(), AttemptError>, elapsed: Duration) {
         let module: &'static str = match &*job.target {
             Target::Http(_) => "http",
+            Target::Sqs { .. } => "sqs",
+            Target::PubSub { .. } => "pubsub",
         };
         let now = job.redis_now_ms();
         let attempts = job.attempts + 1;
@@ -758,7 +795,9 @@ impl Session {
             running = self.slots.running(),
             "shutting down: letting running attempts finish"
         );
-        for job in self.slots.drain_queued() {
+        let mut queued = self.slots.drain_queued();
+        queued.extend(self.drain_batched());
+        for job in queued {
             let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
             self.push_outcome(
                 job.tenant,
@@ -952,8 +991,13 @@ async fn claim_and_prepare(
             .entry((hook.tenant.clone(), hook.source.clone(), index))
             .or_insert_with(|| {
                 let entry = &spec.sinks[index as usize];
+                let ordered = entry.ordered;
                 match entry.module.as_str() {
                     "http" => HttpOpts::from_opts(&entry.opts).map(|o| Arc::new(Target::Http(o))),
+                    "sqs" => SqsOpts::from_opts(&entry.opts)
+                        .map(|opts| Arc::new(Target::Sqs { opts, ordered })),
+                    "pubsub" => PubSubOpts::from_opts(&entry.opts)
+                        .map(|opts| Arc::new(Target::PubSub { opts, ordered })),
                     m => Err(format!("module {m} is not supported by this worker")),
                 }
             })

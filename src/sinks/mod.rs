@@ -1,7 +1,19 @@
 //! Sinks: where a row is delivered. Each sink module has its options, its
 //! transport and its retry classification (R8), apart from the scheduler.
+//!
+//! | module | batched | inline limit | file |
+//! | --- | --- | --- | --- |
+//! | `http` | no | none | [`http`] |
+//! | `sqs` | yes: 10 entries / 256 KiB per request | 256 KiB minus attributes | [`sqs`] |
+//! | `pubsub` | yes: 1 000 messages / 10 MB per request | 7 MB (base64 in JSON) minus attributes | [`pubsub`] |
+//!
+//! A batched sink's attempts wait in a per-destination [`batcher`] (R17); a body over its
+//! inline limit is checked in to the blob store ([`crate::claim_check`], R18).
 
+pub mod batcher;
 pub mod http;
+pub mod pubsub;
+pub mod sqs;
 
 use bytes::Bytes;
 use std::time::Duration;
@@ -39,6 +51,65 @@ pub struct Delivery {
     pub headers: String,
     /// Commit time (ms since the epoch, Redis clock).
     pub committed_at_ms: i64,
+}
+
+/// What the scheduler asks of a sink module's options (the reference's `Ankusa.Sink`).
+pub trait Sink {
+    /// Whether attempts go through a per-destination [`batcher`] (R17) instead of running
+    /// one request each under `sink_concurrency`.
+    fn batched(&self) -> bool;
+    /// The largest body sent inline for a hook with these producer `headers` (JSON object
+    /// text); a larger body is checked in to the blob store first (R18). `None`: no limit.
+    fn inline_max_bytes(&self, headers: &str) -> Option<usize>;
+}
+
+impl Sink for http::HttpOpts {
+    fn batched(&self) -> bool {
+        false
+    }
+    fn inline_max_bytes(&self, _headers: &str) -> Option<usize> {
+        None
+    }
+}
+
+/// One message of a batched sink, built by its module for one attempt, sent by a [`batcher`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchMessage {
+    /// The payload: the body, or a claim-check pointer (R18).
+    pub body: bytes::Bytes,
+    /// Message attributes: `(name, value, numeric)`; SQS sends `numeric` ones as `Number`.
+    pub attributes: Vec<(String, String, bool)>,
+    /// SQS `MessageGroupId` / Pub/Sub `orderingKey`.
+    pub group: Option<String>,
+    /// SQS `MessageDeduplicationId` (the row id, FIFO queues only).
+    pub dedup: Option<String>,
+    /// Bytes this message counts against the request limit, as the module measures them.
+    pub size: usize,
+}
+
+/// Producer headers (a JSON object text) as `(name, value)` pairs with string values,
+/// sorted by name; hop-by-hop and framing headers are left out.
+pub fn header_pairs(headers: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if headers.is_empty() {
+        return out;
+    }
+    if let Ok(serde_json::Value::Object(h)) = serde_json::from_str::<serde_json::Value>(headers) {
+        for (k, v) in h {
+            let lk = k.to_ascii_lowercase();
+            if matches!(
+                lk.as_str(),
+                "host" | "content-length" | "connection" | "transfer-encoding"
+            ) {
+                continue;
+            }
+            if let Some(v) = v.as_str() {
+                out.push((k, v.to_string()));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Replace `${env:NAME}` references in a sink option with the worker's environment

@@ -205,6 +205,8 @@ pub struct StoredHook {
     pub source: String,
     /// Sink modules at commit, by index.
     pub modules: Vec<String>,
+    /// The claim-check reference of the body (field `cc`), once checked in (R18).
+    pub claim_ref: Option<String>,
 }
 
 /// The answer of a lease acquisition.
@@ -497,8 +499,9 @@ impl Store {
         Ok(res)
     }
 
-    /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped)`
-    /// (lane releases are counted in `ankusa_lane_releases_total`);
+    /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped, blobs)`,
+    /// `blobs` being the claim-check references of the hooks the call deleted (R18; lane
+    /// releases are counted in `ankusa_lane_releases_total`);
     /// an outcome whose row is no longer claimed under `epoch` is skipped, so re-sending a
     /// batch after an error never applies it twice. Errors: [`StoreError::Fenced`].
     pub async fn settle(
@@ -506,7 +509,7 @@ impl Store {
         token: &str,
         epoch: u64,
         outcomes: &[Outcome],
-    ) -> Result<(u64, u64), StoreError> {
+    ) -> Result<(u64, u64, Vec<String>), StoreError> {
         let mut args = Vec::with_capacity(3 + 7 * outcomes.len());
         args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
         for o in outcomes {
@@ -537,6 +540,7 @@ impl Store {
                 Ok((
                     v.get(1).and_then(Value::int).unwrap_or(0) as u64,
                     v.get(2).and_then(Value::int).unwrap_or(0) as u64,
+                    v.iter().skip(4).map(Value::text).collect(),
                 ))
             }
             "fenced" => Err(StoreError::Fenced),
@@ -658,6 +662,28 @@ impl Store {
                 Err(e) => Some(Err(e)),
             })
             .collect())
+    }
+
+    /// Record claim-check references with their hooks (field `cc`, R18) in one pipelined
+    /// call. Only call it while a row of each hook is claimed, so the hook exists.
+    pub async fn set_claim_refs(&self, refs: &[(u64, String)]) -> Result<(), StoreError> {
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let pipe = self.client().pipeline();
+        for (hook, url) in refs {
+            let _: () = pipe.hset(self.ks.hook(*hook), ("cc", url.as_str())).await?;
+        }
+        let _: Vec<Value> = pipe.all().await?;
+        Ok(())
+    }
+
+    /// The lane id of an ordered row (hook field `L<sink index at commit>`), if any (R10).
+    pub async fn lane_of(&self, hook: u64, sink: u32) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .client()
+            .hget(self.ks.hook(hook), format!("L{sink}"))
+            .await?)
     }
 
     /// Read source specs with one pipelined round trip; `None` where a source is gone;
@@ -860,7 +886,7 @@ pub fn first_score(v: &Value) -> Option<i64> {
 }
 
 /// The fields of a hook hash read for delivery, in [`decode_hook`]'s order.
-const HOOK_FIELDS: [&str; 7] = ["b", "h", "t", "tn", "s", "k", "n"];
+const HOOK_FIELDS: [&str; 8] = ["b", "h", "t", "tn", "s", "k", "n", "cc"];
 
 /// Split a pipeline's replies into one result per key: a key's own error reply (it holds
 /// another type: `WRONGTYPE`) is that key's `Err(text)`; anything else failing (connection,
@@ -920,6 +946,7 @@ fn decode_hook(v: Value) -> Option<Result<StoredHook, String>> {
             tenant: text(3)?,
             source: text(4)?,
             modules: text(5)?.split(',').map(str::to_string).collect(),
+            claim_ref: f[7].as_str_ref().map(str::to_string),
         })
     })();
     Some(hook)

@@ -1,0 +1,329 @@
+//! The claim check (R18): bodies too large for a sink are stored once in a blob store and
+//! the sink carries a reference instead.
+//!
+//! Life of a blob:
+//! 1. **Check-in, once per hook.** When a scan claims rows of a batching sink whose hook body
+//!    is larger than the sink's `inline_max_bytes` and the hook has no reference yet, the
+//!    scheduler packs those bodies per tenant and uploads each pack in a background task
+//!    ([`check_in_pack`]); the reference (`s3://bucket/key` or `file:///dir/key`) is written
+//!    to the hook's hash (field `cc`) in one pipelined call. Every sink of the hook and every
+//!    retry reuses it: a later claim reads `cc` with the hook.
+//! 2. **Fallback.** If a pack fails, its rows still run: the first attempt of each hook checks
+//!    the body in on its own ([`check_in`]) inside its attempt deadline (R7); the other
+//!    attempts of the hook wait for that one. The store client does not retry by itself.
+//! 3. **Delete.** `settle.lua` deletes a hook when its last row is done and returns the `cc`
+//!    references of the hooks it deleted; the scheduler deletes those blobs in the background
+//!    ([`BlobStore::delete_later`]). A hook with dead letters keeps its blob until its dead
+//!    letters are purged. A delete that fails leaves an orphan blob: give the bucket a
+//!    lifecycle rule on the `ankusa/` prefix as a backstop.
+//!
+//! What a sink sends for a checked-in body: SQS uses the Amazon SQS Extended Client pointer
+//! for `s3://` references, so standard consumers resolve it; otherwise (and for Pub/Sub) a
+//! [`generic_pointer`].
+
+use crate::config::ClaimCheckConfig;
+use crate::sinks::resolve_secrets;
+use crate::store::Store;
+use bytes::Bytes;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::warn;
+
+/// What a sink sends for one hook: the body itself, or a reference to its checked-in copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// The body, exactly as committed.
+    Inline(Bytes),
+    /// The body was checked in: its reference and its size in bytes.
+    Checked {
+        /// `s3://bucket/key` or `file:///dir/key`.
+        url: String,
+        /// The body's size, bytes.
+        size: usize,
+    },
+}
+
+/// `(bucket, key)` of an `s3://bucket/key` reference; `None` for other stores.
+pub fn s3_parts(url: &str) -> Option<(String, String)> {
+    let (bucket, key) = url.strip_prefix("s3://")?.split_once('/')?;
+    (!bucket.is_empty() && !key.is_empty()).then(|| (bucket.to_string(), key.to_string()))
+}
+
+/// The pointer sent where no standard format applies (Pub/Sub, `file://` stores):
+/// `{"ankusaClaimCheck":{"url":"…","size":N}}`.
+pub fn generic_pointer(url: &str, size: usize) -> String {
+    serde_json::json!({"ankusaClaimCheck": {"url": url, "size": size}}).to_string()
+}
+
+/// The blob store of claim-checked bodies: a local directory or an S3 bucket
+/// (`object_store`), from `[claim_check]`.
+#[derive(Clone)]
+pub struct BlobStore {
+    store: Arc<dyn ObjectStore>,
+    /// `s3://bucket` or `file:///dir`, without a trailing slash.
+    root: String,
+    /// Key prefix of this instance's blobs, e.g. `ankusa/prod`.
+    prefix: String,
+}
+
+impl std::fmt::Debug for BlobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobStore")
+            .field("root", &self.root)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl BlobStore {
+    /// Open the store of `cfg` for `instance`. Errors: an unusable URL, an unresolved
+    /// secret reference, a directory that cannot be created.
+    pub fn from_config(cfg: &ClaimCheckConfig, instance: &str) -> Result<BlobStore, String> {
+        let url = resolve_secrets(&cfg.url)?;
+        let no_retry = object_store::RetryConfig {
+            max_retries: 0,
+            ..Default::default()
+        };
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err("claim_check.url: s3:// needs a bucket".into());
+            }
+            let mut b = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(no_retry);
+            let endpoint = resolve_secrets(&cfg.endpoint)?;
+            if !endpoint.is_empty() {
+                b = b
+                    .with_allow_http(endpoint.starts_with("http://"))
+                    .with_endpoint(endpoint);
+            }
+            let region = resolve_secrets(&cfg.region)?;
+            let region = if !region.is_empty() {
+                region
+            } else {
+                std::env::var("AWS_REGION")
+                    .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
+                    .unwrap_or_else(|_| "us-east-1".into())
+            };
+            b = b.with_region(region);
+            if !cfg.access_key_id.is_empty() {
+                b = b
+                    .with_access_key_id(resolve_secrets(&cfg.access_key_id)?)
+                    .with_secret_access_key(resolve_secrets(&cfg.secret_access_key)?);
+            }
+            let store = b.build().map_err(|e| format!("claim_check: {e}"))?;
+            let path = path.trim_matches('/');
+            Ok(BlobStore {
+                store: Arc::new(store),
+                root: format!("s3://{bucket}"),
+                prefix: join(path, &format!("ankusa/{instance}")),
+            })
+        } else {
+            let dir = match url.strip_prefix("file://") {
+                Some(d) => std::path::PathBuf::from(d),
+                None if url.is_empty() => std::env::temp_dir().join("ankusa-claim-check"),
+                None => return Err(format!("claim_check.url {url:?}: unknown scheme")),
+            };
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("claim_check: cannot create {}: {e}", dir.display()))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                .map_err(|e| format!("claim_check: {e}"))?;
+            Ok(BlobStore {
+                store: Arc::new(store),
+                root: format!("file://{}", dir.display().to_string().trim_end_matches('/')),
+                prefix: format!("ankusa/{instance}"),
+            })
+        }
+    }
+
+    /// Store one body; returns its reference. The key is
+    /// `<prefix>/<tenant>/<hook id>-<random>`, so two stores of one hook never collide.
+    pub async fn put(&self, tenant: &str, hook: u64, body: Bytes) -> Result<String, String> {
+        let key = format!(
+            "{}/{tenant}/{hook}-{:016x}",
+            self.prefix,
+            rand::random::<u64>()
+        );
+        let size = body.len();
+        self.store
+            .put(
+                &ObjectPath::from(key.as_str()),
+                PutPayload::from_bytes(body),
+            )
+            .await
+            .map_err(|e| crate::sinks::truncate(format!("claim check: {e}"), 512))?;
+        metrics::counter!("ankusa_claim_check_bytes_total").increment(size as u64);
+        Ok(format!("{}/{key}", self.root))
+    }
+
+    /// Read a blob back by its reference.
+    pub async fn get(&self, url: &str) -> Result<Bytes, String> {
+        let path = self.path_of(url)?;
+        let r = self.store.get(&path).await.map_err(|e| e.to_string())?;
+        r.bytes().await.map_err(|e| e.to_string())
+    }
+
+    /// Delete a blob by its reference; a reference to another store is refused.
+    pub async fn delete(&self, url: &str) -> Result<(), String> {
+        let path = self.path_of(url)?;
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Delete blobs in a background task (finished hooks, R18); failures are logged.
+    pub fn delete_later(&self, urls: Vec<String>) {
+        if urls.is_empty() {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            for url in urls {
+                match me.delete(&url).await {
+                    Ok(()) => {
+                        metrics::counter!("ankusa_claim_check_deletes_total", "result" => "ok")
+                            .increment(1)
+                    }
+                    Err(e) => {
+                        metrics::counter!("ankusa_claim_check_deletes_total", "result" => "error")
+                            .increment(1);
+                        warn!(%url, error = %e, "could not delete a claim-check blob");
+                    }
+                }
+            }
+        });
+    }
+
+    fn path_of(&self, url: &str) -> Result<ObjectPath, String> {
+        let key = url
+            .strip_prefix(&self.root)
+            .and_then(|k| k.strip_prefix('/'))
+            .ok_or_else(|| format!("{url} is not in the claim-check store {}", self.root))?;
+        Ok(ObjectPath::from(key))
+    }
+}
+
+fn join(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_string()
+    } else {
+        format!("{a}/{b}")
+    }
+}
+
+/// Check one body in (the fallback of an attempt whose pack failed): store it, then record
+/// the reference with the hook so every sink and retry reuses it.
+pub async fn check_in(
+    blobs: &BlobStore,
+    store: &Store,
+    tenant: &str,
+    hook: u64,
+    body: Bytes,
+) -> Result<String, String> {
+    let r = async {
+        let url = blobs.put(tenant, hook, body).await?;
+        store
+            .set_claim_refs(&[(hook, url.clone())])
+            .await
+            .map_err(|e| format!("claim check: recording the reference: {e}"))?;
+        Ok(url)
+    }
+    .await;
+    let result = if r.is_ok() { "ok" } else { "error" };
+    metrics::counter!("ankusa_claim_checks_total", "via" => "attempt", "result" => result)
+        .increment(1);
+    r
+}
+
+/// Check in one tenant's pack of bodies from one scan: upload them together (concurrently,
+/// one object each — the SQS Extended Client pointer names one object per body), then record
+/// every reference with its hook in one pipelined call. Returns one result per hook.
+pub async fn check_in_pack(
+    blobs: &BlobStore,
+    store: &Store,
+    tenant: &str,
+    bodies: Vec<(u64, Bytes)>,
+    deadline: Duration,
+) -> Vec<(u64, Result<String, String>)> {
+    let hooks: Vec<u64> = bodies.iter().map(|(h, _)| *h).collect();
+    let upload = async {
+        let mut set = tokio::task::JoinSet::new();
+        for (hook, body) in bodies {
+            let (b, t) = (blobs.clone(), tenant.to_string());
+            set.spawn(async move { (hook, b.put(&t, hook, body).await) });
+        }
+        let mut out = Vec::with_capacity(hooks.len());
+        while let Some(r) = set.join_next().await {
+            if let Ok(x) = r {
+                out.push(x);
+            }
+        }
+        out
+    };
+    let mut results = tokio::time::timeout(deadline, upload)
+        .await
+        .unwrap_or_default();
+    let refs: Vec<(u64, String)> = results
+        .iter()
+        .filter_map(|(h, r)| r.as_ref().ok().map(|u| (*h, u.clone())))
+        .collect();
+    if !refs.is_empty() {
+        if let Err(e) = store.set_claim_refs(&refs).await {
+            let e = format!("claim check: recording the references: {e}");
+            blobs.delete_later(refs.iter().map(|(_, u)| u.clone()).collect());
+            for (_, r) in results.iter_mut() {
+                *r = Err(e.clone());
+            }
+        }
+    }
+    // A hook whose upload never answered (deadline) failed too.
+    for h in hooks {
+        if !results.iter().any(|(x, _)| *x == h) {
+            results.push((h, Err("claim check: pack timed out".into())));
+        }
+    }
+    for (_, r) in &results {
+        let result = if r.is_ok() { "ok" } else { "error" };
+        metrics::counter!("ankusa_claim_checks_total", "via" => "pack", "result" => result)
+            .increment(1);
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_references_split_into_bucket_and_key() {
+        assert_eq!(
+            s3_parts("s3://b/ankusa/x/t/1-ab"),
+            Some(("b".into(), "ankusa/x/t/1-ab".into()))
+        );
+        assert_eq!(s3_parts("file:///tmp/x"), None);
+        assert_eq!(s3_parts("s3://b"), None);
+    }
+
+    #[tokio::test]
+    async fn a_file_store_round_trips_and_deletes_a_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ClaimCheckConfig {
+            url: format!("file://{}", dir.path().display()),
+            ..Default::default()
+        };
+        let s = BlobStore::from_config(&cfg, "t").unwrap();
+        let url = s
+            .put("acme", 7, Bytes::from_static(b"hello"))
+            .await
+            .unwrap();
+        assert!(url.starts_with("file:///"), "{url}");
+        assert_eq!(&s.get(&url).await.unwrap()[..], b"hello");
+        s.delete(&url).await.unwrap();
+        assert!(s.get(&url).await.is_err());
+        assert!(s.delete("s3://other/x").await.is_err());
+    }
+}

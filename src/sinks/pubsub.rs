@@ -1,0 +1,435 @@
+//! The Google Cloud Pub/Sub sink (R17): the documented REST `topics.publish` call over
+//! reqwest, through a per-topic [`batcher`](super::batcher).
+//!
+//! Why REST and not a client crate: the maintained Rust clients (`gcloud-pubsub`, Google's
+//! own) are gRPC clients that bring tonic, prost and the generated googleapis; ankusa already
+//! has an HTTP client, and publishing is one JSON call. `PUBSUB_EMULATOR_HOST` is honoured
+//! as the Google client libraries do: plain HTTP to that host, no credentials.
+//!
+//! Credentials otherwise: an `access_token` option (a `${env:NAME}` reference to an OAuth
+//! token), else the metadata server of GCE / GKE / Cloud Run (workload identity), cached
+//! until a minute before expiry.
+//!
+//! Publishing is all-or-nothing per request, so every entry of a failed request gets the
+//! request's error; entries are checked before they are batched so one tenant's invalid
+//! message cannot fail another's request.
+
+use super::batcher::{BoxFuture, Limits, Transport};
+use super::{header_pairs, resolve_secrets, truncate, AttemptError, BatchMessage, Delivery, Sink};
+use crate::claim_check::{generic_pointer, Payload};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// Messages per publish request (a Pub/Sub limit).
+pub const MAX_ENTRIES: usize = 1_000;
+/// Bytes per publish request (a Pub/Sub limit, 10 MB); counted with base64-encoded data.
+pub const MAX_REQUEST_BYTES: usize = 10_000_000;
+/// Largest body sent inline before attributes: a 10 MB request holds 7.5 MB of base64 data.
+pub const INLINE_MAX_BYTES: usize = 7_000_000;
+/// The public endpoint.
+pub const GOOGLE_ENDPOINT: &str = "https://pubsub.googleapis.com";
+const METADATA_TOKEN_URL: &str =
+    "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token";
+
+fn default_true() -> bool {
+    true
+}
+fn default_linger_ms() -> u64 {
+    10
+}
+
+/// Options of a `pubsub` sink entry. String values may hold `${env:NAME}` references.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PubSubOpts {
+    /// The topic, `projects/<project>/topics/<topic>`.
+    pub topic: String,
+    /// Endpoint override, e.g. a regional endpoint; default `PUBSUB_EMULATOR_HOST` (as
+    /// `http://<host>`) when set, else `https://pubsub.googleapis.com`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// An OAuth access token (keep it in the environment: `${env:NAME}`); default: none for
+    /// the emulator, else the metadata server's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_token: Option<String>,
+    /// Send hook headers as message attributes. Default true.
+    #[serde(default = "default_true")]
+    pub header_attributes: bool,
+    /// Longest wait for a fuller batch, ms: 0..=10000. Default 10.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+}
+
+impl PubSubOpts {
+    /// Parse and check the options of a sink entry; the error names the field.
+    pub fn from_opts(
+        opts: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<PubSubOpts, String> {
+        let o: PubSubOpts = serde_json::from_value(serde_json::Value::Object(opts.clone()))
+            .map_err(|e| e.to_string())?;
+        if !o.topic.starts_with("${env:") && topic_parts(&o.topic).is_none() {
+            return Err(format!(
+                "topic {:?}: must be projects/<project>/topics/<topic>",
+                o.topic
+            ));
+        }
+        if let Some(e) = &o.endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://") || e.starts_with("${env:")) {
+                return Err(format!(
+                    "endpoint {e:?}: must start with http:// or https://"
+                ));
+            }
+        }
+        if o.linger_ms > 10_000 {
+            return Err(format!("linger_ms {}: must be <= 10000", o.linger_ms));
+        }
+        Ok(o)
+    }
+
+    /// Resolve secret references and defaults.
+    pub fn resolve(&self) -> Result<PubSubTarget, String> {
+        let topic = resolve_secrets(&self.topic)?;
+        if topic_parts(&topic).is_none() {
+            return Err(format!(
+                "topic {topic:?}: must be projects/<project>/topics/<topic>"
+            ));
+        }
+        let emulator = std::env::var("PUBSUB_EMULATOR_HOST")
+            .ok()
+            .filter(|h| !h.is_empty());
+        let (endpoint, auth) = match (&self.endpoint, &emulator) {
+            (Some(e), _) => (resolve_secrets(e)?, None),
+            (None, Some(h)) => (format!("http://{h}"), Some(Auth::None)),
+            (None, None) => (GOOGLE_ENDPOINT.to_string(), None),
+        };
+        let auth = match (&self.access_token, auth) {
+            (Some(t), _) => Auth::Token(resolve_secrets(t)?),
+            (None, Some(a)) => a,
+            (None, None) if endpoint.starts_with("http://") => Auth::None,
+            (None, None) => Auth::Metadata,
+        };
+        let auth_id = match &auth {
+            Auth::None => "none".to_string(),
+            Auth::Metadata => "metadata".to_string(),
+            Auth::Token(t) => {
+                use sha2::Digest;
+                hex::encode(&sha2::Sha256::digest(t.as_bytes())[..12])
+            }
+        };
+        Ok(PubSubTarget {
+            destination: format!(
+                "pubsub|{}|{topic}|{auth_id}|{}",
+                endpoint.trim_end_matches('/'),
+                self.linger_ms
+            ),
+            url: format!("{}/v1/{topic}:publish", endpoint.trim_end_matches('/')),
+            auth,
+            header_attributes: self.header_attributes,
+            linger: Duration::from_millis(self.linger_ms),
+        })
+    }
+}
+
+impl Sink for PubSubOpts {
+    fn batched(&self) -> bool {
+        true
+    }
+    fn inline_max_bytes(&self, headers: &str) -> Option<usize> {
+        Some(INLINE_MAX_BYTES.saturating_sub(2048 + 2 * headers.len()))
+    }
+}
+
+fn topic_parts(t: &str) -> Option<(&str, &str)> {
+    let rest = t.strip_prefix("projects/")?;
+    let (project, topic) = rest.split_once("/topics/")?;
+    let ok = |s: &str| !s.is_empty() && !s.contains('/');
+    (ok(project) && ok(topic)).then_some((project, topic))
+}
+
+/// How requests authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Auth {
+    /// The emulator or a plain-HTTP endpoint: none.
+    None,
+    /// A bearer token from the options.
+    Token(String),
+    /// A token from the metadata server.
+    Metadata,
+}
+
+/// Resolved options of one `pubsub` sink entry.
+#[derive(Debug, Clone)]
+pub struct PubSubTarget {
+    /// Which batcher serves this target: one per endpoint, topic and credentials.
+    pub destination: String,
+    /// The `…:publish` URL.
+    pub url: String,
+    auth: Auth,
+    header_attributes: bool,
+    linger: Duration,
+}
+
+impl PubSubTarget {
+    /// The request limits of this topic.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_entries: MAX_ENTRIES,
+            max_bytes: MAX_REQUEST_BYTES - 64 * 1024,
+            linger: self.linger,
+        }
+    }
+
+    /// Build one attempt's message; `lane` (an ordered entry's lane id) is its ordering key.
+    pub fn message(
+        &self,
+        d: &Delivery,
+        payload: &Payload,
+        lane: Option<&str>,
+    ) -> Result<BatchMessage, AttemptError> {
+        let mut attributes: Vec<(String, String, bool)> = vec![
+            ("ankusa-delivery-id".into(), d.row.clone(), false),
+            ("ankusa-tenant".into(), d.tenant.clone(), false),
+            ("ankusa-source".into(), d.source.clone(), false),
+            ("ankusa-hook-id".into(), d.hook.to_string(), false),
+            ("ankusa-attempt".into(), d.attempt.to_string(), false),
+        ];
+        let body = match payload {
+            Payload::Inline(b) => b.clone(),
+            Payload::Checked { url, size } => {
+                attributes.push(("ankusa-claim-check".into(), url.clone(), false));
+                generic_pointer(url, *size).into()
+            }
+        };
+        if self.header_attributes {
+            let pairs = header_pairs(&d.headers);
+            let ok = |k: &str, v: &str| {
+                (1..=256).contains(&k.len())
+                    && !k.to_ascii_lowercase().starts_with("goog")
+                    && !k.to_ascii_lowercase().starts_with("ankusa-")
+                    && v.len() <= 1024
+            };
+            if pairs.len() <= 90 && pairs.iter().all(|(k, v)| ok(k, v)) {
+                attributes.extend(pairs.into_iter().map(|(k, v)| (k, v, false)));
+            }
+        }
+        let size = body.len().div_ceil(3) * 4
+            + 64
+            + attributes
+                .iter()
+                .map(|(k, v, _)| k.len() + v.len() + 8)
+                .sum::<usize>()
+            + lane.map_or(0, |l| l.len() + 16);
+        if size > MAX_REQUEST_BYTES - 64 * 1024 {
+            return Err(AttemptError::Permanent(format!(
+                "pubsub: message is {size} bytes encoded, over the 10 MB request limit"
+            )));
+        }
+        Ok(BatchMessage {
+            body,
+            attributes,
+            group: lane.map(str::to_string),
+            dedup: None,
+            size,
+        })
+    }
+}
+
+/// Whether a publish answered with `status` is worth retrying (R8): 408, 429 and 5xx, and
+/// 401 (an expired token is fetched again); other 4xx (bad request, permission denied,
+/// topic not found) are permanent. Transport errors always retry.
+pub fn is_retryable(status: u16) -> bool {
+    matches!(status, 401 | 408 | 429 | 500..=599)
+}
+
+/// The HTTP client and token cache of the Pub/Sub sinks of one session.
+#[derive(Debug, Clone)]
+pub struct PubSubClients {
+    http: reqwest::Client,
+    token: Arc<Mutex<Option<(String, Instant)>>>,
+}
+
+impl PubSubClients {
+    /// One client for every topic (connection pool), no redirects.
+    pub fn new() -> Result<PubSubClients, String> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("pubsub client: {e}"))?;
+        Ok(PubSubClients {
+            http,
+            token: Arc::default(),
+        })
+    }
+
+    /// The transport of one topic.
+    pub fn transport(&self, t: &PubSubTarget) -> Arc<dyn Transport> {
+        Arc::new(PubSubTransport {
+            clients: self.clone(),
+            url: t.url.clone(),
+            auth: t.auth.clone(),
+        })
+    }
+
+    async fn metadata_token(&self) -> Result<String, String> {
+        let mut cached = self.token.lock().await;
+        if let Some((t, until)) = cached.as_ref() {
+            if Instant::now() < *until {
+                return Ok(t.clone());
+            }
+        }
+        #[derive(Deserialize)]
+        struct Token {
+            access_token: String,
+            expires_in: u64,
+        }
+        let r = self
+            .http
+            .get(METADATA_TOKEN_URL)
+            .header("Metadata-Flavor", "Google")
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| format!("pubsub: metadata server token: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!(
+                "pubsub: metadata server token: http {}",
+                r.status()
+            ));
+        }
+        let body = r
+            .bytes()
+            .await
+            .map_err(|e| format!("pubsub: metadata server token: {e}"))?;
+        let t: Token = serde_json::from_slice(&body)
+            .map_err(|e| format!("pubsub: metadata server token: {e}"))?;
+        let until = Instant::now() + Duration::from_secs(t.expires_in.saturating_sub(60));
+        *cached = Some((t.access_token.clone(), until));
+        Ok(t.access_token)
+    }
+}
+
+struct PubSubTransport {
+    clients: PubSubClients,
+    url: String,
+    auth: Auth,
+}
+
+impl Transport for PubSubTransport {
+    fn send(&self, batch: Vec<BatchMessage>) -> BoxFuture<Vec<Result<(), AttemptError>>> {
+        let clients = self.clients.clone();
+        let url = self.url.clone();
+        let auth = self.auth.clone();
+        Box::pin(async move {
+            let n = batch.len();
+            let r = publish(&clients, &url, &auth, batch).await;
+            vec![r; n]
+        })
+    }
+}
+
+async fn publish(
+    clients: &PubSubClients,
+    url: &str,
+    auth: &Auth,
+    batch: Vec<BatchMessage>,
+) -> Result<(), AttemptError> {
+    let retry = |error: String| AttemptError::Retry {
+        error: truncate(error, 512),
+        retry_after: None,
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let messages: Vec<serde_json::Value> = batch
+        .into_iter()
+        .map(|m| {
+            let attrs: serde_json::Map<String, serde_json::Value> = m
+                .attributes
+                .into_iter()
+                .map(|(k, v, _)| (k, serde_json::Value::String(v)))
+                .collect();
+            let mut msg = serde_json::json!({"data": b64.encode(&m.body), "attributes": attrs});
+            if let Some(k) = m.group {
+                msg["orderingKey"] = serde_json::Value::String(k);
+            }
+            msg
+        })
+        .collect();
+    let body = serde_json::json!({ "messages": messages }).to_string();
+    let mut req = clients
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    match auth {
+        Auth::None => {}
+        Auth::Token(t) => req = req.bearer_auth(t),
+        Auth::Metadata => req = req.bearer_auth(clients.metadata_token().await.map_err(retry)?),
+    }
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| retry(format!("pubsub: transport: {e}")))?;
+    let status = resp.status().as_u16();
+    if (200..300).contains(&status) {
+        let _ = resp.bytes().await;
+        return Ok(());
+    }
+    if status == 401 {
+        *clients.token.lock().await = None;
+    }
+    let text = resp.text().await.unwrap_or_default();
+    let error = truncate(format!("pubsub http {status}: {}", text.trim()), 512);
+    if is_retryable(status) {
+        Err(retry(error))
+    } else {
+        Err(AttemptError::Permanent(error))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_statuses_map_to_retry_or_permanent() {
+        for (status, retry) in [
+            (400, false),
+            (401, true),
+            (403, false),
+            (404, false),
+            (408, true),
+            (409, false),
+            (429, true),
+            (500, true),
+            (503, true),
+        ] {
+            assert_eq!(is_retryable(status), retry, "{status}");
+        }
+    }
+
+    #[test]
+    fn options_need_a_full_topic_name() {
+        let ok = serde_json::json!({"topic": "projects/p/topics/t"});
+        assert!(PubSubOpts::from_opts(ok.as_object().unwrap()).is_ok());
+        for bad in [
+            "t",
+            "projects/p/t",
+            "projects//topics/t",
+            "projects/p/topics/",
+        ] {
+            let v = serde_json::json!({ "topic": bad });
+            assert!(
+                PubSubOpts::from_opts(v.as_object().unwrap())
+                    .unwrap_err()
+                    .contains("topic"),
+                "{bad}"
+            );
+        }
+    }
+}

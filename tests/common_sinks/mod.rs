@@ -1,0 +1,694 @@
+//! Harness of the batching-sink tests: a real AWS-compatible server (`moto_server`, SQS
+//! and S3), Google's Pub/Sub emulator, and a recording proxy in front of either. Every
+//! server runs on a free loopback port and is killed on drop.
+//!
+//! The proxy is the outside observer: it records every `SendMessageBatch` (entries, their
+//! sizes with attributes), every Pub/Sub publish and every S3 request, and can inject what
+//! the local servers cannot produce on demand: a failure of chosen entries inside a batch
+//! (as SQS reports throttling per entry) and failed S3 uploads.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Fake credentials moto accepts.
+pub const KEY: &str = "testing";
+/// Region used with moto.
+pub const REGION: &str = "us-east-1";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_http(url: &str, what: &str, child: &mut Child) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = client.get(url).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before it was ready: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} not ready after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A `moto_server` (SQS and S3) on a free port.
+pub struct Moto {
+    child: Child,
+    pub url: String,
+}
+
+impl Moto {
+    pub async fn start() -> Moto {
+        let port = free_port();
+        let args = [
+            "-H".to_string(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+        ];
+        let mut child = Command::new("moto_server")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .or_else(|_| {
+                Command::new("python3")
+                    .args(["-m", "moto.server"])
+                    .args(&args)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+            })
+            .expect("moto_server starts (pip install 'moto[server]'; .ci/run installs it)");
+        let url = format!("http://127.0.0.1:{port}");
+        wait_http(&format!("{url}/moto-api/"), "moto_server", &mut child).await;
+        Moto { child, url }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An SQS client for the test itself (creating queues, receiving), against `endpoint`.
+pub fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    let conf = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new(REGION))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            KEY, KEY, None, None, "test",
+        ))
+        .http_client({
+            use aws_smithy_http_client::tls;
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(tls::Provider::Rustls(
+                    tls::rustls_provider::CryptoMode::Ring,
+                ))
+                .build_https()
+        })
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}
+
+/// Create a queue (`.fifo` names make FIFO queues); returns its URL.
+pub async fn create_queue(c: &aws_sdk_sqs::Client, name: &str) -> String {
+    let mut req = c.create_queue().queue_name(name);
+    if name.ends_with(".fifo") {
+        req = req.attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true");
+    }
+    req.send()
+        .await
+        .expect("queue created")
+        .queue_url()
+        .expect("queue url")
+        .to_string()
+}
+
+/// One received message.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub body: String,
+    pub attrs: BTreeMap<String, String>,
+    pub group: Option<String>,
+    pub dedup: Option<String>,
+}
+
+/// Receive and delete messages until `n` have arrived (or the liveness bound passes).
+pub async fn receive_n(c: &aws_sdk_sqs::Client, queue: &str, n: usize) -> Vec<Received> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < n && Instant::now() < deadline {
+        let r = c
+            .receive_message()
+            .queue_url(queue)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        let msgs = r.messages();
+        if msgs.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        for m in msgs {
+            let attrs = m
+                .message_attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| (k.clone(), v.string_value().unwrap_or("").to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let sys = m.attributes();
+            let get = |name: aws_sdk_sqs::types::MessageSystemAttributeName| {
+                sys.and_then(|s| s.get(&name)).cloned()
+            };
+            out.push(Received {
+                body: m.body().unwrap_or("").to_string(),
+                attrs,
+                group: get(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId),
+                dedup: get(aws_sdk_sqs::types::MessageSystemAttributeName::MessageDeduplicationId),
+            });
+            c.delete_message()
+                .queue_url(queue)
+                .receipt_handle(m.receipt_handle().unwrap_or(""))
+                .send()
+                .await
+                .expect("delete");
+        }
+    }
+    out
+}
+
+/// Messages currently in a queue (visible and in flight).
+pub async fn queue_depth(c: &aws_sdk_sqs::Client, queue: &str) -> usize {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let r = c
+        .get_queue_attributes()
+        .queue_url(queue)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("queue attributes");
+    let a = r.attributes().cloned().unwrap_or_default();
+    let n = |k: A| a.get(&k).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    n(A::ApproximateNumberOfMessages) + n(A::ApproximateNumberOfMessagesNotVisible)
+}
+
+/// Create an S3 bucket on moto (moto takes unsigned requests).
+pub async fn create_bucket(moto_url: &str, bucket: &str) {
+    let r = reqwest::Client::new()
+        .put(format!("{moto_url}/{bucket}"))
+        .send()
+        .await
+        .expect("bucket request");
+    assert!(r.status().is_success(), "bucket created: {}", r.status());
+}
+
+/// One entry of a recorded `SendMessageBatch`.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub id: String,
+    pub body: String,
+    pub attrs: BTreeMap<String, String>,
+    pub group: Option<String>,
+    /// Body plus every attribute's name, type and value, bytes (what SQS counts).
+    pub size: usize,
+}
+
+impl Entry {
+    pub fn attr(&self, name: &str) -> &str {
+        self.attrs.get(name).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// A recorded batch request (SQS `SendMessageBatch` or a Pub/Sub publish).
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub target: String,
+    pub entries: Vec<Entry>,
+    /// Ids of entries the proxy failed.
+    pub failed: Vec<String>,
+}
+
+impl Batch {
+    pub fn size(&self) -> usize {
+        self.entries.iter().map(|e| e.size).sum()
+    }
+}
+
+/// One recorded request of any kind.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+}
+
+type EntryRule = Arc<dyn Fn(&Entry) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct ProxyState {
+    upstream: String,
+    batches: Mutex<Vec<Batch>>,
+    requests: Mutex<Vec<Request>>,
+    fail_entry: Mutex<Option<EntryRule>>,
+    fail_puts: AtomicUsize,
+    inflight: AtomicUsize,
+    max_inflight: AtomicUsize,
+}
+
+/// A recording, fault-injecting HTTP proxy in front of `upstream`.
+pub struct Proxy {
+    state: Arc<ProxyState>,
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    pub async fn start(upstream: &str) -> Proxy {
+        let state = Arc::new(ProxyState {
+            upstream: upstream.trim_end_matches('/').to_string(),
+            ..Default::default()
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let st = state.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let st = st.clone();
+            let client = client.clone();
+            async move { handle(st, client, req).await }
+        });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Proxy { state, url, task }
+    }
+
+    /// Fail (retryably, `InternalError`) every SQS entry `rule` picks, until cleared.
+    pub fn fail_entries(&self, rule: impl Fn(&Entry) -> bool + Send + Sync + 'static) {
+        *self.state.fail_entry.lock().unwrap() = Some(Arc::new(rule));
+    }
+
+    /// Answer the next `n` S3 object uploads (PUT) with 503.
+    pub fn fail_next_puts(&self, n: usize) {
+        self.state.fail_puts.store(n, Ordering::SeqCst);
+    }
+
+    /// Every recorded batch request.
+    pub fn batches(&self) -> Vec<Batch> {
+        self.state.batches.lock().unwrap().clone()
+    }
+
+    /// Every request (method, path, status).
+    pub fn requests(&self) -> Vec<Request> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Most batch requests in flight at once.
+    pub fn max_inflight(&self) -> usize {
+        self.state.max_inflight.load(Ordering::SeqCst)
+    }
+
+    /// Wait until `f` holds over the recorded batches (liveness bound 30 s).
+    pub async fn wait_batches(&self, f: impl Fn(&[Batch]) -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if f(&self.batches()) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+}
+
+fn attr_map(v: &serde_json::Value) -> (BTreeMap<String, String>, usize) {
+    let mut out = BTreeMap::new();
+    let mut size = 0;
+    if let Some(m) = v.as_object() {
+        for (k, a) in m {
+            let ty = a["DataType"].as_str().unwrap_or("");
+            let val = a["StringValue"].as_str().unwrap_or("");
+            size += k.len() + ty.len() + val.len();
+            out.insert(k.clone(), val.to_string());
+        }
+    }
+    (out, size)
+}
+
+async fn handle(
+    st: Arc<ProxyState>,
+    client: reqwest::Client,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    let method = req.method().clone();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let headers = req.headers().clone();
+    let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    let target = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let is_sqs_batch = target.ends_with("SendMessageBatch");
+    let is_publish = path.ends_with(":publish");
+    let is_batch = is_sqs_batch || is_publish;
+    let mut forward_body = body.clone();
+    let mut injected: Vec<serde_json::Value> = Vec::new();
+    if is_sqs_batch {
+        let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let rule = st.fail_entry.lock().unwrap().clone();
+        let mut entries = Vec::new();
+        let mut kept = Vec::new();
+        let mut failed = Vec::new();
+        for e in v["Entries"].as_array().cloned().unwrap_or_default() {
+            let (attrs, asize) = attr_map(&e["MessageAttributes"]);
+            let rec = Entry {
+                id: e["Id"].as_str().unwrap_or("").into(),
+                body: e["MessageBody"].as_str().unwrap_or("").into(),
+                attrs,
+                group: e["MessageGroupId"].as_str().map(str::to_string),
+                size: e["MessageBody"].as_str().map_or(0, str::len) + asize,
+            };
+            if rule.as_ref().is_some_and(|r| r(&rec)) {
+                injected.push(serde_json::json!({"Id": rec.id, "SenderFault": false,
+                    "Code": "InternalError", "Message": "injected by the test proxy"}));
+                failed.push(rec.id.clone());
+            } else {
+                kept.push(e);
+            }
+            entries.push(rec);
+        }
+        st.batches.lock().unwrap().push(Batch {
+            target: v["QueueUrl"].as_str().unwrap_or("").into(),
+            entries,
+            failed,
+        });
+        v["Entries"] = serde_json::Value::Array(kept);
+        forward_body = serde_json::to_vec(&v).unwrap().into();
+    } else if is_publish {
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let entries = v["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                let attrs: BTreeMap<String, String> = m["attributes"]
+                    .as_object()
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Entry {
+                    id: String::new(),
+                    body: m["data"].as_str().unwrap_or("").into(),
+                    size: m["data"].as_str().map_or(0, str::len),
+                    attrs,
+                    group: m["orderingKey"].as_str().map(str::to_string),
+                }
+            })
+            .collect();
+        st.batches.lock().unwrap().push(Batch {
+            target: path.clone(),
+            entries,
+            failed: Vec::new(),
+        });
+    }
+    if is_batch {
+        let now = st.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+        st.max_inflight.fetch_max(now, Ordering::SeqCst);
+    }
+    let record = |status: u16| {
+        st.requests.lock().unwrap().push(Request {
+            method: method.to_string(),
+            path: path.clone(),
+            status,
+        });
+    };
+    let is_put_object = method == axum::http::Method::PUT
+        && path.trim_start_matches('/').contains('/')
+        && target.is_empty();
+    if is_put_object
+        && st
+            .fail_puts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        record(503);
+        return axum::response::Response::builder()
+            .status(503)
+            .body(axum::body::Body::from(
+                "<Error><Code>SlowDown</Code></Error>",
+            ))
+            .unwrap();
+    }
+    let all_failed = is_sqs_batch
+        && serde_json::from_slice::<serde_json::Value>(&forward_body)
+            .ok()
+            .and_then(|v| v["Entries"].as_array().map(Vec::is_empty))
+            .unwrap_or(false);
+    let (status, resp_headers, resp_body) = if all_failed {
+        (
+            200u16,
+            vec![(
+                "content-type".to_string(),
+                "application/x-amz-json-1.0".to_string(),
+            )],
+            serde_json::json!({"Successful": [], "Failed": injected.clone()})
+                .to_string()
+                .into_bytes(),
+        )
+    } else {
+        let mut r = client.request(method.clone(), format!("{}{}", st.upstream, path));
+        for (k, v) in headers.iter() {
+            if k != "host" && k != "content-length" {
+                r = r.header(k, v);
+            }
+        }
+        match r.body(forward_body).send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let hs: Vec<(String, String)> = resp
+                    .headers()
+                    .iter()
+                    .filter(|(k, _)| *k != "content-length" && *k != "transfer-encoding")
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+                    .collect();
+                let mut b = resp.bytes().await.unwrap_or_default().to_vec();
+                if is_sqs_batch && !injected.is_empty() && status == 200 {
+                    let mut v: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
+                    let mut failed = v["Failed"].as_array().cloned().unwrap_or_default();
+                    failed.extend(injected.iter().cloned());
+                    v["Failed"] = serde_json::Value::Array(failed);
+                    b = serde_json::to_vec(&v).unwrap();
+                }
+                (status, hs, b)
+            }
+            Err(e) => (502, Vec::new(), e.to_string().into_bytes()),
+        }
+    };
+    if is_batch {
+        st.inflight.fetch_sub(1, Ordering::SeqCst);
+    }
+    record(status);
+    let mut b = axum::response::Response::builder().status(status);
+    for (k, v) in resp_headers {
+        b = b.header(k, v);
+    }
+    b.body(axum::body::Body::from(resp_body)).unwrap()
+}
+
+/// Google's Pub/Sub emulator (a Java program) on a free port.
+pub struct PubSubEmulator {
+    child: Child,
+    pub host: String,
+    pub url: String,
+}
+
+/// Where the emulator's jar is: `ANKUSA_PUBSUB_EMULATOR_JAR`, the Debian package's
+/// directory, or what `dpkg -L google-cloud-cli-pubsub-emulator` lists.
+pub fn emulator_jar() -> Option<String> {
+    if let Ok(j) = std::env::var("ANKUSA_PUBSUB_EMULATOR_JAR") {
+        return Some(j);
+    }
+    let dir = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/lib";
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path().display().to_string();
+            if p.ends_with("-all.jar") {
+                return Some(p);
+            }
+        }
+    }
+    let out = Command::new("dpkg")
+        .args(["-L", "google-cloud-cli-pubsub-emulator"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.ends_with("-all.jar"))
+        .map(str::to_string)
+}
+
+impl PubSubEmulator {
+    /// Start the emulator, or `None` (after a loud message) where it is not installed.
+    pub async fn start() -> Option<PubSubEmulator> {
+        let Some(jar) = emulator_jar() else {
+            eprintln!(
+                "\n\n*** SKIPPED: the Pub/Sub emulator is not installed \
+                 (Debian package google-cloud-cli-pubsub-emulator; .ci/run installs it) ***\n\n"
+            );
+            return None;
+        };
+        let port = free_port();
+        let mut child = Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-jar",
+                &jar,
+                "--host=127.0.0.1",
+                &format!("--port={port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java starts the Pub/Sub emulator");
+        let host = format!("127.0.0.1:{port}");
+        let url = format!("http://{host}");
+        wait_http(&format!("{url}/"), "the Pub/Sub emulator", &mut child).await;
+        Some(PubSubEmulator { child, host, url })
+    }
+
+    /// Create a topic and a subscription on it (`ordered`: message ordering enabled).
+    pub async fn topic(&self, project: &str, topic: &str, sub: &str, ordered: bool) {
+        let c = reqwest::Client::new();
+        let r = c
+            .put(format!("{}/v1/projects/{project}/topics/{topic}", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "topic: {}", r.status());
+        let r = c
+            .put(format!(
+                "{}/v1/projects/{project}/subscriptions/{sub}",
+                self.url
+            ))
+            .header("content-type", "application/json")
+            .body(
+                serde_json::json!({
+                    "topic": format!("projects/{project}/topics/{topic}"),
+                    "enableMessageOrdering": ordered,
+                    "ackDeadlineSeconds": 60,
+                })
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "subscription: {}", r.status());
+    }
+
+    /// Pull and acknowledge until `n` messages arrived; each is `(data, attributes,
+    /// ordering key)`, in the order pulled.
+    pub async fn pull_n(
+        &self,
+        project: &str,
+        sub: &str,
+        n: usize,
+    ) -> Vec<(Vec<u8>, BTreeMap<String, String>, String)> {
+        use base64::Engine;
+        let c = reqwest::Client::new();
+        let base = format!("{}/v1/projects/{project}/subscriptions/{sub}", self.url);
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while out.len() < n && Instant::now() < deadline {
+            let raw = c
+                .post(format!("{base}:pull"))
+                .header("content-type", "application/json")
+                .body(r#"{"maxMessages": 1000}"#)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
+            let msgs = v["receivedMessages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if msgs.is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            let mut acks = Vec::new();
+            for m in msgs {
+                acks.push(m["ackId"].clone());
+                let msg = &m["message"];
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(msg["data"].as_str().unwrap_or(""))
+                    .unwrap_or_default();
+                let attrs = msg["attributes"]
+                    .as_object()
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let key = msg["orderingKey"].as_str().unwrap_or("").to_string();
+                out.push((data, attrs, key));
+            }
+            c.post(format!("{base}:acknowledge"))
+                .header("content-type", "application/json")
+                .body(serde_json::json!({ "ackIds": acks }).to_string())
+                .send()
+                .await
+                .unwrap();
+        }
+        out
+    }
+}
+
+impl Drop for PubSubEmulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Tick until `n` rows have ended (delivered or dead-lettered) since the store's start: a
+/// row waiting out a backoff is not due, so one `tick()` can return before it is retried.
+/// Returns the rows ended; the liveness bound is 30 s.
+pub async fn until_ended(worker: &ankusa::Worker, store: &ankusa::store::Store, n: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        worker.tick().await.expect("tick");
+        let t = store.totals().await.expect("totals");
+        let ended = t.delivered + t.dead_lettered;
+        if ended >= n || Instant::now() > deadline {
+            return ended;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
