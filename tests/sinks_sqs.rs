@@ -443,12 +443,14 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
         &env,
         "acme",
         "counted",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({}))],
+        vec![sqs_sink(&proxy, &q2, serde_json::json!({}))],
     )
     .await;
-    let body = std::fs::read("../shared/data/github-webhooks/push.payload.json")
-        .or_else(|_| std::fs::read("/work/shared/data/github-webhooks/push.payload.json"))
-        .unwrap_or_else(|_| b"{\"x\":1}".to_vec());
+    let body = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/github-webhooks/push.payload.json"),
+    )
+    .unwrap_or_else(|_| b"{\"x\":1}".to_vec());
     let hooks: Vec<Hook> = (0..100)
         .map(|_| Hook::new(body.clone()).header("X-GitHub-Event", "push"))
         .collect();
