@@ -158,6 +158,43 @@ pub fn describe() {
         "Times the leader self-check gave the lease up because the scheduler made no progress."
     );
 
+    // Batching sinks and the claim check (R17, R18; docs/sinks.md).
+    describe_gauge!(
+        "ankusa_batcher_queued",
+        "Attempts waiting in a batcher for a request, by module."
+    );
+    describe_histogram!(
+        "ankusa_batch_entries",
+        "Entries per batch request, by module."
+    );
+    describe_histogram!(
+        "ankusa_batch_bytes",
+        Unit::Bytes,
+        "Bytes per batch request as the module counts them, by module."
+    );
+    describe_counter!(
+        "ankusa_batch_requests_total",
+        "Batch requests by module and outcome (ok, partial, error, timeout)."
+    );
+    describe_histogram!(
+        "ankusa_batch_request_duration_seconds",
+        Unit::Seconds,
+        "Duration of one batch request, by module."
+    );
+    describe_counter!(
+        "ankusa_claim_checks_total",
+        "Bodies checked in to the blob store, by way (pack, attempt) and result (ok, error)."
+    );
+    describe_counter!(
+        "ankusa_claim_check_bytes_total",
+        Unit::Bytes,
+        "Bytes of bodies stored in the claim-check blob store."
+    );
+    describe_counter!(
+        "ankusa_claim_check_deletes_total",
+        "Claim-check blobs deleted after their hook finished, by result (ok, error)."
+    );
+
     // Planned: described now, emitted by the issue named in docs/metrics.md.
     describe_gauge!(
         "ankusa_due_rows",
@@ -170,23 +207,6 @@ pub fn describe() {
     describe_gauge!(
         "ankusa_lanes_blocked",
         "Lanes whose head is waiting out a retry or a park."
-    );
-    describe_gauge!(
-        "ankusa_batcher_queued",
-        "Attempts waiting in a batcher, by module."
-    );
-    describe_histogram!(
-        "ankusa_batch_entries",
-        "Entries per batch request, by module."
-    );
-    describe_histogram!(
-        "ankusa_batch_bytes",
-        Unit::Bytes,
-        "Bytes per batch request, by module."
-    );
-    describe_counter!(
-        "ankusa_claim_checks_total",
-        "Bodies checked in to the blob store, by result (ok, error)."
     );
     describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
 }

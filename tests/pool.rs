@@ -612,7 +612,7 @@ async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
     assert_eq!(s.requeue_claimed(&new, new_epoch).await.unwrap(), 5);
     assert_eq!(s.claimed_count().await.unwrap(), 0);
     assert!(
-        matches!(s.settle(&new, new_epoch, &delivered).await, Ok((0, 5))),
+        matches!(s.settle(&new, new_epoch, &delivered).await, Ok((0, 5, _))),
         "rows not claimed by this epoch are skipped"
     );
     // The same process may retake its own lease under a new epoch; its old token is fenced.

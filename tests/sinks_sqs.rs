@@ -416,7 +416,7 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
     let n: usize = std::env::var("ANKUSA_BENCH_SQS_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5_000);
+        .unwrap_or(1_000);
     let env = Env::with(Default::default(), |c| {
         c.dispatch.batch = 1_000;
         c.dispatch.attempt_timeout_ms = 30_000;
@@ -426,6 +426,7 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
     let proxy = Proxy::start(&moto.url).await;
     let sqs = sqs_client(&moto.url);
     let q = create_queue(&sqs, "bench").await;
+    let q2 = create_queue(&sqs, "bench-counted").await;
     // Straight to moto (the proxy only counts requests in a warm-up-free second run below).
     let direct = SinkEntry {
         module: "sqs".into(),
@@ -442,12 +443,14 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
         &env,
         "acme",
         "counted",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({}))],
+        vec![sqs_sink(&proxy, &q2, serde_json::json!({}))],
     )
     .await;
-    let body = std::fs::read("../shared/data/github-webhooks/push.payload.json")
-        .or_else(|_| std::fs::read("/work/shared/data/github-webhooks/push.payload.json"))
-        .unwrap_or_else(|_| b"{\"x\":1}".to_vec());
+    let body = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/github-webhooks/push.payload.json"),
+    )
+    .unwrap_or_else(|_| b"{\"x\":1}".to_vec());
     let hooks: Vec<Hook> = (0..100)
         .map(|_| Hook::new(body.clone()).header("X-GitHub-Event", "push"))
         .collect();
@@ -457,10 +460,17 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
             .await
             .unwrap();
     }
+    let cpu = || {
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
     let worker = env.worker().await;
-    let t = std::time::Instant::now();
+    let (t, c0) = (std::time::Instant::now(), cpu());
     assert_eq!(worker.tick().await.unwrap() as usize, n);
     let secs = t.elapsed().as_secs_f64();
+    let worker_cpu_us = (cpu() - c0) * 1e6 / n as f64;
     for _ in 0..n / 100 {
         env.producer
             .commit_many("acme", "counted", &hooks)
@@ -470,7 +480,7 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
     worker.tick().await.unwrap();
     let reqs = proxy.batches().len();
     println!(
-        "SQS bench: {n} deliveries of {} B in {secs:.2} s = {:.0} deliveries/s; {reqs} requests for {n} deliveries = {:.3} requests/delivery",
+        "SQS bench: {n} deliveries of {} B in {secs:.2} s = {:.0} deliveries/s; worker CPU {worker_cpu_us:.0} µs/delivery; {reqs} requests for {n} deliveries = {:.3} requests/delivery",
         body.len(),
         n as f64 / secs,
         reqs as f64 / n as f64

@@ -119,6 +119,7 @@ impl Batcher {
 /// Entries waiting for a request, per tenant, with the round-robin line of tenants.
 #[derive(Default)]
 struct Queue {
+    module: &'static str,
     tenants: HashMap<Arc<str>, VecDeque<Submission>>,
     line: VecDeque<Arc<str>>,
     len: usize,
@@ -129,6 +130,7 @@ struct Queue {
 
 impl Queue {
     fn push(&mut self, s: Submission) {
+        metrics::gauge!("ankusa_batcher_queued", "module" => self.module).increment(1.0);
         self.len += 1;
         self.bytes += s.msg.size;
         self.since.get_or_insert_with(Instant::now);
@@ -144,6 +146,8 @@ impl Queue {
             let mut kept = VecDeque::with_capacity(q.len());
             for s in q.drain(..) {
                 if s.key == key {
+                    metrics::gauge!("ankusa_batcher_queued", "module" => self.module)
+                        .decrement(1.0);
                     self.len -= 1;
                     self.bytes -= s.msg.size;
                     let _ = s.reply.send(Reply::Withdrawn);
@@ -185,6 +189,8 @@ impl Queue {
             // An entry whose attempt gave up is dropped, never sent late.
             while q.front().is_some_and(|s| s.reply.is_closed()) {
                 if let Some(s) = q.pop_front() {
+                    metrics::gauge!("ankusa_batcher_queued", "module" => self.module)
+                        .decrement(1.0);
                     self.len -= 1;
                     self.bytes -= s.msg.size;
                 }
@@ -200,6 +206,7 @@ impl Queue {
             }
             misses = 0;
             let Some(s) = q.pop_front() else { continue };
+            metrics::gauge!("ankusa_batcher_queued", "module" => self.module).decrement(1.0);
             self.len -= 1;
             self.bytes -= s.msg.size;
             bytes += s.msg.size;
@@ -222,7 +229,10 @@ async fn run(
     concurrency: Arc<AtomicUsize>,
     mut rx: mpsc::UnboundedReceiver<Command>,
 ) {
-    let mut queue = Queue::default();
+    let mut queue = Queue {
+        module,
+        ..Queue::default()
+    };
     let mut inflight: JoinSet<()> = JoinSet::new();
     let mut closing = false;
     loop {
@@ -270,6 +280,7 @@ async fn send(module: &'static str, transport: Arc<dyn Transport>, batch: Vec<Su
     let started = std::time::Instant::now();
     let deadline = batch.iter().map(|s| s.deadline).max();
     let n = batch.len();
+    let bytes: usize = batch.iter().map(|s| s.msg.size).sum();
     let mut replies = Vec::with_capacity(n);
     let mut msgs = Vec::with_capacity(n);
     for s in batch {
@@ -277,6 +288,7 @@ async fn send(module: &'static str, transport: Arc<dyn Transport>, batch: Vec<Su
         msgs.push(s.msg);
     }
     metrics::histogram!("ankusa_batch_entries", "module" => module).record(n as f64);
+    metrics::histogram!("ankusa_batch_bytes", "module" => module).record(bytes as f64);
     let fut = transport.send(msgs);
     let results = match deadline {
         Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
