@@ -4,6 +4,8 @@
 -- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
 --       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
+--       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
+--          (the delivery's own headers), refused here so every language's producer is covered
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
@@ -20,6 +22,18 @@ for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
 for i = 1, n do
   local size = #ARGV[4 + 2 * i]
   if size > max_bytes then return {'too_large', i, size} end
+  local headers = ARGV[5 + 2 * i]
+  if headers ~= '' then
+    -- Headers that are no JSON object are left to the attempt (dead-lettered unsent there).
+    local ok, h = pcall(cjson.decode, headers)
+    if not ok or type(h) ~= 'table' then h = {} end
+    for k, _ in pairs(h) do
+      local l = string.lower(tostring(k))
+      if string.sub(l, 1, 8) == 'webhook-' or string.sub(l, 1, 7) == 'ankusa-' then
+        return {'reserved_header', i, tostring(k)}
+      end
+    end
+  end
 end
 local lanes = nil
 if lanes_json then

@@ -179,7 +179,9 @@ async fn fairness(
     let mut out = [0.0; 2];
     for (round, big) in [0, backlog].into_iter().enumerate() {
         let instance = format!("fair{round}");
-        let store = Store::connect(&redis.url(), &instance, 30_000).await?;
+        let store = Store::connect(&redis.url(), &instance, 30_000)
+            .await?
+            .with_edge(crate::testkit::loopback_edge());
         let producer = Producer::new(store.clone(), 16 << 20);
         let small: Vec<String> = (0..4).map(|i| format!("small{i}")).collect();
         for t in &small {
@@ -233,7 +235,9 @@ async fn isolation(
     let mut out = [0.0; 2];
     for (round, down) in [false, true].into_iter().enumerate() {
         let instance = format!("iso{round}");
-        let store = Store::connect(&redis.url(), &instance, 30_000).await?;
+        let store = Store::connect(&redis.url(), &instance, 30_000)
+            .await?
+            .with_edge(crate::testkit::loopback_edge());
         let producer = Producer::new(store.clone(), 16 << 20);
         let tenants: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
         for t in &tenants {
@@ -279,7 +283,9 @@ async fn lanes(
     let mut out = [0.0; 2];
     for (round, ordered) in [false, true].into_iter().enumerate() {
         let instance = format!("lanes{round}");
-        let store = Store::connect(&redis.url(), &instance, 30_000).await?;
+        let store = Store::connect(&redis.url(), &instance, 30_000)
+            .await?
+            .with_edge(crate::testkit::loopback_edge());
         let producer = Producer::new(store.clone(), 16 << 20);
         let tenants: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
         for t in &tenants {
@@ -359,7 +365,7 @@ fn spawn_worker(
         "instance = \"{instance}\"\n[redis]\nurl = \"{redis_url}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [dispatch]\nconcurrency = 256\nsink_concurrency = 32\nmax_inflight = 10000\nbatch = 1000\n\
          attempt_timeout_ms = 5000\nbreaker_failures = 0\n[dispatch.tenants.default]\nmax_inflight = 2000\n\
-         [retry]\ninitial_backoff_ms = 1000\n"
+         [retry]\ninitial_backoff_ms = 1000\n[http]\nallow_cidrs = [\"127.0.0.0/8\", \"::1/128\"]\n"
     );
     let path = dir.path().join(format!("{instance}.toml"));
     std::fs::write(&path, cfg).map_err(|e| Error::Other(e.to_string()))?;
@@ -435,7 +441,9 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
         threads: 1,
     })
     .map_err(|e| Error::Other(e.to_string()))?;
-    let store = Store::connect(&redis.url(), "bench", 30_000).await?;
+    let store = Store::connect(&redis.url(), "bench", 30_000)
+        .await?
+        .with_edge(crate::testkit::loopback_edge());
     let producer = Producer::new(store.clone(), 16 << 20);
     let tenants: Vec<String> = (0..args.tenants.max(1)).map(|i| format!("t{i}")).collect();
     for t in &tenants {

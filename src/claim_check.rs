@@ -22,7 +22,7 @@
 //! [`generic_pointer`].
 
 use crate::config::ClaimCheckConfig;
-use crate::sinks::resolve_secrets;
+use crate::secrets::resolve_operator as resolve_secrets;
 use crate::store::Store;
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;

@@ -34,7 +34,7 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 9] = [
+const STRING_KEYS: [&str; 11] = [
     "instance",
     "redis.url",
     "admin.listen",
@@ -44,6 +44,8 @@ const STRING_KEYS: [&str; 9] = [
     "claim_check.region",
     "claim_check.access_key_id",
     "claim_check.secret_access_key",
+    "secrets.env_prefix",
+    "secrets.file_dir",
 ];
 /// Replaces secrets in [`Config::redacted_toml`].
 const REDACTED: &str = "***";
@@ -73,6 +75,53 @@ pub struct Config {
     pub dlq: DlqConfig,
     /// Blob store for bodies over a sink's `inline_max_bytes` (R18).
     pub claim_check: ClaimCheckConfig,
+    /// Guards of the requests made to tenants' URLs (SSRF guard; `docs/security.md`).
+    pub http: HttpConfig,
+    /// Which secret references sink options may resolve (`docs/security.md`).
+    pub secrets: SecretsConfig,
+}
+
+/// Guards of every HTTP request made to a URL a tenant chose (`docs/security.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Refuse to connect to non-public addresses (loopback, private, link-local, CGNAT, ULA,
+    /// multicast, documentation, …): every resolved address is checked and only checked
+    /// addresses are connected to. A refused attempt is a permanent dead letter. Default `true`.
+    pub deny_private: bool,
+    /// CIDR blocks exempt from `deny_private`, e.g. `["10.1.0.0/16", "::1/128"]`. Default empty.
+    pub allow_cidrs: Vec<String>,
+}
+
+/// Which secret references (`${env:NAME}`, `${file:/path}`) sink options may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// `${env:NAME}` resolves only names starting with this prefix; `[A-Z0-9_]+`, and under
+    /// `ANKUSA_` only `ANKUSA_SECRET_…` (the worker's own settings are never readable).
+    /// Default `"ANKUSA_SECRET_"`.
+    pub env_prefix: String,
+    /// `${file:/path}` resolves only files under this absolute directory (after following
+    /// symlinks); empty disables file references. Default `"/run/secrets"`.
+    pub file_dir: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            deny_private: true,
+            allow_cidrs: Vec::new(),
+        }
+    }
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        SecretsConfig {
+            env_prefix: crate::secrets::DEFAULT_ENV_PREFIX.into(),
+            file_dir: "/run/secrets".into(),
+        }
+    }
 }
 
 /// Redis connection.
@@ -313,6 +362,8 @@ impl Default for Config {
             admin: AdminConfig::default(),
             dlq: DlqConfig::default(),
             claim_check: ClaimCheckConfig::default(),
+            http: HttpConfig::default(),
+            secrets: SecretsConfig::default(),
         }
     }
 }
@@ -618,6 +669,27 @@ impl Config {
             "must be set together with claim_check.access_key_id",
         );
 
+        for (i, c) in self.http.allow_cidrs.iter().enumerate() {
+            if let Err(e) = c.parse::<ipnet::IpNet>() {
+                p.check(
+                    false,
+                    format!("http.allow_cidrs[{i}]"),
+                    format!("{c:?} is not a CIDR block such as 10.0.0.0/8 or ::1/128: {e}"),
+                );
+            }
+        }
+        let s = &self.secrets;
+        p.check(
+            crate::secrets::valid_env_prefix(&s.env_prefix),
+            "secrets.env_prefix",
+            "must match [A-Z0-9_]+ and, under ANKUSA_, start with ANKUSA_SECRET_",
+        );
+        p.check(
+            s.file_dir.is_empty() || (s.file_dir.starts_with('/') && s.file_dir != "/"),
+            "secrets.file_dir",
+            "must be empty (no file references) or an absolute directory other than /",
+        );
+
         match p.0.is_empty() {
             true => Ok(()),
             false => Err(ConfigError::Invalid(p.0)),
@@ -686,7 +758,10 @@ impl EnvOverrides {
     ) -> Self {
         let pairs = vars.into_iter().filter_map(|(name, value)| {
             let name = name.as_ref().to_string_lossy();
-            if CLI_VARS.contains(&name.as_ref()) {
+            // Secrets for `${env:…}` references share the `ANKUSA_` prefix but are no config key.
+            if CLI_VARS.contains(&name.as_ref())
+                || name.starts_with(crate::secrets::DEFAULT_ENV_PREFIX)
+            {
                 return None;
             }
             let key = name
@@ -977,6 +1052,34 @@ mod tests {
         assert_eq!(config.dispatch.tenant_limits("acme").max_inflight, 5);
         assert_eq!(config.admin.token.as_deref(), Some("1234"));
         assert!(config.redis.allow_evicting);
+    }
+
+    #[test]
+    fn edge_guards_are_validated_and_secret_variables_are_no_config_keys() {
+        let env = [
+            (
+                "ANKUSA_HTTP__ALLOW_CIDRS",
+                r#"["172.16.0.0/12", "::1/128"]"#,
+            ),
+            ("ANKUSA_SECRET_ORDERS_TOKEN", "s3cret"),
+        ];
+        let config = Config::load_with_env(None, env).expect("valid");
+        assert_eq!(config.http.allow_cidrs, ["172.16.0.0/12", "::1/128"]);
+        assert!(config.http.deny_private);
+        assert_eq!(config.secrets.env_prefix, "ANKUSA_SECRET_");
+        let found = problems(
+            "[http]\nallow_cidrs = [\"10.0.0.0/8\", \"10.0.0.1/33\", \"nope\"]\n\
+             [secrets]\nenv_prefix = \"ANKUSA_\"\nfile_dir = \"relative\"\n",
+        );
+        for key in [
+            "http.allow_cidrs[1]",
+            "http.allow_cidrs[2]",
+            "secrets.env_prefix",
+            "secrets.file_dir",
+        ] {
+            assert!(found.iter().any(|p| p.starts_with(key)), "{key}: {found:?}");
+        }
+        assert!(!found.iter().any(|p| p.starts_with("http.allow_cidrs[0]")));
     }
 
     #[test]

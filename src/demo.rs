@@ -166,6 +166,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     cfg.retry.initial_backoff_ms = 50;
     cfg.retry.max_backoff_ms = 1_000;
     cfg.dispatch.attempt_timeout_ms = 10_000;
+    // The demo's receiver listens on loopback, which the SSRF guard refuses by default.
+    crate::testkit::allow_loopback(&mut cfg);
     let worker = Worker::start(cfg.clone(), Some("demo")).await?;
     let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
 

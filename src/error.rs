@@ -48,6 +48,7 @@ impl Error {
             }
             Error::Commit(
                 CommitError::BadRequest(_)
+                | CommitError::ReservedHeader { .. }
                 | CommitError::TooLarge { .. }
                 | CommitError::UnknownSource { .. },
             ) => 1,
@@ -64,7 +65,9 @@ impl Error {
         match self {
             Error::Config(_) => "invalid_config",
             Error::BadId(_) | Error::BadRequest(_) | Error::InvalidSource(_) => "bad_request",
-            Error::Commit(CommitError::BadRequest(_)) => "bad_request",
+            Error::Commit(CommitError::BadRequest(_) | CommitError::ReservedHeader { .. }) => {
+                "bad_request"
+            }
             Error::Commit(CommitError::TooLarge { .. }) => "too_large",
             Error::Commit(CommitError::UnknownSource { .. }) => "unknown_source",
             Error::NotFound(_) => "not_found",

@@ -17,6 +17,7 @@
 //! | [`scheduler`] | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
 //! | [`scheduler::slots`], [`scheduler::backoff`] | pure decisions: windows, slots, backoff |
 //! | [`sinks`] | sink modules (http, sqs, pubsub), the batcher, retry classification (R8, R17) |
+//! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references |
 //! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18) |
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
@@ -45,6 +46,7 @@ pub mod model;
 pub mod ops;
 pub mod producer;
 pub mod scheduler;
+pub mod secrets;
 pub mod sinks;
 pub mod store;
 pub mod testkit;

@@ -236,7 +236,11 @@ fn load_config(cli: &Cli) -> Result<Config, Error> {
 }
 
 async fn store(cfg: &Config) -> Result<Store, Error> {
-    Ok(Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms).await?)
+    Ok(
+        Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms)
+            .await?
+            .with_edge(ankusa::sinks::EdgePolicy::from_config(cfg)),
+    )
 }
 
 fn read_spec(path: &Path) -> Result<SourceSpec, Error> {

@@ -62,8 +62,15 @@ pub struct SourceSpec {
 pub const MODULES: &[&str] = &["http", "sqs", "pubsub"];
 
 impl SourceSpec {
-    /// Check every entry: a known module and the options it needs.
+    /// Check every entry: a known module and the options it needs, under the secure default
+    /// guards ([`crate::sinks::EdgePolicy::default`]).
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_with(&crate::sinks::EdgePolicy::default())
+    }
+
+    /// [`SourceSpec::validate`] under `edge`: the SSRF guard for literal IP hosts
+    /// (`http.allow_cidrs`) and the secret references allowed (`secrets.*`).
+    pub fn validate_with(&self, edge: &crate::sinks::EdgePolicy) -> Result<(), String> {
         for (i, s) in self.sinks.iter().enumerate() {
             if !MODULES.contains(&s.module.as_str()) {
                 return Err(format!(
@@ -83,9 +90,11 @@ impl SourceSpec {
                 }
             }
             let checked = match s.module.as_str() {
-                "http" => crate::sinks::http::HttpOpts::from_opts(&s.opts).map(drop),
-                "sqs" => crate::sinks::sqs::SqsOpts::from_opts(&s.opts).map(drop),
-                "pubsub" => crate::sinks::pubsub::PubSubOpts::from_opts(&s.opts).map(drop),
+                "http" => crate::sinks::http::HttpOpts::from_opts_with(&s.opts, edge).map(drop),
+                "sqs" => crate::sinks::sqs::SqsOpts::from_opts_with(&s.opts, edge).map(drop),
+                "pubsub" => {
+                    crate::sinks::pubsub::PubSubOpts::from_opts_with(&s.opts, edge).map(drop)
+                }
                 _ => Ok(()),
             };
             checked.map_err(|e| format!("sinks[{i}].opts: {e}"))?;

@@ -26,13 +26,15 @@ impl Hook {
     }
 
     /// Add a header. A name that is not an HTTP token, or a value with a control character
-    /// other than tab, makes the commit fail with [`CommitError::BadRequest`] (R1).
+    /// other than tab, makes the commit fail with [`CommitError::BadRequest`] (R1); a
+    /// `webhook-*` or `ankusa-*` name (the delivery's own headers) with
+    /// [`CommitError::ReservedHeader`].
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Hook {
         self.headers.insert(name.into(), value.into());
         self
     }
 
-    fn headers_json(&self) -> Result<String, CommitError> {
+    fn headers_json(&self, index: usize) -> Result<String, CommitError> {
         if self.headers.is_empty() {
             return Ok(String::new());
         }
@@ -40,6 +42,12 @@ impl Hook {
         // than tab), so a hook that commits can be sent: one that cannot would fail every
         // attempt alike until the retry horizon.
         for (k, v) in &self.headers {
+            if crate::sinks::is_reserved_header(k) {
+                return Err(CommitError::ReservedHeader {
+                    index,
+                    name: k.clone(),
+                });
+            }
             let valid_name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok();
             if !valid_name || reqwest::header::HeaderValue::from_str(v).is_err() {
                 return Err(CommitError::BadRequest(format!("invalid header {k:?}")));
@@ -96,8 +104,8 @@ impl Producer {
         hooks: &[Hook],
     ) -> Result<CommitReceipt, CommitError> {
         let mut items = Vec::with_capacity(hooks.len());
-        for h in hooks {
-            items.push((h.body.clone(), h.headers_json()?));
+        for (i, h) in hooks.iter().enumerate() {
+            items.push((h.body.clone(), h.headers_json(i)?));
         }
         let r = self
             .store

@@ -47,7 +47,8 @@ impl Worker {
             &config.instance,
             config.redis.command_timeout_ms,
         )
-        .await?;
+        .await?
+        .with_edge(crate::sinks::EdgePolicy::from_config(&config));
         if let Some(policy) = store.maxmemory_policy().await? {
             if policy != "noeviction" {
                 if config.redis.allow_evicting {
@@ -58,7 +59,8 @@ impl Worker {
             }
         }
         let node_id = node_id(name);
-        let http = HttpSink::new().map_err(|e| Error::Other(format!("http client: {e}")))?;
+        let http = HttpSink::new(crate::sinks::EdgePolicy::from_config(&config))
+            .map_err(|e| Error::Other(format!("http client: {e}")))?;
         let wake = Arc::new(Notify::new());
         let released = Arc::new(Notify::new());
         let health = Arc::new(Health::default());

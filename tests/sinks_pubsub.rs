@@ -89,7 +89,7 @@ async fn ordered_entries_publish_with_their_lane_as_ordering_key_in_commit_order
     let env = Env::new().await;
     let spec = SourceSpec {
         sinks: vec![pubsub_sink(
-            serde_json::json!({"topic": "projects/p/topics/orders", "endpoint": emu.url, "linger_ms": 5}),
+            serde_json::json!({"topic": "projects/p/topics/orders", "endpoint": emu.url, "no_auth": true, "linger_ms": 5}),
             true,
             Some("header:X-Key"),
         )],

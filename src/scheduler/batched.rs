@@ -105,10 +105,10 @@ impl Target {
         }
     }
 
-    fn resolve(&self) -> Result<Resolved, String> {
+    fn resolve(&self, secrets: &crate::secrets::SecretPolicy) -> Result<Resolved, String> {
         match self {
-            Target::Sqs { opts, .. } => opts.resolve().map(Resolved::Sqs),
-            Target::PubSub { opts, .. } => opts.resolve().map(Resolved::PubSub),
+            Target::Sqs { opts, .. } => opts.resolve(secrets).map(Resolved::Sqs),
+            Target::PubSub { opts, .. } => opts.resolve(secrets).map(Resolved::PubSub),
             Target::Http(_) => Err("http is not a batching sink".into()),
         }
     }
@@ -214,7 +214,7 @@ fn key_hash(k: &SinkKey) -> u64 {
 impl Session {
     /// Stage a claimed row of a batching sink (its window room is already held).
     pub(super) fn push_batched(&mut self, job: Job) {
-        let resolved = match job.target.resolve() {
+        let resolved = match job.target.resolve(self.ctx.http.secrets()) {
             Ok(r) => Arc::new(r),
             Err(e) => return self.finish_now(job, e),
         };

@@ -11,12 +11,45 @@
 //! inline limit is checked in to the blob store ([`crate::claim_check`], R18).
 
 pub mod batcher;
+pub mod guard;
 pub mod http;
 pub mod pubsub;
+pub mod signing;
 pub mod sqs;
 
+use crate::secrets::SecretPolicy;
 use bytes::Bytes;
+use guard::AddressPolicy;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The guards applied to tenant-written sink options, from `[http]` and `[secrets]`: which
+/// addresses requests may reach and which secret references resolve (`docs/security.md`).
+/// The default is the secure default (`deny_private = true`, `ANKUSA_SECRET_` prefix).
+#[derive(Debug, Clone, Default)]
+pub struct EdgePolicy {
+    /// The SSRF guard (`http.deny_private`, `http.allow_cidrs`).
+    pub addresses: Arc<AddressPolicy>,
+    /// Secret references (`secrets.env_prefix`, `secrets.file_dir`).
+    pub secrets: SecretPolicy,
+}
+
+impl EdgePolicy {
+    /// The policy of a validated config.
+    pub fn from_config(c: &crate::config::Config) -> EdgePolicy {
+        EdgePolicy {
+            addresses: Arc::new(AddressPolicy::from_config(&c.http)),
+            secrets: SecretPolicy::from_config(&c.secrets),
+        }
+    }
+}
+
+/// Whether a header name is the product's own (`webhook-*`, `ankusa-*`): producers and sink
+/// options cannot set these; the delivery headers replace any such value.
+pub fn is_reserved_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with("webhook-") || n.starts_with("ankusa-")
+}
 
 /// How an attempt failed (R8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,28 +145,6 @@ pub fn header_pairs(headers: &str) -> Vec<(String, String)> {
     out
 }
 
-/// Replace `${env:NAME}` references in a sink option with the worker's environment
-/// (secrets stay out of Redis, R19). Errors name the missing variable.
-pub fn resolve_secrets(s: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(start) = rest.find("${env:") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 6..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| "unterminated ${env:…} reference".to_string())?;
-        let name = &after[..end];
-        let val = std::env::var(name).map_err(|_| {
-            format!("secret reference ${{env:{name}}} is not set in the worker's environment")
-        })?;
-        out.push_str(&val);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 /// Cut `s` to at most `max` bytes on a char boundary (stored errors are bounded).
 pub fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
@@ -150,18 +161,6 @@ pub fn truncate(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_references_resolve_from_the_environment_and_missing_ones_are_named() {
-        std::env::set_var("ANKUSA_TEST_SECRET_X", "s3cret");
-        assert_eq!(
-            resolve_secrets("Bearer ${env:ANKUSA_TEST_SECRET_X}!").unwrap(),
-            "Bearer s3cret!"
-        );
-        assert_eq!(resolve_secrets("plain").unwrap(), "plain");
-        let e = resolve_secrets("${env:ANKUSA_TEST_SURELY_UNSET}").unwrap_err();
-        assert!(e.contains("ANKUSA_TEST_SURELY_UNSET"), "{e}");
-    }
 
     #[test]
     fn truncation_keeps_utf8_valid() {

@@ -8,15 +8,18 @@
 //!
 //! Credentials otherwise: an `access_token` option (a `${env:NAME}` reference to an OAuth
 //! token), else the metadata server of GCE / GKE / Cloud Run (workload identity), cached
-//! until a minute before expiry.
+//! until a minute before expiry. The metadata token goes only to Google's own endpoints
+//! (`https://*pubsub.googleapis.com`): a custom `endpoint` needs `access_token`, or
+//! `no_auth: true` for an emulator, and is refused at `source put` otherwise.
 //!
 //! Publishing is all-or-nothing per request, so every entry of a failed request gets the
 //! request's error; entries are checked before they are batched so one tenant's invalid
 //! message cannot fail another's request.
 
 use super::batcher::{BoxFuture, Limits, Transport};
-use super::{header_pairs, resolve_secrets, truncate, AttemptError, BatchMessage, Delivery, Sink};
+use super::{header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, Sink};
 use crate::claim_check::{generic_pointer, Payload};
+use crate::secrets::{has_reference, SecretPolicy};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -55,6 +58,9 @@ pub struct PubSubOpts {
     /// the emulator, else the metadata server's token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_token: Option<String>,
+    /// Send no credentials at all (an emulator behind a custom `endpoint`). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_auth: bool,
     /// Send hook headers as message attributes. Default true.
     #[serde(default = "default_true")]
     pub header_attributes: bool,
@@ -63,21 +69,74 @@ pub struct PubSubOpts {
     pub linger_ms: u64,
 }
 
+/// Whether `endpoint` is Google's own Pub/Sub service (global or regional, HTTPS), the only
+/// place the metadata server's token is sent.
+fn is_google_endpoint(endpoint: &str) -> bool {
+    let Ok(u) = url::Url::parse(endpoint) else {
+        return false;
+    };
+    u.scheme() == "https"
+        && u.port().is_none()
+        && u.host_str().is_some_and(|h| {
+            h == "pubsub.googleapis.com"
+                || h.strip_suffix("-pubsub.googleapis.com")
+                    .is_some_and(|r| !r.is_empty() && !r.contains('.'))
+        })
+}
+
+/// The refusal of a custom endpoint without explicit credentials.
+const CUSTOM_ENDPOINT_NEEDS_AUTH: &str = "endpoint: a custom endpoint needs explicit credentials \
+     (access_token, or no_auth: true for an emulator); the worker's metadata-server token is \
+     sent only to https://pubsub.googleapis.com";
+
 impl PubSubOpts {
     /// Parse and check the options of a sink entry; the error names the field.
     pub fn from_opts(
         opts: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<PubSubOpts, String> {
+        Self::parse(opts, None)
+    }
+
+    /// [`PubSubOpts::from_opts`] with secret references checked against `edge` (at `source put`).
+    pub fn from_opts_with(
+        opts: &serde_json::Map<String, serde_json::Value>,
+        edge: &EdgePolicy,
+    ) -> Result<PubSubOpts, String> {
+        Self::parse(opts, Some(edge))
+    }
+
+    fn parse(
+        opts: &serde_json::Map<String, serde_json::Value>,
+        edge: Option<&EdgePolicy>,
+    ) -> Result<PubSubOpts, String> {
         let o: PubSubOpts = serde_json::from_value(serde_json::Value::Object(opts.clone()))
             .map_err(|e| e.to_string())?;
-        if !o.topic.starts_with("${env:") && topic_parts(&o.topic).is_none() {
+        for (field, v) in [
+            ("topic", Some(&o.topic)),
+            ("endpoint", o.endpoint.as_ref()),
+            ("access_token", o.access_token.as_ref()),
+        ] {
+            if let (Some(v), Some(edge)) = (v, edge) {
+                edge.secrets.check(v).map_err(|e| format!("{field}: {e}"))?;
+            }
+        }
+        if let Some(e) = &o.endpoint {
+            let custom = has_reference(e) || !is_google_endpoint(e);
+            if custom && o.access_token.is_none() && !o.no_auth {
+                return Err(CUSTOM_ENDPOINT_NEEDS_AUTH.into());
+            }
+        }
+        if o.no_auth && o.access_token.is_some() {
+            return Err("no_auth: cannot be set together with access_token".into());
+        }
+        if !has_reference(&o.topic) && topic_parts(&o.topic).is_none() {
             return Err(format!(
                 "topic {:?}: must be projects/<project>/topics/<topic>",
                 o.topic
             ));
         }
         if let Some(e) = &o.endpoint {
-            if !(e.starts_with("http://") || e.starts_with("https://") || e.starts_with("${env:")) {
+            if !(e.starts_with("http://") || e.starts_with("https://") || e.starts_with("${")) {
                 return Err(format!(
                     "endpoint {e:?}: must start with http:// or https://"
                 ));
@@ -89,8 +148,9 @@ impl PubSubOpts {
         Ok(o)
     }
 
-    /// Resolve secret references and defaults.
-    pub fn resolve(&self) -> Result<PubSubTarget, String> {
+    /// Resolve secret references (under `secrets`) and defaults.
+    pub fn resolve(&self, secrets: &SecretPolicy) -> Result<PubSubTarget, String> {
+        let resolve_secrets = |s: &str| secrets.resolve(s);
         let topic = resolve_secrets(&self.topic)?;
         if topic_parts(&topic).is_none() {
             return Err(format!(
@@ -107,9 +167,12 @@ impl PubSubOpts {
         };
         let auth = match (&self.access_token, auth) {
             (Some(t), _) => Auth::Token(resolve_secrets(t)?),
+            (None, _) if self.no_auth => Auth::None,
             (None, Some(a)) => a,
-            (None, None) if endpoint.starts_with("http://") => Auth::None,
-            (None, None) => Auth::Metadata,
+            // Ambient credentials only to Google itself (a spec written by other means is
+            // checked here again).
+            (None, None) if is_google_endpoint(&endpoint) => Auth::Metadata,
+            (None, None) => return Err(CUSTOM_ENDPOINT_NEEDS_AUTH.into()),
         };
         let auth_id = match &auth {
             Auth::None => "none".to_string(),
@@ -411,6 +474,40 @@ mod tests {
         ] {
             assert_eq!(is_retryable(status), retry, "{status}");
         }
+    }
+
+    #[test]
+    fn custom_endpoints_need_explicit_credentials() {
+        let opts = |v: serde_json::Value| PubSubOpts::from_opts(v.as_object().unwrap());
+        let t = "projects/p/topics/t";
+        for e in [
+            "https://evil.example",
+            "http://127.0.0.1:8085",
+            "https://pubsub.googleapis.com.evil.example",
+            "${env:ANKUSA_SECRET_EP}",
+        ] {
+            let err = opts(serde_json::json!({"topic": t, "endpoint": e})).unwrap_err();
+            assert!(err.contains("explicit credentials"), "{e}: {err}");
+            assert!(opts(serde_json::json!({"topic": t, "endpoint": e, "no_auth": true})).is_ok());
+            assert!(opts(serde_json::json!({"topic": t, "endpoint": e, "access_token": "${env:ANKUSA_SECRET_T}"})).is_ok());
+        }
+        for e in [
+            "https://pubsub.googleapis.com",
+            "https://europe-west1-pubsub.googleapis.com",
+        ] {
+            assert!(
+                opts(serde_json::json!({"topic": t, "endpoint": e})).is_ok(),
+                "{e}"
+            );
+        }
+        let err = PubSubOpts::from_opts_with(
+            serde_json::json!({"topic": t, "access_token": "${env:ANKUSA_ADMIN__TOKEN}"})
+                .as_object()
+                .unwrap(),
+            &EdgePolicy::default(),
+        )
+        .unwrap_err();
+        assert!(err.contains("secrets.env_prefix"), "{err}");
     }
 
     #[test]

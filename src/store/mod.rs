@@ -95,6 +95,17 @@ pub enum CommitError {
     /// A malformed request (bad id, bad headers, no hooks).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A producer header named `webhook-*` or `ankusa-*`: those are the delivery's own headers
+    /// (signature, ids), set by ankusa alone (`lua/commit.lua`).
+    #[error(
+        "hook {index}: header {name:?} is reserved (webhook-* and ankusa-* are set by ankusa)"
+    )]
+    ReservedHeader {
+        /// 0-based index of the hook in the call.
+        index: usize,
+        /// The header name as given.
+        name: String,
+    },
     /// The store failed; nothing is known to be written (the script is atomic).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -247,6 +258,8 @@ pub struct Store {
     pool: Pool,
     ks: Keyspace,
     scripts: Scripts,
+    /// Guards `put_source` applies to sink options (SSRF literal check, secret references).
+    edge: crate::sinks::EdgePolicy,
 }
 
 impl std::fmt::Debug for Store {
@@ -332,9 +345,17 @@ impl Store {
             pool,
             ks: Keyspace::new(instance, 0),
             scripts: Scripts::default(),
+            edge: crate::sinks::EdgePolicy::default(),
         };
         store.load_scripts().await?;
         Ok(store)
+    }
+
+    /// This store with the guards of `[http]` and `[secrets]` that [`Store::put_source`]
+    /// applies (the default is the secure default: `deny_private`, `ANKUSA_SECRET_`).
+    pub fn with_edge(mut self, edge: crate::sinks::EdgePolicy) -> Store {
+        self.edge = edge;
+        self
     }
 
     /// The keyspace of this store's partition.
@@ -442,6 +463,10 @@ impl Store {
             "bad_request" => Err(CommitError::BadRequest(
                 v.get(1).map(Value::text).unwrap_or_default(),
             )),
+            "reserved_header" => Err(CommitError::ReservedHeader {
+                index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
+                name: v.get(2).map(Value::text).unwrap_or_default(),
+            }),
             other => Err(StoreError::protocol("commit", format!("status {other:?}")).into()),
         }
     }
@@ -710,7 +735,9 @@ impl Store {
             .collect())
     }
 
-    /// Register or replace a source (R19). The spec is validated first.
+    /// Register or replace a source (R19). The spec is validated first, under this store's
+    /// [`Store::with_edge`] guards (a literal blocked IP or a refused secret reference is an
+    /// [`crate::Error::InvalidSource`] naming it).
     pub async fn put_source(
         &self,
         tenant: &str,
@@ -719,7 +746,8 @@ impl Store {
     ) -> Result<u64, crate::Error> {
         crate::model::check_id("tenant", tenant)?;
         crate::model::check_id("source", source)?;
-        spec.validate().map_err(crate::Error::InvalidSource)?;
+        spec.validate_with(&self.edge)
+            .map_err(crate::Error::InvalidSource)?;
         let json =
             serde_json::to_string(spec).map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
         let key = self.ks.source(tenant, source);

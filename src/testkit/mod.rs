@@ -15,6 +15,23 @@ pub mod redis;
 pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
 pub use redis::{RedisOptions, RedisServer};
 
+/// The loopback blocks the tests, the demo and the bench exempt from the SSRF guard
+/// (`http.allow_cidrs`): their receivers listen on loopback.
+pub const LOOPBACK_CIDRS: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+
+/// Exempt loopback ([`LOOPBACK_CIDRS`]) from `config`'s SSRF guard.
+pub fn allow_loopback(config: &mut crate::config::Config) {
+    config.http.allow_cidrs = LOOPBACK_CIDRS.iter().map(|s| s.to_string()).collect();
+}
+
+/// The secure default guards with loopback exempt, for stores that register sources
+/// pointing at a local receiver ([`crate::store::Store::with_edge`]).
+pub fn loopback_edge() -> crate::sinks::EdgePolicy {
+    let mut c = crate::config::Config::default();
+    allow_loopback(&mut c);
+    crate::sinks::EdgePolicy::from_config(&c)
+}
+
 /// Why a test server could not be started or queried.
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {

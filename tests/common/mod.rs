@@ -40,6 +40,9 @@ pub fn test_config(url: &str) -> Config {
     c.dispatch.poll_ms = 200;
     c.leader.lease_ms = 2_000;
     c.leader.shutdown_grace_ms = 2_000;
+    // Receivers listen on loopback: exempt it from the SSRF guard (tests/security.rs checks
+    // the guard itself with its own config).
+    ankusa::testkit::allow_loopback(&mut c);
     c
 }
 
@@ -62,7 +65,8 @@ impl Env {
         config.validate().expect("test config is valid");
         let store = Store::connect(&redis.url(), &config.instance, 5_000)
             .await
-            .expect("store connects");
+            .expect("store connects")
+            .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
         let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
         Env {
             redis,
