@@ -566,3 +566,47 @@ async fn the_workers_own_settings_are_never_sent_and_resolved_secrets_never_reac
     assert!(!everything.contains(ADMIN), "the admin token reached Redis");
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_that_is_a_secret_reference_is_checked_after_resolution_at_attempt_time() {
+    std::env::set_var("ANKUSA_SECRET_SECURITY_FTP_URL", "ftp://files.example/in");
+    std::env::set_var(
+        "ANKUSA_SECRET_SECURITY_META_URL",
+        "http://169.254.169.254/latest/meta-data/?k=v",
+    );
+    let env = Env::new().await;
+    let spec = SourceSpec {
+        sinks: vec![
+            http_entry(serde_json::json!({"url": "${env:ANKUSA_SECRET_SECURITY_FTP_URL}"})),
+            http_entry(serde_json::json!({"url": "${env:ANKUSA_SECRET_SECURITY_META_URL}"})),
+        ],
+    };
+    // Only the reference is known at source put.
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    env.commit("acme", "s", "{}").await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let mut reasons: Vec<(u32, String)> = env
+        .dead_letters("acme")
+        .await
+        .into_iter()
+        .map(|d| (d.sink.unwrap(), d.reason))
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].1.contains("must start with http:// or https://"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].1.contains("blocked address 169.254.169.254"),
+        "{reasons:?}"
+    );
+    assert!(
+        !reasons
+            .iter()
+            .any(|(_, r)| r.contains("files.example") || r.contains("k=v")),
+        "the resolved URL is not stored: {reasons:?}"
+    );
+    worker.shutdown().await;
+}

@@ -298,7 +298,8 @@ impl HttpSink {
                 Ok(())
             }
             Err(e) => {
-                let body = read_bounded(resp, ERROR_BODY_MAX_BYTES).await;
+                // One byte more than kept, so a longer body is marked cut (`…`).
+                let body = read_bounded(resp, ERROR_BODY_MAX_BYTES + 1).await;
                 let body = truncate(
                     String::from_utf8_lossy(&body).into_owned(),
                     ERROR_BODY_MAX_BYTES,

@@ -437,7 +437,8 @@ async fn publish(
     let resp = req
         .send()
         .await
-        .map_err(|e| retry(format!("pubsub: transport: {e}")))?;
+        // Without the URL: a custom endpoint may come from a secret reference.
+        .map_err(|e| retry(format!("pubsub: transport: {}", e.without_url())))?;
     let status = resp.status().as_u16();
     if (200..300).contains(&status) {
         let _ = resp.bytes().await;
