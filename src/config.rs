@@ -34,9 +34,12 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 10] = [
+const STRING_KEYS: [&str; 13] = [
     "instance",
     "redis.url",
+    "redis.tls_ca_file",
+    "redis.tls_cert_file",
+    "redis.tls_key_file",
     "admin.listen",
     "admin.token",
     "admin.ingest_token",
@@ -88,6 +91,16 @@ pub struct RedisConfig {
     pub allow_evicting: bool,
     /// Deadline of one Redis command, ms; > 0. Default 5000.
     pub command_timeout_ms: u64,
+    /// PEM file of the CA certificates that verify the server of a `rediss://` URL; empty
+    /// means the system's trust store. Certificates are always verified (there is no way
+    /// to turn verification off). Needs a `rediss://` URL. Default empty.
+    pub tls_ca_file: String,
+    /// PEM file of this client's certificate chain for mutual TLS (Redis'
+    /// `tls-auth-clients yes`); set together with `tls_key_file`. Needs a `rediss://` URL.
+    /// Default empty (no client certificate).
+    pub tls_cert_file: String,
+    /// PEM file of the private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Default empty.
+    pub tls_key_file: String,
 }
 
 /// Leader election through a lease key (R25).
@@ -352,6 +365,9 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
             allow_evicting: false,
             command_timeout_ms: 5_000,
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -543,6 +559,23 @@ impl Config {
             "must start with redis:// or rediss:// or unix://",
         );
         p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", gt0);
+        let tls = r.url.starts_with("rediss://");
+        for (key, file) in [
+            ("redis.tls_ca_file", &r.tls_ca_file),
+            ("redis.tls_cert_file", &r.tls_cert_file),
+            ("redis.tls_key_file", &r.tls_key_file),
+        ] {
+            p.check(
+                tls || file.is_empty(),
+                key,
+                "needs a rediss:// redis.url (TLS)",
+            );
+        }
+        p.check(
+            r.tls_cert_file.is_empty() == r.tls_key_file.is_empty(),
+            "redis.tls_key_file",
+            "must be set together with redis.tls_cert_file",
+        );
 
         let l = &self.leader;
         p.check(l.lease_ms >= 1_000, "leader.lease_ms", "must be >= 1000");
@@ -1112,6 +1145,22 @@ mod tests {
                 "admin.max_connections: must be > 0",
             ]
         );
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_url_and_a_certificate_needs_its_key() {
+        let found = problems("[redis]\ntls_ca_file = \"/ca.pem\"\ntls_cert_file = \"/c.pem\"\n");
+        assert_eq!(
+            found,
+            [
+                "redis.tls_ca_file: needs a rediss:// redis.url (TLS)",
+                "redis.tls_cert_file: needs a rediss:// redis.url (TLS)",
+                "redis.tls_key_file: must be set together with redis.tls_cert_file",
+            ]
+        );
+        let ok = "[redis]\nurl = \"rediss://h:6380\"\ntls_ca_file = \"/ca.pem\"\n\
+                  tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n";
+        assert_eq!(problems(ok), Vec::<String>::new());
     }
 
     #[test]

@@ -236,7 +236,7 @@ fn load_config(cli: &Cli) -> Result<Config, Error> {
 }
 
 async fn store(cfg: &Config) -> Result<Store, Error> {
-    Ok(Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms).await?)
+    Ok(Store::connect_config(&cfg.redis, &cfg.instance).await?)
 }
 
 fn read_spec(path: &Path) -> Result<SourceSpec, Error> {

@@ -42,12 +42,7 @@ impl Worker {
     /// and start electing/leading in the background. `name` seeds the node id.
     pub async fn start(config: Config, name: Option<&str>) -> Result<Worker, Error> {
         config.validate()?;
-        let store = Store::connect(
-            &config.redis.url,
-            &config.instance,
-            config.redis.command_timeout_ms,
-        )
-        .await?;
+        let store = Store::connect_config(&config.redis, &config.instance).await?;
         if let Some(policy) = store.maxmemory_policy().await? {
             if policy != "noeviction" {
                 if config.redis.allow_evicting {

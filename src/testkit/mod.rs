@@ -13,7 +13,7 @@ pub mod receiver;
 pub mod redis;
 
 pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
-pub use redis::{RedisOptions, RedisServer};
+pub use redis::{RedisOptions, RedisServer, RedisTls};
 
 /// Why a test server could not be started or queried.
 #[derive(Debug, thiserror::Error)]
