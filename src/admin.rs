@@ -4,10 +4,14 @@
 //! stable `code` (see [`ApiError`]). The OpenAPI document is generated from this code
 //! (utoipa) and served at `/openapi.json`; [`openapi`] returns it.
 //!
-//! Bound to loopback by default (`admin.listen = 127.0.0.1:9187`); when `admin.token` is
-//! set, `/admin/*` and `/v1/*` need `Authorization: Bearer <token>` (401 otherwise).
-//! `/metrics`, `/healthz`, `/readyz` and `/openapi.json` stay open.
+//! Bound to loopback by default (`admin.listen = 127.0.0.1:9187`); a non-loopback address
+//! needs `admin.token` (the config is invalid without it). When `admin.token` is set,
+//! `/admin/*` and `/v1/*` need `Authorization: Bearer <token>` (401 otherwise);
+//! `admin.ingest_token` opens `/v1/*` only. `/metrics`, `/healthz`, `/readyz` and
+//! `/openapi.json` stay open. [`serve`] bounds the server: `admin.header_timeout_ms`,
+//! `admin.request_timeout_ms`, `admin.max_connections` (see `docs/security.md`).
 
+use crate::config::AdminConfig;
 use crate::config::Config;
 use crate::dlq::{
     self, DeadLetterDetail, DlqPage, Filter, PurgeReport, PurgeScope, ReplayOptions, ReplayReport,
@@ -17,8 +21,8 @@ use crate::ops::{self, Pressure, SourceDeadLettered};
 use crate::producer::{Hook, Producer};
 use crate::store::CommitError;
 use crate::worker::Worker;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -46,15 +50,54 @@ pub struct AdminState {
     pub producer: Producer,
     /// Metrics renderer.
     pub metrics: Option<PrometheusHandle>,
-    /// Bearer token, if required.
+    /// `admin.token`: the bearer token of `/admin/*` and `/v1/*`, if required.
     pub token: Option<String>,
+    /// `admin.ingest_token`: a bearer token that opens `/v1/*` (ingest) only.
+    pub ingest_token: Option<String>,
+    /// `commit.max_hook_bytes`: the largest ingest body read; a larger one is 413 `too_large`.
+    pub max_body_bytes: usize,
+    /// `admin.request_timeout_ms`: deadline of ingest and the open endpoints.
+    pub request_timeout: Duration,
     /// How to re-read the config for `POST /admin/reconfigure`; `None` answers
     /// `no_config_source`.
     pub reload: Option<Reload>,
 }
 
-/// Headers of an ingest request that are kept with the hook (others are transport headers).
+/// Headers of an ingest request kept with the hook besides `x-*` ones (an allowlist: every
+/// other header is the transport's or the caller's own, see [`hook_headers`]).
 const KEPT_HEADERS: &[&str] = &["content-type", "user-agent"];
+
+/// `x-*` headers that are never kept: credentials and what proxies add about the caller.
+const DROPPED_X_HEADERS: &[&str] = &[
+    "x-api-key",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "x-csrf-token",
+    "x-xsrf-token",
+    "x-amz-security-token",
+];
+
+/// Prefixes of `x-*` headers that are never kept: proxy and cloud-edge headers.
+const DROPPED_X_PREFIXES: &[&str] = &["x-forwarded-", "x-original-", "x-envoy-", "x-amzn-"];
+
+/// Words that make an `x-*` header a credential, never kept (`x-auth-token`, `x-session-id`…).
+const CREDENTIAL_WORDS: &[&str] = &[
+    "auth",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "cookie",
+    "session",
+    "signature",
+    "credential",
+    "api-key",
+    "apikey",
+];
+
+/// Prefixes of the headers the product sets on a delivery; a producer may not set them.
+const RESERVED_PREFIXES: &[&str] = &["webhook-", "ankusa-"];
 
 /// Deadline of `POST /admin/dead_letter_source` unless the request gives one, ms.
 const DEAD_LETTER_SOURCE_TIMEOUT_MS: u64 = 30_000;
@@ -111,6 +154,14 @@ impl ApiError {
                 },
             },
         }
+    }
+
+    fn too_large(max: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is over commit.max_hook_bytes = {max} bytes"),
+        )
     }
 
     fn unauthorized() -> ApiError {
@@ -170,22 +221,65 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn authorized(st: &AdminState, headers: &HeaderMap) -> bool {
-    match &st.token {
-        None => true,
-        Some(t) => headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|v| same_secret(v.as_bytes(), t.as_bytes())),
+/// What a route needs.
+#[derive(Clone, Copy)]
+enum Scope {
+    /// `/admin/*`: `admin.token`.
+    Admin,
+    /// `/v1/*`: `admin.token` or `admin.ingest_token`.
+    Ingest,
+}
+
+fn authorized(st: &AdminState, headers: &HeaderMap, scope: Scope) -> bool {
+    let accepted: Vec<&String> = match scope {
+        Scope::Admin => st.token.iter().collect(),
+        Scope::Ingest => st.token.iter().chain(&st.ingest_token).collect(),
+    };
+    if accepted.is_empty() {
+        return true;
+    }
+    let Some(bearer) = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Both compared, so the time taken does not tell which one matched.
+    accepted.iter().fold(false, |ok, t| {
+        same_secret(bearer.as_bytes(), t.as_bytes()) | ok
+    })
+}
+
+async fn require_admin(State(st): State<AdminState>, req: Request, next: Next) -> Response {
+    match authorized(&st, req.headers(), Scope::Admin) {
+        true => next.run(req).await,
+        false => ApiError::unauthorized().into_response(),
     }
 }
 
-async fn require_token(State(st): State<AdminState>, req: Request, next: Next) -> Response {
-    if authorized(&st, req.headers()) {
-        next.run(req).await
-    } else {
-        ApiError::unauthorized().into_response()
+async fn require_ingest(State(st): State<AdminState>, req: Request, next: Next) -> Response {
+    match authorized(&st, req.headers(), Scope::Ingest) {
+        true => next.run(req).await,
+        false => ApiError::unauthorized().into_response(),
+    }
+}
+
+/// `admin.request_timeout_ms`: past it, 408 `timeout` (the handler is dropped: an ingest
+/// whose commit was already sent may have committed, so a producer retries as after any
+/// lost answer, at least once).
+async fn deadline(State(st): State<AdminState>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(st.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "the request took over admin.request_timeout_ms = {} ms",
+                st.request_timeout.as_millis()
+            ),
+        )
+        .into_response(),
     }
 }
 
@@ -199,7 +293,10 @@ impl Modify for BearerAuth {
             SecurityScheme::Http(
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("`admin.token`; required only when it is set"))
+                    .description(Some(
+                        "`admin.token` (everything) or `admin.ingest_token` (ingest only); \
+                         required only when set",
+                    ))
                     .build(),
             ),
         );
@@ -212,7 +309,7 @@ impl Modify for BearerAuth {
         title = "ankusa admin API",
         description = "Operations of an ankusa instance (R20–R24), dead letters, ingest and health. \
 Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code. When `admin.token` is set, \
-`/admin/*` and `/v1/*` need `Authorization: Bearer <token>`."
+`/admin/*` and `/v1/*` need `Authorization: Bearer <token>`; `admin.ingest_token` opens `/v1/*` only."
     ),
     modifiers(&BearerAuth),
     tags(
@@ -240,7 +337,10 @@ fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(dlq_replay))
         .routes(routes!(dlq_purge))
         .routes(routes!(state))
-        .routes(routes!(ingest))
+}
+
+fn ingesting() -> OpenApiRouter<AdminState> {
+    api().routes(routes!(ingest))
 }
 
 fn open() -> OpenApiRouter<AdminState> {
@@ -252,21 +352,31 @@ fn open() -> OpenApiRouter<AdminState> {
 
 /// The OpenAPI document of the admin API, generated from the handlers.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    open().merge(protected()).into_openapi()
+    open().merge(protected()).merge(ingesting()).into_openapi()
 }
 
-/// The router.
+/// The router. Ingest reads at most `max_body_bytes` of a body and, like the open
+/// endpoints, answers within `request_timeout`.
 pub fn router(st: AdminState) -> Router {
     let (protected, _) = protected()
-        .route_layer(middleware::from_fn_with_state(st.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(st.clone(), require_admin))
         .split_for_parts();
-    let (open, _) = open().split_for_parts();
+    let (ingesting, _) = ingesting()
+        .route_layer(middleware::from_fn_with_state(st.clone(), require_ingest))
+        .route_layer(DefaultBodyLimit::max(st.max_body_bytes))
+        .split_for_parts();
     let doc = openapi();
-    open.merge(protected)
+    let (open, _) = open()
         .route(
             "/openapi.json",
             axum::routing::get(move || async move { Json(doc) }),
         )
+        .split_for_parts();
+    let bounded = open
+        .merge(ingesting)
+        .route_layer(middleware::from_fn_with_state(st.clone(), deadline));
+    bounded
+        .merge(protected)
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
         })
@@ -377,27 +487,33 @@ pub struct Committed {
 }
 
 /// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent` and `x-*` headers are kept with the hook.
+/// `user-agent` and `x-*` headers are kept with the hook, except credentials and proxy
+/// headers (`x-api-key`, `x-forwarded-*`, `x-real-ip`, any `x-*` naming a token, key,
+/// secret, session or cookie) and headers the `Connection` header names. A `webhook-*` or
+/// `ankusa-*` header is refused (400). A body over `commit.max_hook_bytes` is 413 `too_large`.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 202, body = Committed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 503, body = ErrorBody)),
+        (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
 async fn ingest(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Committed>), ApiError> {
-    let mut hook = Hook::new(body);
-    for (name, value) in &headers {
-        let n = name.as_str();
-        if KEPT_HEADERS.contains(&n) || n.starts_with("x-") {
-            if let Ok(v) = value.to_str() {
-                hook = hook.header(n, v);
-            }
+    let kept = hook_headers(&headers)?;
+    let body = body.map_err(|r| match r {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            ApiError::too_large(st.max_body_bytes)
         }
+        other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
+    })?;
+    let mut hook = Hook::new(body);
+    for (name, value) in kept {
+        hook = hook.header(name, value);
     }
     match st.producer.commit(&tenant, &source, hook).await {
         Ok(r) => Ok((
@@ -414,6 +530,52 @@ async fn ingest(
         )),
         Err(e) => Err(Error::Commit(e).into()),
     }
+}
+
+/// The headers of an ingest request that become the hook's headers (an allowlist, see
+/// `docs/operations.md` "Ingest"): `content-type`, `user-agent` and `x-*`, minus credentials,
+/// proxy headers and the hop-by-hop headers its `Connection` header names. A reserved
+/// `webhook-*` / `ankusa-*` header is a 400 `bad_request` naming it; a kept header whose
+/// value is not visible ASCII is a 400 too, so nothing is dropped silently.
+fn hook_headers(headers: &HeaderMap) -> Result<Vec<(&str, &str)>, ApiError> {
+    let hop_by_hop: Vec<String> = headers
+        .get_all("connection")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    let mut kept = Vec::new();
+    for (name, value) in headers {
+        let n = name.as_str();
+        if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| n.starts_with(*p)) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("header {n} is reserved: the product sets {prefix}* headers itself"),
+            ));
+        }
+        let wanted = KEPT_HEADERS.contains(&n) || (n.starts_with("x-") && !credential_or_proxy(n));
+        if !wanted || hop_by_hop.iter().any(|h| h == n) {
+            continue;
+        }
+        let v = value.to_str().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("header {n}: the value is not visible ASCII"),
+            )
+        })?;
+        kept.push((n, v));
+    }
+    Ok(kept)
+}
+
+/// Whether an `x-*` header carries a credential or what a proxy says about the caller.
+fn credential_or_proxy(name: &str) -> bool {
+    DROPPED_X_HEADERS.contains(&name)
+        || DROPPED_X_PREFIXES.iter().any(|p| name.starts_with(p))
+        || CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
 }
 
 /// The answer of `tick`.
@@ -681,15 +843,75 @@ async fn state(State(st): State<AdminState>) -> Json<StateView> {
     })
 }
 
-/// Serve the admin API on `listener` until `shutdown` is cancelled.
+/// Bounds of the admin server's connections (from `[admin]`).
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// `admin.header_timeout_ms`: a request's head must arrive within this (hyper's
+    /// `header_read_timeout`), from the connection's start or its previous response.
+    pub header_timeout: Duration,
+    /// `admin.max_connections`: connections open at once; one more is closed at once.
+    pub max_connections: usize,
+}
+
+impl From<&AdminConfig> for ServeLimits {
+    fn from(a: &AdminConfig) -> ServeLimits {
+        ServeLimits {
+            header_timeout: Duration::from_millis(a.header_timeout_ms),
+            max_connections: a.max_connections,
+        }
+    }
+}
+
+/// Serve the admin API on `listener` until `shutdown` is cancelled (HTTP/1.1, hyper).
+///
+/// Each connection holds one of `max_connections` slots; past them a new connection is
+/// closed at once (counted in `ankusa_admin_connections_refused_total`), so a flood never
+/// takes the process's file descriptors. A connection that does not send a request's head
+/// within `header_timeout` is closed, so slow or idle connections give their slot back. On
+/// shutdown, idle connections close at once and running requests get up to
+/// `header_timeout` to finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     st: AdminState,
+    limits: ServeLimits,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(st))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let app = hyper_util::service::TowerToHyperService::new(router(st));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors or a reset before accept: the listener stays.
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            metrics::counter!("ankusa_admin_connections_refused_total").increment(1);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), app.clone()));
+        tokio::spawn(async move {
+            // A reset, a header timeout or a malformed request ends only this connection.
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(limits.header_timeout, graceful.shutdown()).await;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -739,6 +961,56 @@ mod tests {
                 json["components"]["schemas"][schema].is_object(),
                 "schema {schema} missing"
             );
+        }
+    }
+
+    #[test]
+    fn ingest_keeps_only_allowed_headers_and_refuses_reserved_ones() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("content-type", "application/json"),
+            ("user-agent", "producer/1"),
+            ("x-event-type", "order.created"),
+            ("x-trace", "abc"),
+            ("authorization", "Bearer t"),
+            ("proxy-authorization", "Basic x"),
+            ("cookie", "s=1"),
+            ("x-api-key", "k"),
+            ("x-auth-token", "k"),
+            ("x-session-id", "k"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-proto", "https"),
+            ("x-real-ip", "10.0.0.1"),
+            ("forwarded", "for=10.0.0.1"),
+            ("via", "1.1 proxy"),
+            ("host", "worker:9187"),
+            ("content-length", "2"),
+            ("connection", "keep-alive, x-trace"),
+            ("te", "trailers"),
+        ] {
+            h.append(
+                axum::http::HeaderName::from_static(n),
+                axum::http::HeaderValue::from_static(v),
+            );
+        }
+        let kept = hook_headers(&h).expect("accepted");
+        assert_eq!(
+            kept,
+            [
+                ("content-type", "application/json"),
+                ("user-agent", "producer/1"),
+                ("x-event-type", "order.created"),
+            ]
+        );
+        for reserved in ["webhook-id", "ankusa-tenant"] {
+            let mut h = HeaderMap::new();
+            h.insert(
+                axum::http::HeaderName::from_static(reserved),
+                axum::http::HeaderValue::from_static("x"),
+            );
+            let err = hook_headers(&h).expect_err("refused");
+            assert_eq!(err.status, StatusCode::BAD_REQUEST);
+            assert!(err.body.error.message.contains(reserved), "{err:?}");
         }
     }
 

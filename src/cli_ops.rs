@@ -4,7 +4,7 @@
 
 use ankusa::config::Config;
 use ankusa::dlq::{self, Filter, PurgeScope, ReplayOptions, ReplayProgress};
-use ankusa::store::Store;
+use ankusa::store::{Store, StoreError};
 use ankusa::{ops, Error};
 use serde::Serialize;
 use std::time::Duration;
@@ -65,9 +65,12 @@ fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
 }
 
 async fn connect(cfg: &Config) -> Result<Store, Error> {
-    Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms)
+    Store::connect_config(&cfg.redis, &cfg.instance)
         .await
-        .map_err(|e| Error::Unavailable(format!("redis at {}: {e}", cfg.redis.url)))
+        .map_err(|e| match e {
+            e @ StoreError::Tls(_) => Error::Store(e),
+            e => Error::Unavailable(format!("redis at {}: {e}", cfg.redis.url)),
+        })
 }
 
 /// `ankusa tick` (R23).

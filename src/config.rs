@@ -34,11 +34,15 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 11] = [
+const STRING_KEYS: [&str; 15] = [
     "instance",
     "redis.url",
+    "redis.tls_ca_file",
+    "redis.tls_cert_file",
+    "redis.tls_key_file",
     "admin.listen",
     "admin.token",
+    "admin.ingest_token",
     "claim_check.url",
     "claim_check.endpoint",
     "claim_check.region",
@@ -136,6 +140,16 @@ pub struct RedisConfig {
     pub allow_evicting: bool,
     /// Deadline of one Redis command, ms; > 0. Default 5000.
     pub command_timeout_ms: u64,
+    /// PEM file of the CA certificates that verify the server of a `rediss://` URL; empty
+    /// means the system's trust store. Certificates are always verified (there is no way
+    /// to turn verification off). Needs a `rediss://` URL. Default empty.
+    pub tls_ca_file: String,
+    /// PEM file of this client's certificate chain for mutual TLS (Redis'
+    /// `tls-auth-clients yes`); set together with `tls_key_file`. Needs a `rediss://` URL.
+    /// Default empty (no client certificate).
+    pub tls_cert_file: String,
+    /// PEM file of the private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Default empty.
+    pub tls_key_file: String,
 }
 
 /// Leader election through a lease key (R25).
@@ -256,15 +270,33 @@ pub struct CommitConfig {
     pub max_hook_bytes: usize,
 }
 
-/// Metrics and admin HTTP listener (R27).
+/// Metrics, ingest and admin HTTP listener (R27); see `docs/security.md` "Admin and ingest".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
-    /// Listen address, `host:port` (a `SocketAddr`). Default `"127.0.0.1:9187"`.
+    /// Listen address, `host:port` (a `SocketAddr`). A non-loopback address needs `token`.
+    /// Default `"127.0.0.1:9187"`.
     pub listen: String,
-    /// Secret bearer token required by `/admin/*` when set; non-empty. Default unset (open).
+    /// Secret bearer token of everything under `/admin/*` and `/v1/*` (ingest included);
+    /// non-empty. Required when `listen` is not a loopback address. Default unset (open, on
+    /// loopback only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// Secret bearer token that opens only ingest (`/v1/hooks/…`), for producers; `token`
+    /// opens ingest too. Non-empty. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest_token: Option<String>,
+    /// A connection must send a request's whole head (request line and headers) within this,
+    /// ms, from its start or from the end of its previous response; otherwise it is closed
+    /// (slowloris). > 0. Default 5000.
+    pub header_timeout_ms: u64,
+    /// Deadline of a request to ingest, `/healthz`, `/readyz` and `/metrics`, body upload
+    /// included, ms; past it the answer is 408 `timeout`. The operations under `/admin/*`
+    /// run under their own deadlines instead. > 0. Default 30000.
+    pub request_timeout_ms: u64,
+    /// Connections open at once; one more is closed at once, so a flood cannot take the
+    /// worker's file descriptors. > 0. Default 512.
+    pub max_connections: usize,
 }
 
 /// Retention of dead letters and of the hook bodies they keep (a hook is kept while a dead
@@ -384,6 +416,9 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
             allow_evicting: false,
             command_timeout_ms: 5_000,
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -446,7 +481,27 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: "127.0.0.1:9187".into(),
             token: None,
+            ingest_token: None,
+            header_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
+            max_connections: 512,
         }
+    }
+}
+
+impl AdminConfig {
+    /// The problem of a `listen` address beyond loopback without `token`: anyone who can
+    /// reach the port could commit hooks, replay or purge dead letters. `None` when the
+    /// address is loopback, a token is set, or the address does not parse (reported apart).
+    pub fn exposure_problem(&self) -> Option<ConfigProblem> {
+        let addr = self.listen.parse::<SocketAddr>().ok()?;
+        (!addr.ip().is_loopback() && self.token.is_none()).then(|| ConfigProblem {
+            key: "admin.token".into(),
+            message: format!(
+                "required: admin.listen = {addr} is reachable beyond loopback; set admin.token \
+                 (ANKUSA_ADMIN__TOKEN) or listen on 127.0.0.1"
+            ),
+        })
     }
 }
 
@@ -555,6 +610,23 @@ impl Config {
             "must start with redis:// or rediss:// or unix://",
         );
         p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", gt0);
+        let tls = r.url.starts_with("rediss://");
+        for (key, file) in [
+            ("redis.tls_ca_file", &r.tls_ca_file),
+            ("redis.tls_cert_file", &r.tls_cert_file),
+            ("redis.tls_key_file", &r.tls_key_file),
+        ] {
+            p.check(
+                tls || file.is_empty(),
+                key,
+                "needs a rediss:// redis.url (TLS)",
+            );
+        }
+        p.check(
+            r.tls_cert_file.is_empty() == r.tls_key_file.is_empty(),
+            "redis.tls_key_file",
+            "must be set together with redis.tls_cert_file",
+        );
 
         let l = &self.leader;
         p.check(l.lease_ms >= 1_000, "leader.lease_ms", "must be >= 1000");
@@ -649,6 +721,17 @@ impl Config {
             "admin.token",
             "must not be empty when set",
         );
+        p.check(
+            a.ingest_token.as_deref() != Some(""),
+            "admin.ingest_token",
+            "must not be empty when set",
+        );
+        if let Some(problem) = a.exposure_problem() {
+            p.0.push(problem);
+        }
+        p.check(a.header_timeout_ms > 0, "admin.header_timeout_ms", gt0);
+        p.check(a.request_timeout_ms > 0, "admin.request_timeout_ms", gt0);
+        p.check(a.max_connections > 0, "admin.max_connections", gt0);
 
         let cc = &self.claim_check;
         p.check(
@@ -703,6 +786,9 @@ impl Config {
         config.redis.url = redact_url(&config.redis.url);
         if config.admin.token.is_some() {
             config.admin.token = Some(REDACTED.into());
+        }
+        if config.admin.ingest_token.is_some() {
+            config.admin.ingest_token = Some(REDACTED.into());
         }
         if !config.claim_check.secret_access_key.is_empty()
             && !config.claim_check.secret_access_key.starts_with("${env:")
@@ -876,10 +962,13 @@ mod tests {
 
     #[test]
     fn the_default_file_lists_every_key() {
-        let listed = DEFAULT_CONFIG_TOML.replace("# token =", "token =");
+        let listed = DEFAULT_CONFIG_TOML
+            .replace("# token =", "token =")
+            .replace("# ingest_token =", "ingest_token =");
         let keys: toml::Table = toml::from_str(&listed).expect("parses");
         let mut config = Config::default();
         config.admin.token = Some("t".into());
+        config.admin.ingest_token = Some("i".into());
         let all: toml::Table = toml::from_str(&config.redacted_toml()).expect("parses");
         for (section, table) in &all {
             match table.as_table() {
@@ -1130,6 +1219,60 @@ mod tests {
         assert!(dump.contains("token = \"***\""), "{dump}");
         let back: Config = toml::from_str(&dump).expect("the dump parses back");
         assert_eq!(back.dispatch, config.dispatch);
+    }
+
+    #[test]
+    fn a_listen_address_beyond_loopback_needs_the_admin_token() {
+        let found = problems("[admin]\nlisten = \"0.0.0.0:9187\"\ningest_token = \"i\"\n");
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("admin.token: required: admin.listen = 0.0.0.0:9187"),
+            "{found:#?}"
+        );
+        for fine in [
+            "[admin]\nlisten = \"0.0.0.0:9187\"\ntoken = \"t\"\n",
+            "[admin]\nlisten = \"127.0.0.1:9187\"\n",
+            "[admin]\nlisten = \"[::1]:9187\"\n",
+        ] {
+            assert_eq!(problems(fine), Vec::<String>::new(), "{fine}");
+        }
+        let found = problems(
+            "[admin]\ningest_token = \"\"\nheader_timeout_ms = 0\nrequest_timeout_ms = 0\nmax_connections = 0\n",
+        );
+        assert_eq!(
+            found,
+            [
+                "admin.ingest_token: must not be empty when set",
+                "admin.header_timeout_ms: must be > 0",
+                "admin.request_timeout_ms: must be > 0",
+                "admin.max_connections: must be > 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_url_and_a_certificate_needs_its_key() {
+        let found = problems("[redis]\ntls_ca_file = \"/ca.pem\"\ntls_cert_file = \"/c.pem\"\n");
+        assert_eq!(
+            found,
+            [
+                "redis.tls_ca_file: needs a rediss:// redis.url (TLS)",
+                "redis.tls_cert_file: needs a rediss:// redis.url (TLS)",
+                "redis.tls_key_file: must be set together with redis.tls_cert_file",
+            ]
+        );
+        let ok = "[redis]\nurl = \"rediss://h:6380\"\ntls_ca_file = \"/ca.pem\"\n\
+                  tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n";
+        assert_eq!(problems(ok), Vec::<String>::new());
+    }
+
+    #[test]
+    fn redaction_hides_the_ingest_token() {
+        let mut config = Config::default();
+        config.admin.ingest_token = Some("pr0ducer".into());
+        let dump = config.redacted_toml();
+        assert!(!dump.contains("pr0ducer"), "{dump}");
+        assert!(dump.contains("ingest_token = \"***\""), "{dump}");
     }
 
     #[test]

@@ -236,11 +236,9 @@ fn load_config(cli: &Cli) -> Result<Config, Error> {
 }
 
 async fn store(cfg: &Config) -> Result<Store, Error> {
-    Ok(
-        Store::connect(&cfg.redis.url, &cfg.instance, cfg.redis.command_timeout_ms)
-            .await?
-            .with_edge(ankusa::sinks::EdgePolicy::from_config(cfg)),
-    )
+    Ok(Store::connect_config(&cfg.redis, &cfg.instance)
+        .await?
+        .with_edge(ankusa::sinks::EdgePolicy::from_config(cfg)))
 }
 
 fn read_spec(path: &Path) -> Result<SourceSpec, Error> {
@@ -305,6 +303,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut cfg = load_config(&cli)?;
             if let Some(l) = listen {
                 cfg.admin.listen = l.clone();
+                // --listen 0.0.0.0:… needs admin.token like the config key does (exit 2).
+                cfg.validate()?;
             }
             let handle = ankusa::metrics::install(&cfg.instance);
             ankusa::metrics::describe();
@@ -328,21 +328,18 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 producer,
                 metrics: handle,
                 token: cfg.admin.token.clone(),
+                ingest_token: cfg.admin.ingest_token.clone(),
+                max_body_bytes: cfg.commit.max_hook_bytes,
+                request_timeout: std::time::Duration::from_millis(cfg.admin.request_timeout_ms),
                 reload: Some(reload.clone()),
             };
             let bound = listener
                 .local_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_default();
-            let loopback = listener
-                .local_addr()
-                .map(|a| a.ip().is_loopback())
-                .unwrap_or(true);
-            let admin = tokio::spawn(ankusa::admin::serve(listener, st, stop.clone()));
+            let limits = ankusa::admin::ServeLimits::from(&cfg.admin);
+            let admin = tokio::spawn(ankusa::admin::serve(listener, st, limits, stop.clone()));
             tracing::info!(listen = %bound, node = worker.node_id(), "admin server up");
-            if !loopback && cfg.admin.token.is_none() {
-                tracing::warn!(listen = %bound, "the admin API is reachable beyond loopback without a token: set admin.token");
-            }
             wait_for_signal(&worker, &reload).await;
             tracing::info!("shutting down");
             // Drain first (the admin server keeps answering /readyz meanwhile), then stop it.

@@ -53,6 +53,10 @@ pub fn describe() {
         "Hooks committed by this process (ingest endpoint; a library Producer under a recorder)."
     );
     describe_counter!(
+        "ankusa_admin_connections_refused_total",
+        "Admin/ingest connections closed at accept because admin.max_connections were open."
+    );
+    describe_counter!(
         "ankusa_deliveries_total",
         "Attempt outcomes by sink module: delivered, retry, dead_lettered, parked."
     );
@@ -246,6 +250,7 @@ pub const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retry", "dead_lettered", 
 pub fn init_series() {
     for name in [
         "ankusa_commits_total",
+        "ankusa_admin_connections_refused_total",
         "ankusa_malformed_rows_total",
         "ankusa_leadership_changes_total",
         "ankusa_requeued_rows_total",

@@ -42,13 +42,9 @@ impl Worker {
     /// and start electing/leading in the background. `name` seeds the node id.
     pub async fn start(config: Config, name: Option<&str>) -> Result<Worker, Error> {
         config.validate()?;
-        let store = Store::connect(
-            &config.redis.url,
-            &config.instance,
-            config.redis.command_timeout_ms,
-        )
-        .await?
-        .with_edge(crate::sinks::EdgePolicy::from_config(&config));
+        let store = Store::connect_config(&config.redis, &config.instance)
+            .await?
+            .with_edge(crate::sinks::EdgePolicy::from_config(&config));
         if let Some(policy) = store.maxmemory_policy().await? {
             if policy != "noeviction" {
                 if config.redis.allow_evicting {

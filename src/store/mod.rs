@@ -5,6 +5,7 @@
 
 mod ops;
 pub mod scripts;
+mod tls;
 
 use crate::keyspace::Keyspace;
 use crate::model::SourceSpec;
@@ -25,6 +26,11 @@ pub enum StoreError {
     /// The caller's lease token is no longer the partition's (R25): it must stop moving rows.
     #[error("fenced: this node no longer holds the lease")]
     Fenced,
+    /// A `rediss://` connection could not be set up or its handshake failed (a bad CA or
+    /// client certificate file, a server that does not speak TLS, a certificate that does
+    /// not verify). Never retried in plaintext.
+    #[error("redis TLS: {0}")]
+    Tls(String),
     /// A script answered a shape this build does not understand.
     #[error("unexpected reply from {script}: {detail}")]
     Protocol {
@@ -66,6 +72,7 @@ impl StoreError {
                 }
             }
             StoreError::Fenced => "fenced",
+            StoreError::Tls(_) => "tls",
             StoreError::Protocol { .. } => "protocol",
         }
     }
@@ -320,12 +327,43 @@ impl Store {
     /// exponential backoff (100 ms to 5 s) forever. In-flight commands are not re-sent on
     /// reconnect (`max_command_attempts = 1`): the caller decides, because a re-sent claim
     /// could claim twice.
+    ///
+    /// A `rediss://` URL uses TLS with the system's trust store and no client certificate;
+    /// [`Store::connect_config`] takes `redis.tls_*` files.
     pub async fn connect(
         url: &str,
         instance: &str,
         command_timeout_ms: u64,
     ) -> Result<Store, StoreError> {
-        let config = Config::from_url(url)?;
+        let tls = crate::config::RedisConfig {
+            url: url.to_string(),
+            ..Default::default()
+        };
+        Self::open(&tls, instance, command_timeout_ms).await
+    }
+
+    /// [`Store::connect`] with the whole `[redis]` section: `url`, `command_timeout_ms`, and
+    /// for a `rediss://` URL the `tls_ca_file` and the `tls_cert_file` / `tls_key_file` of
+    /// mutual TLS. Errors: [`StoreError::Tls`] for an unreadable file or a failed handshake
+    /// (it names the file or the server), [`StoreError::Redis`] when Redis cannot be reached.
+    pub async fn connect_config(
+        redis: &crate::config::RedisConfig,
+        instance: &str,
+    ) -> Result<Store, StoreError> {
+        Self::open(redis, instance, redis.command_timeout_ms).await
+    }
+
+    async fn open(
+        redis: &crate::config::RedisConfig,
+        instance: &str,
+        command_timeout_ms: u64,
+    ) -> Result<Store, StoreError> {
+        let url = redis.url.as_str();
+        let mut config = Config::from_url(url)?;
+        let tls = url.starts_with("rediss://");
+        if tls {
+            config.tls = Some(tls::connector(redis)?.into());
+        }
         let pool = Builder::from_config(config)
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
@@ -340,7 +378,12 @@ impl Store {
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
             .build_pool(4)?;
-        pool.init().await?;
+        if let Err(e) = pool.init().await {
+            return Err(match tls {
+                true => tls::classify(url, e).await,
+                false => StoreError::Redis(e),
+            });
+        }
         let store = Store {
             pool,
             ks: Keyspace::new(instance, 0),

@@ -13,7 +13,7 @@ pub mod receiver;
 pub mod redis;
 
 pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
-pub use redis::{RedisOptions, RedisServer};
+pub use redis::{RedisOptions, RedisServer, RedisTls};
 
 /// The loopback blocks the tests, the demo and the bench exempt from the SSRF guard
 /// (`http.allow_cidrs`): their receivers listen on loopback.

@@ -53,11 +53,29 @@ pub struct RedisOptions {
     pub extra_args: Vec<String>,
 }
 
+/// The certificate files of a TLS-only server ([`RedisServer::start_tls`]), PEM.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    /// The server's certificate (`--tls-cert-file`); its names must cover `127.0.0.1`.
+    pub cert_file: PathBuf,
+    /// Its private key (`--tls-key-file`).
+    pub key_file: PathBuf,
+    /// The CA that verifies client certificates (`--tls-ca-cert-file`).
+    pub ca_file: PathBuf,
+    /// Require a client certificate signed by `ca_file` (`--tls-auth-clients yes`).
+    pub auth_clients: bool,
+}
+
 /// A `redis-server` child process on `127.0.0.1`, killed on drop (its directory is removed).
 #[derive(Debug)]
 pub struct RedisServer {
     binary: PathBuf,
     options: RedisOptions,
+    /// TLS-only (`--port 0 --tls-port`) when set.
+    tls: Option<RedisTls>,
+    /// "Ready to accept connections" lines in the log before the latest launch (a TLS
+    /// server's readiness is a new one).
+    ready_lines: usize,
     port: u16,
     /// Pid of the latest process, kept after it exits for [`RedisServer::pid`].
     pid: u32,
@@ -91,8 +109,24 @@ impl RedisServer {
         find_binary(env::var_os("PATH").as_deref())
     }
 
+    /// Starts a TLS-only server (no plaintext port: `--port 0 --tls-port N`) with the
+    /// certificates of `tls`, returning once its log says it accepts connections and the
+    /// port takes a TCP connection. [`RedisServer::url`] is then `rediss://127.0.0.1:N`;
+    /// [`RedisServer::cmd`] speaks plaintext and cannot reach it (use a TLS client).
+    pub fn start_tls(options: RedisOptions, tls: RedisTls) -> Result<RedisServer, TestkitError> {
+        Self::start_using_tls(options, Some(tls), env::var_os("PATH").as_deref())
+    }
+
     /// [`RedisServer::start_with`] looking for the binary in `path` (a `PATH`-style list).
     fn start_using(options: RedisOptions, path: Option<&OsStr>) -> Result<Self, TestkitError> {
+        Self::start_using_tls(options, None, path)
+    }
+
+    fn start_using_tls(
+        options: RedisOptions,
+        tls: Option<RedisTls>,
+        path: Option<&OsStr>,
+    ) -> Result<Self, TestkitError> {
         let binary = find_binary(path).ok_or(TestkitError::RedisNotFound)?;
         let dir = tempfile::Builder::new()
             .prefix("ankusa-redis-")
@@ -101,6 +135,8 @@ impl RedisServer {
         let mut server = RedisServer {
             binary,
             options,
+            tls,
+            ready_lines: 0,
             port: 0,
             pid: 0,
             child: None,
@@ -118,9 +154,14 @@ impl RedisServer {
         }
     }
 
-    /// `redis://127.0.0.1:PORT`, for a Redis client.
+    /// `redis://127.0.0.1:PORT` (`rediss://` when TLS-only), for a Redis client.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The TCP port it listens on; the same across restarts.
@@ -197,11 +238,25 @@ impl RedisServer {
     /// [`TestkitError::Redis`]. Meant for test setup (`CONFIG SET`, `SCRIPT FLUSH`…), not
     /// speed; each step is bounded by 10 s.
     pub fn cmd(&self, args: &[&str]) -> Result<String, TestkitError> {
+        if self.tls.is_some() {
+            return Err(TestkitError::Protocol(
+                "cmd speaks plaintext RESP and this server is TLS-only".to_owned(),
+            ));
+        }
         request(self.port, args, CMD_TIMEOUT)
+    }
+
+    /// How many times its log says "Ready to accept connections".
+    fn log_ready_lines(&self) -> usize {
+        fs::read_to_string(self.dir.path().join(LOG_FILE))
+            .unwrap_or_default()
+            .matches("Ready to accept connections")
+            .count()
     }
 
     /// Spawns the process on `self.port`, without waiting for it.
     fn launch(&mut self) -> Result<(), TestkitError> {
+        self.ready_lines = self.log_ready_lines();
         let dir = self.dir.path();
         let stderr = OpenOptions::new()
             .create(true)
@@ -209,9 +264,21 @@ impl RedisServer {
             .open(dir.join(STDERR_FILE))
             .map_err(TestkitError::io("open redis's stderr file"))?;
         let mut command = Command::new(&self.binary);
+        match &self.tls {
+            None => command.arg("--port").arg(self.port.to_string()),
+            Some(tls) => command
+                .args(["--port", "0", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert_file)
+                .arg("--tls-key-file")
+                .arg(&tls.key_file)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca_file)
+                .arg("--tls-auth-clients")
+                .arg(if tls.auth_clients { "yes" } else { "no" }),
+        };
         command
-            .arg("--port")
-            .arg(self.port.to_string())
             .args([
                 "--bind",
                 "127.0.0.1",
@@ -254,6 +321,23 @@ impl RedisServer {
                     self.child = None;
                     return Err(NotReady::Exited(status));
                 }
+            }
+            if self.tls.is_some() {
+                // No plaintext PING: our own log (this directory is ours alone) says it is
+                // up, and the port takes a connection (its process is the one that logged).
+                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+                let up = self.log_ready_lines() > self.ready_lines
+                    && TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok();
+                if up {
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    return Err(NotReady::TimedOut(
+                        "no \"Ready to accept connections\" in its log".into(),
+                    ));
+                }
+                thread::sleep(POLL_INTERVAL);
+                continue;
             }
             let last = match request(self.port, &["PING"], PROBE_TIMEOUT) {
                 Ok(pong) if pong == "PONG" => {

@@ -1,0 +1,247 @@
+//! Redis over TLS for real (issue 11): a TLS-only `redis-server` (no plaintext port) with a
+//! CA and certificates generated here; the whole pipeline runs over `rediss://` with mutual
+//! TLS; a `rediss://` that cannot do TLS (a plaintext server, a CA that does not match, no
+//! client certificate where one is required) fails loudly and never falls back to plaintext.
+
+mod common;
+
+use ankusa::config::{Config, RedisConfig};
+use ankusa::model::{SinkEntry, SourceSpec};
+use ankusa::store::{Store, StoreError};
+use ankusa::testkit::{Receiver, RedisOptions, RedisServer, RedisTls};
+use ankusa::{Hook, Producer};
+use common::procs::{http, wait_exit, wait_ready};
+use common::{test_config, WorkerProcess, LIVENESS};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A CA and the certificates it signed, as PEM files in their own directory.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+impl Pki {
+    /// A fresh CA named `name`, a server certificate for `127.0.0.1` and `localhost`, and a
+    /// client certificate.
+    fn new(name: &str) -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |file: &str, pem: String| -> PathBuf {
+            let path = dir.path().join(file);
+            std::fs::write(&path, pem).expect("pem written");
+            path
+        };
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, name);
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key).expect("CA signs itself");
+        let ca_file = write("ca.pem", ca_cert.pem());
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf = |sans: Vec<String>, cn: &str, usage: ExtendedKeyUsagePurpose| {
+            let key = KeyPair::generate().expect("key");
+            let mut p = CertificateParams::new(sans).expect("params");
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.extended_key_usages = vec![usage];
+            let cert = p.signed_by(&key, &issuer).expect("signed");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            "redis",
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_cert, client_key) = leaf(vec![], "ankusa", ExtendedKeyUsagePurpose::ClientAuth);
+        Pki {
+            ca: ca_file,
+            server_cert: write("server.pem", server_cert),
+            server_key: write("server.key", server_key),
+            client_cert: write("client.pem", client_cert),
+            client_key: write("client.key", client_key),
+            dir,
+        }
+    }
+
+    /// A TLS-only Redis with this PKI's server certificate; `mutual`: clients need one too.
+    fn redis(&self, mutual: bool) -> RedisServer {
+        RedisServer::start_tls(
+            RedisOptions::default(),
+            RedisTls {
+                cert_file: self.server_cert.clone(),
+                key_file: self.server_key.clone(),
+                ca_file: self.ca.clone(),
+                auth_clients: mutual,
+            },
+        )
+        .expect("TLS redis-server starts")
+    }
+
+    /// `[redis]` for `url` verified by this CA, with the client certificate when `client`.
+    fn redis_config(&self, url: &str, client: bool) -> RedisConfig {
+        let path = |p: &Path| p.display().to_string();
+        RedisConfig {
+            url: url.into(),
+            tls_ca_file: path(&self.ca),
+            tls_cert_file: if client {
+                path(&self.client_cert)
+            } else {
+                String::new()
+            },
+            tls_key_file: if client {
+                path(&self.client_key)
+            } else {
+                String::new()
+            },
+            ..test_config(url).redis
+        }
+    }
+}
+
+/// Write `config` for a worker process into `dir`; returns the path.
+fn config_file(dir: &Path, config: &Config) -> PathBuf {
+    config.validate().expect("test config is valid");
+    let path = dir.join("ankusa.toml");
+    std::fs::write(&path, toml::to_string(config).expect("serialises")).expect("written");
+    path
+}
+
+/// A worker process on `config` that must exit on its own: its exit code and log.
+async fn failed_worker(config: &Config, dir: &tempfile::TempDir) -> (Option<i32>, String) {
+    let file = config_file(dir.path(), config);
+    let mut w = WorkerProcess::spawn(&file, dir, "w");
+    let status = wait_exit(&mut w, LIVENESS)
+        .await
+        .unwrap_or_else(|| panic!("the worker keeps running:\n{}", w.log_text()));
+    (status.code(), w.log_text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_pipeline_runs_over_mutual_tls_to_a_tls_only_redis() {
+    let pki = Pki::new("ankusa test CA");
+    let redis = pki.redis(true);
+    let url = redis.url();
+    assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
+    let receiver = Receiver::start().expect("receiver");
+    let mut config = test_config(&url);
+    config.redis = pki.redis_config(&url, true);
+
+    // This process: register a source and commit 20 hooks over TLS.
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects over mutual TLS");
+    let sink = SinkEntry {
+        module: "http".into(),
+        opts: serde_json::json!({ "url": receiver.url("/tls") })
+            .as_object()
+            .cloned()
+            .unwrap(),
+        ordered: false,
+        key: None,
+    };
+    store
+        .put_source("acme", "orders", &SourceSpec { sinks: vec![sink] })
+        .await
+        .expect("source stored");
+    let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
+    let hooks: Vec<Hook> = (0..20)
+        .map(|i| Hook::new(format!("{{\"n\":{i}}}")))
+        .collect();
+    producer
+        .commit_many("acme", "orders", &hooks)
+        .await
+        .expect("committed");
+
+    // A worker process over rediss:// delivers them; tick through its admin API.
+    let dir = tempfile::tempdir().unwrap();
+    let w = WorkerProcess::spawn(&config_file(dir.path(), &config), &dir, "w");
+    wait_ready(&w).await;
+    let deadline = Instant::now() + LIVENESS;
+    loop {
+        let r = http()
+            .post(format!("http://{}/admin/tick", w.admin))
+            .timeout(LIVENESS)
+            .send()
+            .await;
+        if r.is_ok_and(|r| r.status() == 200) && receiver.count_for("/tls") >= 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not delivered over TLS: {} of 20\n{}",
+            receiver.count_for("/tls"),
+            w.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let totals = store.totals().await.expect("totals");
+    assert_eq!((totals.committed, totals.delivered), (20, 20), "{totals:?}");
+    assert_eq!(totals.dead_lettered, 0, "{totals:?}");
+
+    // The server requires a client certificate: without one the handshake is refused.
+    let no_client = pki.redis_config(&url, false);
+    match Store::connect_config(&no_client, "test").await {
+        Err(e @ StoreError::Tls(_)) => assert!(e.to_string().contains("TLS"), "{e}"),
+        Err(e) => panic!("not reported as TLS: {e}"),
+        Ok(_) => panic!("connected without a client certificate"),
+    }
+    // And no plaintext port is open at all.
+    assert!(redis.cmd(&["PING"]).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_against_a_plaintext_server_exits_non_zero_naming_tls() {
+    let pki = Pki::new("ankusa test CA");
+    let plain = RedisServer::start().expect("redis-server starts");
+    let url = format!("rediss://127.0.0.1:{}", plain.port());
+    let mut config = test_config(&url);
+    config.redis = pki.redis_config(&url, false);
+    let dir = tempfile::tempdir().unwrap();
+    let (code, log) = failed_worker(&config, &dir).await;
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("redis TLS"), "{log}");
+    assert!(
+        log.contains(&format!("127.0.0.1:{}", plain.port())),
+        "{log}"
+    );
+    // Nothing was written in plaintext: the server holds no key of ours.
+    assert_eq!(plain.cmd(&["DBSIZE"]).unwrap(), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rediss_server_whose_certificate_does_not_verify_is_refused() {
+    let pki = Pki::new("ankusa test CA");
+    let other = Pki::new("some other CA");
+    let redis = pki.redis(false);
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    // Verified by another CA, and by the system's trust store (which does not know ours).
+    let mut wrong_ca = test_config(&url);
+    wrong_ca.redis = other.redis_config(&url, false);
+    let system_roots = test_config(&url);
+    for config in [wrong_ca, system_roots] {
+        let (code, log) = failed_worker(&config, &dir).await;
+        assert_eq!(code, Some(2), "{log}");
+        assert!(log.contains("redis TLS"), "{log}");
+        assert!(log.to_lowercase().contains("certificate"), "{log}");
+    }
+    // With the right CA and no client certificate (not required here) it connects.
+    let store = Store::connect_config(&pki.redis_config(&url, false), "test")
+        .await
+        .expect("connects with the right CA");
+    assert_eq!(store.totals().await.expect("totals").committed, 0);
+    drop(pki.dir);
+    drop(other.dir);
+}
