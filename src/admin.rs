@@ -5,7 +5,7 @@
 //! (utoipa) and served at `/openapi.json`; [`openapi`] returns it.
 //!
 //! Bound to loopback by default (`admin.listen = 127.0.0.1:9187`); a non-loopback address
-//! needs `admin.token` (the config is invalid without it). When `admin.token` is set,
+//! needs `admin.token` (`ankusa worker` refuses to start without it). When `admin.token` is set,
 //! `/admin/*` and `/v1/*` need `Authorization: Bearer <token>` (401 otherwise);
 //! `admin.ingest_token` opens `/v1/*` only. `/metrics`, `/healthz`, `/readyz` and
 //! `/openapi.json` stay open. [`serve`] bounds the server: `admin.header_timeout_ms`,

@@ -490,6 +490,17 @@ impl Default for AdminConfig {
 }
 
 impl AdminConfig {
+    /// Checked where the listener is served (`ankusa worker`, `ankusa config check`), not by
+    /// [`Config::validate`], so the CLI's other commands run in an image whose environment
+    /// sets `admin.listen = 0.0.0.0:…`: a `listen` address beyond loopback needs `token`.
+    /// Errors: [`ConfigError::Invalid`] naming `admin.token`.
+    pub fn check_exposure(&self) -> Result<(), ConfigError> {
+        match self.exposure_problem() {
+            Some(problem) => Err(ConfigError::Invalid(vec![problem])),
+            None => Ok(()),
+        }
+    }
+
     /// The problem of a `listen` address beyond loopback without `token`: anyone who can
     /// reach the port could commit hooks, replay or purge dead letters. `None` when the
     /// address is loopback, a token is set, or the address does not parse (reported apart).
@@ -726,9 +737,6 @@ impl Config {
             "admin.ingest_token",
             "must not be empty when set",
         );
-        if let Some(problem) = a.exposure_problem() {
-            p.0.push(problem);
-        }
         p.check(a.header_timeout_ms > 0, "admin.header_timeout_ms", gt0);
         p.check(a.request_timeout_ms > 0, "admin.request_timeout_ms", gt0);
         p.check(a.max_connections > 0, "admin.max_connections", gt0);
@@ -1223,7 +1231,10 @@ mod tests {
 
     #[test]
     fn a_listen_address_beyond_loopback_needs_the_admin_token() {
-        let found = problems("[admin]\nlisten = \"0.0.0.0:9187\"\ningest_token = \"i\"\n");
+        let exposed = "[admin]\nlisten = \"0.0.0.0:9187\"\ningest_token = \"i\"\n";
+        let config = Config::from_toml_str(exposed).expect("valid for the other commands");
+        let err = config.admin.check_exposure().expect_err("not for a worker");
+        let found: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
         assert_eq!(found.len(), 1, "{found:#?}");
         assert!(
             found[0].starts_with("admin.token: required: admin.listen = 0.0.0.0:9187"),
@@ -1234,7 +1245,8 @@ mod tests {
             "[admin]\nlisten = \"127.0.0.1:9187\"\n",
             "[admin]\nlisten = \"[::1]:9187\"\n",
         ] {
-            assert_eq!(problems(fine), Vec::<String>::new(), "{fine}");
+            let config = Config::from_toml_str(fine).expect("valid");
+            assert!(config.admin.check_exposure().is_ok(), "{fine}");
         }
         let found = problems(
             "[admin]\ningest_token = \"\"\nheader_timeout_ms = 0\nrequest_timeout_ms = 0\nmax_connections = 0\n",

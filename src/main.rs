@@ -288,6 +288,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 cfg.instance = i.clone();
             }
             cfg.validate()?;
+            cfg.admin.check_exposure()?;
             if cli.json {
                 println!("{}", serde_json::json!({"ok": true}));
             } else {
@@ -303,9 +304,10 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut cfg = load_config(&cli)?;
             if let Some(l) = listen {
                 cfg.admin.listen = l.clone();
-                // --listen 0.0.0.0:… needs admin.token like the config key does (exit 2).
                 cfg.validate()?;
             }
+            // A listener beyond loopback needs admin.token (exit 2 naming it).
+            cfg.admin.check_exposure()?;
             let handle = ankusa::metrics::install(&cfg.instance);
             ankusa::metrics::describe();
             ankusa::metrics::init_series();

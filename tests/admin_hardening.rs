@@ -84,7 +84,7 @@ async fn tick(admin: &str, token: Option<&str>) {
 }
 
 /// Run `ankusa worker` as given, expecting it to exit on its own: `(exit code, stderr)`.
-async fn refused_start(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
+async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
         .args(args)
         .envs(envs.iter().copied())
@@ -130,13 +130,24 @@ async fn a_worker_listening_beyond_loopback_without_a_token_refuses_to_start() {
             vec![("ANKUSA_ADMIN__INGEST_TOKEN", "only-ingest")],
         ),
     ] {
-        let (code, stderr) = refused_start(&args, &envs).await;
+        let (code, stderr) = run_to_exit(&args, &envs).await;
         assert_eq!(code, Some(2), "{args:?} {envs:?}: {stderr}");
         assert!(
             stderr.contains("admin.token") && stderr.contains(&any),
             "{args:?}: {stderr}"
         );
     }
+    // `config check` refuses it too; commands that serve nothing run (an image's environment
+    // sets the listen address for every command).
+    let (code, stderr) = run_to_exit(&["config", "check", exposed.to_str().unwrap()], &[]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("admin.token"), "{stderr}");
+    let (code, stderr) = run_to_exit(
+        &["--config", exposed.to_str().unwrap(), "source", "list"],
+        &[],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
     // It never bound the port: nothing listens there.
     let port: u16 = any.rsplit(':').next().unwrap().parse().unwrap();
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
