@@ -165,6 +165,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     cfg.redis.url = url.clone();
     cfg.retry.initial_backoff_ms = 50;
     cfg.retry.max_backoff_ms = 1_000;
+    cfg.retry.min_backoff_ms = 50;
     cfg.dispatch.attempt_timeout_ms = 10_000;
     let worker = Worker::start(cfg.clone(), Some("demo")).await?;
     let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
