@@ -128,6 +128,8 @@ pub struct ClaimedRow {
     pub attempts: u32,
     /// First attempt time (ms, Redis clock), if any attempt was made.
     pub first_attempt_ms: Option<i64>,
+    /// The claim token it was claimed under (the claim call's, P6); its outcome carries it.
+    pub claim: u64,
 }
 
 /// The result of one scan's claim.
@@ -143,6 +145,8 @@ pub struct ClaimResult {
     pub lane_members: Option<u64>,
     /// Lanes whose next member the sweep promoted to head.
     pub lanes_promoted: u64,
+    /// This call's claim token (P6): above every token issued before it in the partition.
+    pub claim_token: u64,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
 }
@@ -186,6 +190,9 @@ pub struct Outcome {
     pub attempts: u32,
     /// First attempt time (ms, Redis clock).
     pub first_attempt_ms: i64,
+    /// The claim token of the claim this outcome answers ([`ClaimedRow::claim`]); the
+    /// outcome is skipped unless the row is still claimed under it (P6).
+    pub claim: u64,
     /// What to do.
     pub op: SettleOp,
 }
@@ -486,14 +493,16 @@ impl Store {
             oldest_due_ms: opt(v.get(3)),
             lane_members: opt(v.get(4)).map(|n| n as u64),
             lanes_promoted: opt(v.get(5)).unwrap_or(0) as u64,
-            rows: Vec::with_capacity((v.len().saturating_sub(6)) / 4),
+            claim_token: opt(v.get(6)).unwrap_or(0) as u64,
+            rows: Vec::with_capacity((v.len().saturating_sub(7)) / 4),
         };
-        for c in v[6.min(v.len())..].chunks_exact(4) {
+        for c in v[7.min(v.len())..].chunks_exact(4) {
             res.rows.push(ClaimedRow {
                 tenant: c[0].text(),
                 row: c[1].text(),
                 attempts: c[2].int().unwrap_or(0).max(0) as u32,
                 first_attempt_ms: c[3].int(),
+                claim: res.claim_token,
             });
         }
         Ok(res)
@@ -502,15 +511,16 @@ impl Store {
     /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped, blobs)`,
     /// `blobs` being the claim-check references of the hooks the call deleted (R18; lane
     /// releases are counted in `ankusa_lane_releases_total`);
-    /// an outcome whose row is no longer claimed under `epoch` is skipped, so re-sending a
-    /// batch after an error never applies it twice. Errors: [`StoreError::Fenced`].
+    /// an outcome whose row is no longer claimed under its claim token ([`Outcome::claim`],
+    /// P6) is skipped, so re-sending a batch after an error never applies it twice, not even
+    /// to a later claim of the same row. Errors: [`StoreError::Fenced`].
     pub async fn settle(
         &self,
         token: &str,
         epoch: u64,
         outcomes: &[Outcome],
     ) -> Result<(u64, u64, Vec<String>), StoreError> {
-        let mut args = Vec::with_capacity(3 + 7 * outcomes.len());
+        let mut args = Vec::with_capacity(3 + 8 * outcomes.len());
         args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
         for o in outcomes {
             let (op, x, err): (&str, Value, &str) = match &o.op {
@@ -524,6 +534,7 @@ impl Store {
                 op.into(),
                 o.tenant.as_str().into(),
                 o.row.as_str().into(),
+                (o.claim as i64).into(),
                 x,
                 (o.attempts as i64).into(),
                 o.first_attempt_ms.into(),
@@ -548,8 +559,9 @@ impl Store {
         }
     }
 
-    /// Make every row claimed under an epoch older than `epoch` due now (R3); repeats the
-    /// bounded script until none is left. Returns the rows moved.
+    /// Make every row claimed in an earlier term than `epoch`'s due now (R3): those whose
+    /// claim token is at or below the floor this term's lease acquisition recorded; repeats
+    /// the bounded script until none is left. Returns the rows moved.
     pub async fn requeue_claimed(&self, token: &str, epoch: u64) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
