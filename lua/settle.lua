@@ -43,19 +43,34 @@ end
 -- The hook is read and counted with pcall: one written by other means (not a hash, or
 -- with counts that are not integers) was dead-lettered malformed by the worker and is
 -- left as it is, since an error here would fail the batch with part of it applied.
+-- Only those two errors are taken so: any other error is raised, never swallowed (with
+-- `allow-oom` no write of this script is refused for memory, issue 17.8).
+local function malformed(r)
+  if type(r) == 'table' and r.err then
+    local e = r.err
+    if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then
+      return true
+    end
+    error(e)
+  end
+  return false
+end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
   local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
-  if h.err or not h[1] then return '', '' end
+  if malformed(h) or not h[1] then return '', '' end
   if h[3] and redis.call('GET', k_lanehead(h[3])) == row then
     promote(h[3], tenant, now)
     released = released + 1
   end
   local left = redis.pcall('HINCRBY', hk, 'n', -1)
-  if type(left) ~= 'number' then return h[4] or '', h[5] or '' end
+  if malformed(left) then return h[4] or '', h[5] or '' end
   local dead_count = 0
   if h[2] then dead_count = tonumber(h[2]) or 1 end
-  if dead then dead_count = redis.pcall('HINCRBY', hk, 'd', 1) end
+  if dead then
+    dead_count = redis.pcall('HINCRBY', hk, 'd', 1)
+    if malformed(dead_count) then return h[4] or '', h[5] or '' end
+  end
   if left <= 0 and dead_count == 0 then
     local cc = redis.call('HGET', hk, 'cc')
     if cc then blobs[#blobs + 1] = cc end

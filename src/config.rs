@@ -882,6 +882,7 @@ mod tests {
             "dispatch.batch: must be <= 10000",
             "dispatch.breaker_max_open_ms: must be >= dispatch.breaker_open_ms",
             "retry.max_backoff_ms: must be >= retry.initial_backoff_ms",
+            "retry.min_backoff_ms: must be <= retry.max_backoff_ms",
             "retry.multiplier: must be a finite number >= 1.0",
             "retry.jitter: must be between 0.0 and 1.0",
             "commit.max_hook_bytes: must be > 0",
@@ -892,7 +893,7 @@ mod tests {
                 "{expected} not in {found:#?}"
             );
         }
-        assert_eq!(found.len(), 11, "{found:#?}");
+        assert_eq!(found.len(), 12, "{found:#?}");
     }
 
     #[test]

@@ -196,6 +196,8 @@ pub struct SessionCtx {
     /// Heartbeat for the leader's self-check: ticked on every claim with rows, finished
     /// attempt and applied settle.
     pub progress: Arc<crate::leader::Progress>,
+    /// Health: a claim or settle Redis refuses turns it red until one succeeds (issue 17.8).
+    pub health: Arc<crate::leader::Health>,
 }
 
 struct Session {
@@ -349,9 +351,12 @@ impl Session {
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         let blobs = self.batched.blobs();
+        let health = self.ctx.health.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
-            let r = match store.settle(&token, epoch, &outcomes).await {
+            let settled = store.settle(&token, epoch, &outcomes).await;
+            health.record_write("settle", &settled);
+            let r = match settled {
                 Ok((applied, skipped, finished_blobs)) => {
                     metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
                         .increment(applied);
@@ -415,10 +420,12 @@ impl Session {
         let store = self.ctx.store.clone();
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
+        let health = self.ctx.health.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let r =
                 claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
+            health.record_write("claim", &r);
             metrics::histogram!("ankusa_scan_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
             if matches!(r, Err(StoreError::Fenced)) {

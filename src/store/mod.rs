@@ -10,7 +10,7 @@ use crate::keyspace::Keyspace;
 use crate::model::SourceSpec;
 use bytes::Bytes;
 use fred::prelude::*;
-use fred::types::{Expiration, Value};
+use fred::types::Value;
 use std::time::{Duration, Instant};
 
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
@@ -866,25 +866,42 @@ impl Store {
         Ok(self.client().zcard(self.ks.due(tenant)).await?)
     }
 
-    /// The Redis `maxmemory-policy`, if the server lets us read it.
+    /// The Redis `maxmemory-policy`, read from `INFO memory` (field `maxmemory_policy`), which
+    /// servers answer also where `CONFIG` is renamed away, as managed services do (issue
+    /// 17.9). `None` only when the server does not report it. Errors: Redis unreachable.
     pub async fn maxmemory_policy(&self) -> Result<Option<String>, StoreError> {
-        let v: Result<Vec<String>, _> = self.client().config_get("maxmemory-policy").await;
-        Ok(v.ok().and_then(|v| v.get(1).cloned()))
+        let info: String = self
+            .client()
+            .info(Some(fred::types::InfoKind::Memory))
+            .await?;
+        Ok(info.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("maxmemory_policy:")
+                .map(|p| p.trim().to_string())
+        }))
     }
 
-    /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere (R21).
-    pub async fn publish_window(&self, json: &str, ttl_ms: u64) -> Result<(), StoreError> {
-        let _: () = self
-            .client()
-            .set(
-                self.ks.window(),
-                json,
-                Some(Expiration::PX(ttl_ms as i64)),
-                None,
-                false,
-            )
-            .await?;
-        Ok(())
+    /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere
+    /// (R21), fenced by the lease `token` like every write (`lua/window.lua`), so a deposed
+    /// leader cannot overwrite its successor's state. Errors: [`StoreError::Fenced`].
+    pub async fn publish_window(
+        &self,
+        token: &str,
+        json: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        let args = vec![
+            self.prefix(),
+            token.into(),
+            json.into(),
+            (ttl_ms as i64).into(),
+        ];
+        let v = self.call(&self.scripts.window, args).await?;
+        match status(&v) {
+            "ok" => Ok(()),
+            "fenced" => Err(StoreError::Fenced),
+            other => Err(StoreError::protocol("window", format!("status {other:?}"))),
+        }
     }
 }
 
