@@ -6,7 +6,7 @@
 -- then     r, then r pairs: tenant id, room (tenants whose room is below the page)
 -- Returns  {'fenced'}
 --       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, lane members|-1 (no sweep ran),
---           lanes promoted by the sweep, then per claimed row:
+--           lanes promoted by the sweep, claim token, then per claimed row:
 --           tenant, row id, attempts, first attempt ms|'' }
 -- Lane sweep (R12), only while the partition holds any lane member (one GET otherwise):
 -- a bounded random sample of lanes with members; a lane whose head is neither due nor
@@ -16,8 +16,11 @@
 -- a tenant that filled its share may take what others left, in further passes.
 -- A served tenant that still has due rows moves to the back of the index
 -- (score = now + 0.5 ms), so a tenant this page did not reach goes first next scan.
+-- Each claimed row is scored in `claimed` with this call's claim token (the next value of
+-- `claim_seq`, above every token of an earlier term), so an outcome carrying an older
+-- token, e.g. a batch re-sent after a lost reply, never applies to this claim (P6).
 if fenced(ARGV[2]) then return {'fenced'} end
-local epoch = tonumber(ARGV[3])
+local ctok = redis.call('INCR', K_CLAIM_SEQ)
 local page = tonumber(ARGV[4])
 local default_room = tonumber(ARGV[5])
 local skip = {}
@@ -30,7 +33,7 @@ local r = tonumber(ARGV[i])
 for j = 1, r do room[ARGV[i + 2 * j - 1]] = tonumber(ARGV[i + 2 * j]) end
 
 local now = now_ms()
-local out = {'ok', now, -1, -1, -1, 0}
+local out = {'ok', now, -1, -1, -1, 0, ctok}
 local oldest = -1
 
 local members = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
@@ -85,7 +88,7 @@ while left > 0 and #hungry > 0 do
         for j = c, math.min(c + 499, n) do
           local row = rows[2 * j - 1]
           ids[#ids + 1] = row
-          claims[#claims + 1] = epoch
+          claims[#claims + 1] = ctok
           claims[#claims + 1] = t .. '/' .. row
         end
         redis.call('ZREM', due, unpack(ids))

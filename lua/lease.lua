@@ -6,6 +6,9 @@
 --          renew:   {'ok', token}        | {'lost', holder token or ''}
 --          release: {'ok'}               | {'lost', holder token or ''}
 -- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
+-- It also records in `claim_floor` the last claim token issued so far (at least the epoch,
+-- so claims scored by epoch before claim tokens existed count as older): every row claimed
+-- in an earlier term is scored at or below it, every claim of this term above (P6).
 -- A node id is unique per process start, so a lease still held under this node's id
 -- is a term of this very process that ended (e.g. after Redis restarted with the
 -- lease persisted): the node may take it again at once, under a new epoch, so the
@@ -20,6 +23,12 @@ if op == 'acquire' then
     return {'held', holder, redis.call('PTTL', KEYS[1])}
   end
   local epoch = redis.call('INCR', K_EPOCH)
+  local seq = tonumber(redis.call('GET', K_CLAIM_SEQ) or '0') or 0
+  if seq < epoch then
+    seq = epoch
+    redis.call('SET', K_CLAIM_SEQ, seq)
+  end
+  redis.call('SET', K_CLAIM_FLOOR, seq)
   local t = node .. ':' .. epoch
   redis.call('SET', KEYS[1], t, 'PX', ttl)
   return {'ok', t, epoch}

@@ -21,6 +21,11 @@ local K_STATS = P .. 'stats'
 local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
 local K_BLOB_GC = P .. 'blob_gc'
+-- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
+-- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
+-- the lease records the last token issued before the term in `claim_floor`.
+local K_CLAIM_SEQ = P .. 'claim_seq'
+local K_CLAIM_FLOOR = P .. 'claim_floor'
 
 local function now_ms()
   local t = redis.call('TIME')

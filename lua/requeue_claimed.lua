@@ -1,4 +1,6 @@
 -- requeue_claimed.lua — on takeover, every row claimed under an older epoch is due again (R3).
+-- Older: scored (claim token) at or below the `claim_floor` this term's lease acquisition
+-- recorded (lease.lua); without one, below this epoch.
 -- KEYS[1]  lease key (fencing, R25)
 -- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch  ARGV[4] limit (rows per call)
 -- Returns  {'fenced'} | {'ok', moved, remaining}
@@ -7,7 +9,8 @@ if fenced(ARGV[2]) then return {'fenced'} end
 local epoch = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local now = now_ms()
-local members = redis.call('ZRANGEBYSCORE', K_CLAIMED, '-inf', '(' .. epoch, 'LIMIT', 0, limit)
+local floor = tonumber(redis.call('GET', K_CLAIM_FLOOR) or '') or (epoch - 1)
+local members = redis.call('ZRANGEBYSCORE', K_CLAIMED, '-inf', floor, 'LIMIT', 0, limit)
 for _, m in ipairs(members) do
   redis.call('ZREM', K_CLAIMED, m)
   local tenant, row = string.match(m, '^(.-)/(.*)$')
@@ -16,5 +19,5 @@ for _, m in ipairs(members) do
     tenant_due(tenant, now)
   end
 end
-local remaining = redis.call('ZCOUNT', K_CLAIMED, '-inf', '(' .. epoch)
+local remaining = redis.call('ZCOUNT', K_CLAIMED, '-inf', floor)
 return {'ok', #members, remaining}

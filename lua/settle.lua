@@ -1,7 +1,8 @@
 -- settle.lua — record a batch of attempt outcomes in one call (R3, R4, R8, R9).
 -- KEYS[1]  lease key (fencing, R25)
--- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch
--- then     7 fields per outcome: op, tenant, row id, x, attempts, first attempt ms, last error
+-- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch (informational; the claim tokens decide)
+-- then     8 fields per outcome: op, tenant, row id, claim token, x, attempts,
+--          first attempt ms, last error
 --          op 'D' delivered        (the only way a row is deleted, invariant 1)
 --          op 'R' retry            x = delay ms; attempts/first/error recorded on the row
 --          op 'P' park             x = delay ms; attempt count unchanged (R16)
@@ -14,20 +15,22 @@
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
 -- the next member becomes the head, due now (R11). (G has no hook to name its lane;
 -- the claim's sweep heals that lane, R12.)
--- An outcome whose row is not claimed under this epoch is skipped, so a batch
--- re-sent after a lost reply (or a NOSCRIPT reload) is never applied twice.
+-- An outcome applies only to the claim it answers (P6): one whose row is not claimed under
+-- its claim token (the token of the claim call that handed the row out, claim.lua) is
+-- skipped, so a batch re-sent after a lost reply (or a NOSCRIPT reload) is never applied
+-- twice, not even to a later claim of the same row in the same term.
 if fenced(ARGV[2]) then return {'fenced'} end
-local epoch = tonumber(ARGV[3])
 local now = now_ms()
 local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
 local released = 0
 local blobs = {}
 
--- Which outcomes' rows are still claimed under this epoch: one ZMSCORE per 1000.
-local n = math.floor((#ARGV - 3) / 7)
+-- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
+local W = 8
+local n = math.floor((#ARGV - 3) / W)
 local members = {}
-for j = 0, n - 1 do members[j + 1] = ARGV[5 + 7 * j] .. '/' .. ARGV[6 + 7 * j] end
+for j = 0, n - 1 do members[j + 1] = ARGV[5 + W * j] .. '/' .. ARGV[6 + W * j] end
 local scores = {}
 for c = 1, n, 1000 do
   local s = redis.call('ZMSCORE', K_CLAIMED, unpack(members, c, math.min(c + 999, n)))
@@ -40,19 +43,34 @@ end
 -- The hook is read and counted with pcall: one written by other means (not a hash, or
 -- with counts that are not integers) was dead-lettered malformed by the worker and is
 -- left as it is, since an error here would fail the batch with part of it applied.
+-- Only those two errors are taken so: any other error is raised, never swallowed (with
+-- `allow-oom` no write of this script is refused for memory, issue 17.8).
+local function malformed(r)
+  if type(r) == 'table' and r.err then
+    local e = r.err
+    if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then
+      return true
+    end
+    error(e)
+  end
+  return false
+end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
   local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
-  if h.err or not h[1] then return '', '' end
+  if malformed(h) or not h[1] then return '', '' end
   if h[3] and redis.call('GET', k_lanehead(h[3])) == row then
     promote(h[3], tenant, now)
     released = released + 1
   end
   local left = redis.pcall('HINCRBY', hk, 'n', -1)
-  if type(left) ~= 'number' then return h[4] or '', h[5] or '' end
+  if malformed(left) then return h[4] or '', h[5] or '' end
   local dead_count = 0
   if h[2] then dead_count = tonumber(h[2]) or 1 end
-  if dead then dead_count = redis.pcall('HINCRBY', hk, 'd', 1) end
+  if dead then
+    dead_count = redis.pcall('HINCRBY', hk, 'd', 1)
+    if malformed(dead_count) then return h[4] or '', h[5] or '' end
+  end
   if left <= 0 and dead_count == 0 then
     local cc = redis.call('HGET', hk, 'cc')
     if cc then blobs[#blobs + 1] = cc end
@@ -64,11 +82,11 @@ end
 local done = {}
 local seen = {}
 for j = 0, n - 1 do
-  local i = 4 + 7 * j
-  local op, tenant, row, x = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local attempts, first, err = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local i = 4 + W * j
+  local op, tenant, row, ctok = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local x, attempts, first, err = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local member = members[j + 1]
-  if tonumber(scores[j + 1]) ~= epoch or seen[member] then
+  if not ctok or tonumber(scores[j + 1]) ~= ctok or seen[member] then
     skipped = skipped + 1
   else
     seen[member] = true

@@ -259,6 +259,10 @@ pub struct RetryConfig {
     pub max_attempts: u32,
     /// Upper bound on a sink's `Retry-After` hint, ms. Default 3600000 (1 h).
     pub retry_after_max_ms: u64,
+    /// Floor of every retry delay, ms: no retry is due sooner after a failed attempt,
+    /// whatever the backoff, its jitter or a sink's `Retry-After` (`0`, a date in the
+    /// past) says; <= `max_backoff_ms`. Default 1000 (R8).
+    pub min_backoff_ms: u64,
 }
 
 /// Limits applied when a hook is committed.
@@ -464,6 +468,7 @@ impl Default for RetryConfig {
             max_elapsed_ms: 86_400_000,
             max_attempts: 0,
             retry_after_max_ms: 3_600_000,
+            min_backoff_ms: 1_000,
         }
     }
 }
@@ -700,6 +705,11 @@ impl Config {
             r.max_backoff_ms >= r.initial_backoff_ms,
             "retry.max_backoff_ms",
             "must be >= retry.initial_backoff_ms",
+        );
+        p.check(
+            r.min_backoff_ms <= r.max_backoff_ms,
+            "retry.min_backoff_ms",
+            "must be <= retry.max_backoff_ms",
         );
         p.check(
             r.multiplier.is_finite() && r.multiplier >= 1.0,
@@ -1044,6 +1054,7 @@ mod tests {
             "dispatch.batch: must be <= 10000",
             "dispatch.breaker_max_open_ms: must be >= dispatch.breaker_open_ms",
             "retry.max_backoff_ms: must be >= retry.initial_backoff_ms",
+            "retry.min_backoff_ms: must be <= retry.max_backoff_ms",
             "retry.multiplier: must be a finite number >= 1.0",
             "retry.jitter: must be between 0.0 and 1.0",
             "commit.max_hook_bytes: must be > 0",
@@ -1054,7 +1065,7 @@ mod tests {
                 "{expected} not in {found:#?}"
             );
         }
-        assert_eq!(found.len(), 11, "{found:#?}");
+        assert_eq!(found.len(), 12, "{found:#?}");
     }
 
     #[test]

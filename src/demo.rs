@@ -165,6 +165,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     cfg.redis.url = url.clone();
     cfg.retry.initial_backoff_ms = 50;
     cfg.retry.max_backoff_ms = 1_000;
+    cfg.retry.min_backoff_ms = 50;
     cfg.dispatch.attempt_timeout_ms = 10_000;
     // The demo's receiver listens on loopback, which the SSRF guard refuses by default.
     crate::testkit::allow_loopback(&mut cfg);

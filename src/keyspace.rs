@@ -105,6 +105,16 @@ impl Keyspace {
     pub fn epoch(&self) -> String {
         self.key("epoch")
     }
+    /// Counter: the claim token sequence; each claim call takes the next value and scores
+    /// its rows in `claimed` with it (P6).
+    pub fn claim_seq(&self) -> String {
+        self.key("claim_seq")
+    }
+    /// String: the last claim token issued before the current term, recorded by the lease
+    /// acquisition; rows claimed at or below it belong to earlier terms (R3, P6).
+    pub fn claim_floor(&self) -> String {
+        self.key("claim_floor")
+    }
     /// Counter: the hook sequence (hook ids are its values).
     pub fn seq(&self) -> String {
         self.key("seq")

@@ -104,6 +104,11 @@ struct HealthInner {
     hold_off_until: Option<Instant>,
     /// A graceful shutdown has begun.
     draining: bool,
+    /// The last write this node needed (lease, claim, settle) failed, and why; cleared by
+    /// the next one that succeeds (issue 17.8: a full Redis turns health red).
+    write_error: Option<String>,
+    /// Redis may evict keys (its `maxmemory-policy` changed at run time), and why.
+    evicting: Option<String>,
 }
 
 impl Health {
@@ -113,9 +118,32 @@ impl Health {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `None` when healthy; else why not (a failed self-check).
+    /// `None` when healthy; else why not: a failed self-check, or Redis refusing the writes
+    /// this node needs (a lease acquisition, a claim, a settle) until one succeeds again.
     pub fn problem(&self) -> Option<String> {
-        self.lock().unhealthy.clone()
+        let h = self.lock();
+        h.unhealthy
+            .clone()
+            .or_else(|| h.evicting.clone())
+            .or_else(|| h.write_error.clone())
+    }
+
+    /// Record the eviction check (issue 17.9): `Some(why)` while Redis may evict keys and
+    /// that is not allowed (`redis.allow_evicting = false`), which keeps health red.
+    pub fn set_evicting(&self, why: Option<String>) {
+        self.lock().evicting = why;
+    }
+
+    /// Record the result of a write this node needed (`what`: `lease`, `claim`, `settle`):
+    /// an error turns health red until the next success. Fencing is not a failure.
+    pub fn record_write<T>(&self, what: &str, r: &Result<T, crate::store::StoreError>) {
+        let mut h = self.lock();
+        match r {
+            Err(e) if !matches!(e, crate::store::StoreError::Fenced) => {
+                h.write_error = Some(format!("redis refuses writes ({what}): {e}"));
+            }
+            _ => h.write_error = None,
+        }
     }
 
     /// Whether a graceful shutdown has begun.
@@ -190,7 +218,9 @@ pub async fn run_node(node: Node) {
         let lease_ms = cfg.leader.lease_ms;
         let renew_ms = cfg.leader.renew_interval_ms();
         let sent = Instant::now();
-        match node.store.lease_acquire(&node.node_id, lease_ms).await {
+        let acquired = node.store.lease_acquire(&node.node_id, lease_ms).await;
+        node.health.record_write("lease", &acquired);
+        match acquired {
             Ok(LeaseAcquire::Acquired { token, epoch }) => {
                 backoff = Duration::from_millis(200);
                 info!(%token, epoch, "leading");
@@ -410,6 +440,7 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
         state: node.state.clone(),
         http: node.http.clone(),
         progress,
+        health: node.health.clone(),
     };
     let end = run_session(ctx).await;
     done.cancel();

@@ -98,15 +98,17 @@ impl Worker {
                 let _ = sub.quit().await;
             }));
         }
-        // Window state for pressure() from any process (R21).
+        // Window state for pressure() from any process (R21), fenced by this term's token.
         {
             let (store, mut state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
+            let node = node_id.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     let st = state.borrow_and_update().clone();
                     if st.leading {
                         if let Ok(json) = serde_json::to_string(&st) {
-                            let _ = store.publish_window(&json, 3_000).await;
+                            let token = format!("{node}:{}", st.epoch);
+                            let _ = store.publish_window(&token, &json, 3_000).await;
                         }
                     }
                     tokio::select! {
@@ -134,6 +136,31 @@ impl Worker {
                         Ok(0) => {}
                         Ok(n) => info!(purged = n, "dead-letter retention applied"),
                         Err(e) => warn!(error = %e, "dead-letter retention failed; will try again"),
+                    }
+                }
+            }));
+        }
+        // The eviction policy, re-checked while running (issue 17.9): a policy changed to an
+        // evicting one turns health red (and is logged) until it is noeviction again.
+        if !config.redis.allow_evicting {
+            let (store, health, shutdown) = (store.clone(), health.clone(), shutdown.clone());
+            let every = Duration::from_millis(config.leader.renew_interval_ms());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => {}
+                        _ = shutdown.cancelled() => break,
+                    }
+                    match store.maxmemory_policy().await {
+                        Ok(Some(policy)) if policy != "noeviction" => {
+                            let why = Error::EvictingRedis(policy).to_string();
+                            if health.problem().as_deref() != Some(why.as_str()) {
+                                tracing::error!(%why, "redis may evict keys now");
+                            }
+                            health.set_evicting(Some(why));
+                        }
+                        Ok(_) => health.set_evicting(None),
+                        Err(_) => {} // unreachable Redis is reported by the writes that fail
                     }
                 }
             }));

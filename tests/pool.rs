@@ -588,6 +588,7 @@ async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
             row: r.row.clone(),
             attempts: 1,
             first_attempt_ms: claim.now_ms,
+            claim: r.claim,
             op: SettleOp::Delivered,
         })
         .collect();

@@ -26,8 +26,14 @@ pub fn backoff_ms(cfg: &RetryConfig, attempts: u32, draw: f64) -> u64 {
 }
 
 /// Decide a failed attempt's fate. `now_ms` and `first_attempt_ms` are Redis-clock ms;
-/// `attempts` counts the attempt that just failed. A retry never lands past the horizon:
-/// the last one runs at it, and a failure at or past it is final.
+/// `attempts` counts the attempt that just failed.
+///
+/// The delay is the backoff, raised (never lowered) by a sink's `Retry-After` (capped at
+/// `retry_after_max_ms`), and never below `retry.min_backoff_ms` (R8): a `Retry-After: 0`
+/// or a date in the past cannot make a row retry at once. A retry never lands past the
+/// horizon (R9): a backoff is cut to land on it (the last attempt runs there), but a delay
+/// the sink asked for, or the floor, is never cut short by an extra attempt: when the
+/// horizon comes first the row is dead-lettered now. A failure at or past it is final.
 pub fn decide(
     cfg: &RetryConfig,
     attempts: u32,
@@ -43,12 +49,15 @@ pub fn decide(
     if now_ms >= horizon {
         return RetryDecision::Horizon;
     }
-    let delay = match retry_after {
-        Some(d) => (d.as_millis() as u64).min(cfg.retry_after_max_ms),
-        None => backoff_ms(cfg, attempts, draw),
-    };
     let left = (horizon - now_ms) as u64;
-    RetryDecision::RetryIn(delay.min(left))
+    let backoff = backoff_ms(cfg, attempts, draw);
+    // What the row must wait at least: the floor, raised by the sink's hint.
+    let asked = retry_after.map_or(0, |d| (d.as_millis() as u64).min(cfg.retry_after_max_ms));
+    let must = asked.max(cfg.min_backoff_ms);
+    if must > left {
+        return RetryDecision::Horizon;
+    }
+    RetryDecision::RetryIn(backoff.max(must).min(left))
 }
 
 #[cfg(test)]
@@ -65,6 +74,7 @@ mod tests {
             max_elapsed_ms: 3_600_000,
             max_attempts: 0,
             retry_after_max_ms: 600_000,
+            min_backoff_ms: 500,
         }
     }
 
@@ -88,6 +98,57 @@ mod tests {
         assert_eq!(
             decide(&c, 1, 0, 0, Some(Duration::from_secs(99_999)), 0.5),
             RetryDecision::RetryIn(600_000)
+        );
+    }
+
+    #[test]
+    fn retry_after_raises_the_delay_and_never_lowers_it_below_the_backoff_or_floor() {
+        let c = cfg();
+        // Retry-After: 0 (or a date in the past, parsed as 0): the backoff applies.
+        assert_eq!(
+            decide(&c, 1, 0, 0, Some(Duration::ZERO), 0.0),
+            RetryDecision::RetryIn(1000)
+        );
+        // A short hint below the backoff does not shorten it.
+        assert_eq!(
+            decide(&c, 3, 0, 0, Some(Duration::from_millis(10)), 0.0),
+            RetryDecision::RetryIn(4000)
+        );
+        // The floor holds under the heaviest jitter and the smallest backoff.
+        let tiny = RetryConfig {
+            initial_backoff_ms: 1,
+            max_backoff_ms: 1,
+            min_backoff_ms: 1,
+            ..cfg()
+        };
+        let floored = RetryConfig {
+            min_backoff_ms: 700,
+            max_backoff_ms: 700,
+            ..tiny
+        };
+        assert_eq!(
+            decide(&floored, 1, 0, 0, Some(Duration::ZERO), 1.0),
+            RetryDecision::RetryIn(700)
+        );
+    }
+
+    #[test]
+    fn the_horizon_never_cuts_a_retry_after_short_by_an_extra_attempt() {
+        let c = cfg();
+        // 10 s left, the sink asks for 30 s: no attempt before it asked, dead-letter now.
+        assert_eq!(
+            decide(&c, 4, 0, 3_590_000, Some(Duration::from_secs(30)), 0.0),
+            RetryDecision::Horizon
+        );
+        // Less left than the floor: the same.
+        assert_eq!(
+            decide(&c, 4, 0, 3_599_800, None, 0.0),
+            RetryDecision::Horizon
+        );
+        // A hint that fits is honoured whole.
+        assert_eq!(
+            decide(&c, 4, 0, 3_500_000, Some(Duration::from_secs(30)), 0.0),
+            RetryDecision::RetryIn(30_000)
         );
     }
 
@@ -123,8 +184,18 @@ mod tests {
             let c = cfg();
             let now = first + elapsed;
             match decide(&c, attempts, first, now, ra.map(Duration::from_millis), draw) {
-                RetryDecision::RetryIn(d) => prop_assert!(now + d as i64 <= first + c.max_elapsed_ms as i64),
-                RetryDecision::Horizon => prop_assert!(now >= first + c.max_elapsed_ms as i64),
+                RetryDecision::RetryIn(d) => {
+                    prop_assert!(now + d as i64 <= first + c.max_elapsed_ms as i64);
+                    prop_assert!(d >= c.min_backoff_ms);
+                    if let Some(ra) = ra {
+                        prop_assert!(d >= ra.min(c.retry_after_max_ms));
+                    }
+                }
+                RetryDecision::Horizon => {
+                    let left = first + c.max_elapsed_ms as i64 - now;
+                    let must = ra.map_or(0, |r| r.min(c.retry_after_max_ms)).max(c.min_backoff_ms);
+                    prop_assert!(left <= 0 || must as i64 > left);
+                }
                 RetryDecision::MaxAttempts => prop_assert!(false),
             }
         }

@@ -67,6 +67,8 @@ enum Target {
 struct Job {
     tenant: String,
     row: String,
+    /// The claim token it was claimed under (P6).
+    claim: u64,
     hook_id: u64,
     key: SinkKey,
     attempts: u32,
@@ -102,6 +104,7 @@ impl Slotted for Job {
 struct Immediate {
     tenant: String,
     row: String,
+    claim: u64,
     attempts: u32,
     first_attempt_ms: Option<i64>,
     op: SettleOp,
@@ -193,6 +196,8 @@ pub struct SessionCtx {
     /// Heartbeat for the leader's self-check: ticked on every claim with rows, finished
     /// attempt and applied settle.
     pub progress: Arc<crate::leader::Progress>,
+    /// Health: a claim or settle Redis refuses turns it red until one succeeds (issue 17.8).
+    pub health: Arc<crate::leader::Health>,
 }
 
 struct Session {
@@ -213,6 +218,8 @@ struct Session {
     breakers: HashMap<SinkKey, Breaker>,
     /// Batching sinks' destinations and the claim check (R17, R18).
     batched: batched::Batched,
+    /// A claim failed in a way that leaves its rows uncertain: the term winds down.
+    store_failed: Option<String>,
 }
 
 /// Run one leadership term until shutdown or loss of the lease.
@@ -236,6 +243,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         settled_total,
         breakers: HashMap::new(),
         batched,
+        store_failed: None,
         ctx,
     };
     let end = s.run(&mut rx).await;
@@ -267,7 +275,10 @@ impl Session {
                 return SessionEnd::Fenced;
             }
             if self.ctx.shutdown.is_cancelled() {
-                return self.drain(rx).await;
+                return self.drain(rx, None).await;
+            }
+            if let Some(why) = self.store_failed.take() {
+                return self.drain(rx, Some(why)).await;
             }
             self.maybe_settle();
             self.maybe_claim();
@@ -340,9 +351,12 @@ impl Session {
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         let blobs = self.batched.blobs();
+        let health = self.ctx.health.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
-            let r = match store.settle(&token, epoch, &outcomes).await {
+            let settled = store.settle(&token, epoch, &outcomes).await;
+            health.record_write("settle", &settled);
+            let r = match settled {
                 Ok((applied, skipped, finished_blobs)) => {
                     metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
                         .increment(applied);
@@ -406,10 +420,12 @@ impl Session {
         let store = self.ctx.store.clone();
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
+        let health = self.ctx.health.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let r =
                 claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
+            health.record_write("claim", &r);
             metrics::histogram!("ankusa_scan_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
             if matches!(r, Err(StoreError::Fenced)) {
@@ -522,6 +538,7 @@ impl Session {
                     self.push_outcome(
                         im.tenant,
                         im.row,
+                        im.claim,
                         im.attempts,
                         im.first_attempt_ms.unwrap_or(im.now_ms),
                         im.op,
@@ -558,9 +575,16 @@ impl Session {
             Event::Claimed(Err(StoreError::Fenced)) => Some(SessionEnd::Fenced),
             Event::Claimed(Err(e)) => {
                 // The claim may have run with its reply lost: its rows would sit claimed with
-                // nobody working on them. Step down; the next term's requeue makes them due (R3).
-                warn!(error = %e, "claim failed; stepping down so a new epoch requeues its claims");
-                Some(SessionEnd::StoreFailed(e.to_string()))
+                // nobody working on them. End the term, so the next one's requeue makes them
+                // due (R3); but first wind down: running attempts finish and every outcome
+                // observed is settled while its row is still claimed under this term, so no
+                // attempt is forgotten and no lost ok becomes a duplicate (issue 17.7).
+                self.claiming = false;
+                warn!(error = %e, "claim failed; winding the term down so a new epoch requeues its claims");
+                if self.store_failed.is_none() {
+                    self.store_failed = Some(e.to_string());
+                }
+                None
             }
             Event::Finished {
                 job,
@@ -692,7 +716,15 @@ impl Session {
                 .increment(1);
         }
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-        self.push_outcome(job.tenant, job.row, job.attempts, first, op, job.bytes);
+        self.push_outcome(
+            job.tenant,
+            job.row,
+            job.claim,
+            job.attempts,
+            first,
+            op,
+            job.bytes,
+        );
     }
 
     fn record_attempt(&mut self, job: Job, result: Result<(), AttemptError>, elapsed: Duration) {
@@ -758,13 +790,17 @@ impl Session {
                 }
             }
         };
-        self.push_outcome(job.tenant, job.row, attempts, first, op, job.bytes);
+        self.push_outcome(
+            job.tenant, job.row, job.claim, attempts, first, op, job.bytes,
+        );
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push_outcome(
         &mut self,
         tenant: String,
         row: String,
+        claim: u64,
         attempts: u32,
         first_attempt_ms: i64,
         op: SettleOp,
@@ -780,20 +816,35 @@ impl Session {
                 row,
                 attempts,
                 first_attempt_ms,
+                claim,
                 op,
             },
             bytes,
         });
     }
 
-    /// Graceful end (SIGTERM): no new claims or starts; running attempts get up to
-    /// `shutdown_grace_ms`; outcomes are settled; queued rows are made due again at once.
-    async fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>) -> SessionEnd {
-        let grace = Duration::from_millis(self.cfg.leader.shutdown_grace_ms);
+    /// End the term: no new claims or starts; running attempts may finish; every outcome is
+    /// settled (a failed batch retried with backoff) while the term's lease holds; queued rows
+    /// are made due again at once. On a graceful end (`failed` is `None`, SIGTERM) attempts
+    /// get up to `shutdown_grace_ms` and the lease is released. After a failed claim
+    /// (`failed` is its error) they get up to `attempt_timeout_ms` (they are cancelled then
+    /// anyway) plus one lease interval for the settles, and the term ends `StoreFailed`;
+    /// settle stays fenced throughout, so nothing is written once another term began.
+    async fn drain(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Event>,
+        failed: Option<String>,
+    ) -> SessionEnd {
+        let grace = match failed {
+            None => Duration::from_millis(self.cfg.leader.shutdown_grace_ms),
+            Some(_) => Duration::from_millis(
+                self.cfg.dispatch.attempt_timeout_ms + self.cfg.leader.lease_ms,
+            ),
+        };
         let deadline = tokio::time::Instant::now() + grace;
         info!(
             running = self.slots.running(),
-            "shutting down: letting running attempts finish"
+            "ending the term: letting running attempts finish"
         );
         let mut queued = self.slots.drain_queued();
         queued.extend(self.drain_batched());
@@ -802,6 +853,7 @@ impl Session {
             self.push_outcome(
                 job.tenant,
                 job.row,
+                job.claim,
                 job.attempts,
                 first,
                 SettleOp::Park { delay_ms: 0 },
@@ -830,6 +882,7 @@ impl Session {
                     self.push_outcome(
                         job.tenant,
                         job.row,
+                        job.claim,
                         job.attempts,
                         first,
                         SettleOp::Park { delay_ms: 0 },
@@ -841,6 +894,7 @@ impl Session {
                     self.push_outcome(
                         im.tenant,
                         im.row,
+                        im.claim,
                         im.attempts,
                         im.first_attempt_ms.unwrap_or(im.now_ms),
                         im.op,
@@ -860,6 +914,10 @@ impl Session {
             }
         }
         self.attempts.abort_all();
+        if let Some(why) = failed {
+            // The node releases the lease if Redis answers (src/leader.rs).
+            return SessionEnd::StoreFailed(why);
+        }
         // Whatever is still claimed (attempts cut off by the grace period) is requeued by the
         // next leader; release so it takes over now, not after the lease's ttl.
         let node = self
@@ -924,6 +982,7 @@ async fn claim_and_prepare(
         let imm = |op: SettleOp| Immediate {
             tenant: r.tenant.clone(),
             row: r.row.clone(),
+            claim: r.claim,
             attempts: r.attempts,
             first_attempt_ms: r.first_attempt_ms,
             op,
@@ -1015,6 +1074,7 @@ async fn claim_and_prepare(
         jobs.push(Job {
             tenant: r.tenant.clone(),
             row: r.row.clone(),
+            claim: r.claim,
             hook_id: id.hook,
             key: SinkKey {
                 tenant: r.tenant.as_str().into(),

@@ -11,7 +11,7 @@ use crate::keyspace::Keyspace;
 use crate::model::SourceSpec;
 use bytes::Bytes;
 use fred::prelude::*;
-use fred::types::{Expiration, Value};
+use fred::types::Value;
 use std::time::{Duration, Instant};
 
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
@@ -146,6 +146,8 @@ pub struct ClaimedRow {
     pub attempts: u32,
     /// First attempt time (ms, Redis clock), if any attempt was made.
     pub first_attempt_ms: Option<i64>,
+    /// The claim token it was claimed under (the claim call's, P6); its outcome carries it.
+    pub claim: u64,
 }
 
 /// The result of one scan's claim.
@@ -161,6 +163,8 @@ pub struct ClaimResult {
     pub lane_members: Option<u64>,
     /// Lanes whose next member the sweep promoted to head.
     pub lanes_promoted: u64,
+    /// This call's claim token (P6): above every token issued before it in the partition.
+    pub claim_token: u64,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
 }
@@ -204,6 +208,9 @@ pub struct Outcome {
     pub attempts: u32,
     /// First attempt time (ms, Redis clock).
     pub first_attempt_ms: i64,
+    /// The claim token of the claim this outcome answers ([`ClaimedRow::claim`]); the
+    /// outcome is skipped unless the row is still claimed under it (P6).
+    pub claim: u64,
     /// What to do.
     pub op: SettleOp,
 }
@@ -554,14 +561,16 @@ impl Store {
             oldest_due_ms: opt(v.get(3)),
             lane_members: opt(v.get(4)).map(|n| n as u64),
             lanes_promoted: opt(v.get(5)).unwrap_or(0) as u64,
-            rows: Vec::with_capacity((v.len().saturating_sub(6)) / 4),
+            claim_token: opt(v.get(6)).unwrap_or(0) as u64,
+            rows: Vec::with_capacity((v.len().saturating_sub(7)) / 4),
         };
-        for c in v[6.min(v.len())..].chunks_exact(4) {
+        for c in v[7.min(v.len())..].chunks_exact(4) {
             res.rows.push(ClaimedRow {
                 tenant: c[0].text(),
                 row: c[1].text(),
                 attempts: c[2].int().unwrap_or(0).max(0) as u32,
                 first_attempt_ms: c[3].int(),
+                claim: res.claim_token,
             });
         }
         Ok(res)
@@ -570,15 +579,16 @@ impl Store {
     /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped, blobs)`,
     /// `blobs` being the claim-check references of the hooks the call deleted (R18; lane
     /// releases are counted in `ankusa_lane_releases_total`);
-    /// an outcome whose row is no longer claimed under `epoch` is skipped, so re-sending a
-    /// batch after an error never applies it twice. Errors: [`StoreError::Fenced`].
+    /// an outcome whose row is no longer claimed under its claim token ([`Outcome::claim`],
+    /// P6) is skipped, so re-sending a batch after an error never applies it twice, not even
+    /// to a later claim of the same row. Errors: [`StoreError::Fenced`].
     pub async fn settle(
         &self,
         token: &str,
         epoch: u64,
         outcomes: &[Outcome],
     ) -> Result<(u64, u64, Vec<String>), StoreError> {
-        let mut args = Vec::with_capacity(3 + 7 * outcomes.len());
+        let mut args = Vec::with_capacity(3 + 8 * outcomes.len());
         args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
         for o in outcomes {
             let (op, x, err): (&str, Value, &str) = match &o.op {
@@ -592,6 +602,7 @@ impl Store {
                 op.into(),
                 o.tenant.as_str().into(),
                 o.row.as_str().into(),
+                (o.claim as i64).into(),
                 x,
                 (o.attempts as i64).into(),
                 o.first_attempt_ms.into(),
@@ -616,8 +627,9 @@ impl Store {
         }
     }
 
-    /// Make every row claimed under an epoch older than `epoch` due now (R3); repeats the
-    /// bounded script until none is left. Returns the rows moved.
+    /// Make every row claimed in an earlier term than `epoch`'s due now (R3): those whose
+    /// claim token is at or below the floor this term's lease acquisition recorded; repeats
+    /// the bounded script until none is left. Returns the rows moved.
     pub async fn requeue_claimed(&self, token: &str, epoch: u64) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
@@ -925,25 +937,42 @@ impl Store {
         Ok(self.client().zcard(self.ks.due(tenant)).await?)
     }
 
-    /// The Redis `maxmemory-policy`, if the server lets us read it.
+    /// The Redis `maxmemory-policy`, read from `INFO memory` (field `maxmemory_policy`), which
+    /// servers answer also where `CONFIG` is renamed away, as managed services do (issue
+    /// 17.9). `None` only when the server does not report it. Errors: Redis unreachable.
     pub async fn maxmemory_policy(&self) -> Result<Option<String>, StoreError> {
-        let v: Result<Vec<String>, _> = self.client().config_get("maxmemory-policy").await;
-        Ok(v.ok().and_then(|v| v.get(1).cloned()))
+        let info: String = self
+            .client()
+            .info(Some(fred::types::InfoKind::Memory))
+            .await?;
+        Ok(info.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("maxmemory_policy:")
+                .map(|p| p.trim().to_string())
+        }))
     }
 
-    /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere (R21).
-    pub async fn publish_window(&self, json: &str, ttl_ms: u64) -> Result<(), StoreError> {
-        let _: () = self
-            .client()
-            .set(
-                self.ks.window(),
-                json,
-                Some(Expiration::PX(ttl_ms as i64)),
-                None,
-                false,
-            )
-            .await?;
-        Ok(())
+    /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere
+    /// (R21), fenced by the lease `token` like every write (`lua/window.lua`), so a deposed
+    /// leader cannot overwrite its successor's state. Errors: [`StoreError::Fenced`].
+    pub async fn publish_window(
+        &self,
+        token: &str,
+        json: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        let args = vec![
+            self.prefix(),
+            token.into(),
+            json.into(),
+            (ttl_ms as i64).into(),
+        ];
+        let v = self.call(&self.scripts.window, args).await?;
+        match status(&v) {
+            "ok" => Ok(()),
+            "fenced" => Err(StoreError::Fenced),
+            other => Err(StoreError::protocol("window", format!("status {other:?}"))),
+        }
     }
 }
 

@@ -13,28 +13,51 @@ macro_rules! lua {
             include_str!(concat!("../../lua/", $file))
         )
     };
+    (allow_oom $file:literal) => {
+        concat!(
+            "#!lua flags=allow-oom\n",
+            include_str!("../../lua/prelude.lua"),
+            include_str!(concat!("../../lua/", $file))
+        )
+    };
 }
+
+/// Scripts declared `#!lua flags=allow-oom` (Redis 7): they free memory (deliver, dead-letter,
+/// purge), move rows without growing the data set, or are tiny (the lease), so a full Redis
+/// (`maxmemory` reached under `noeviction`) can still be drained by them and a leader still
+/// elected (issue 17.8). Every other script (commit above all) is refused on a full Redis
+/// before its first write.
+pub const ALLOW_OOM: [&str; 6] = [
+    "claim",
+    "settle",
+    "requeue_claimed",
+    "lease",
+    "dlq_purge",
+    "window",
+];
 
 /// The source of `commit.lua` (R1, R2).
 pub const COMMIT: &str = lua!("commit.lua");
 /// The source of `claim.lua` (R13, R14).
-pub const CLAIM: &str = lua!("claim.lua");
+pub const CLAIM: &str = lua!(allow_oom "claim.lua");
 /// The source of `settle.lua` (R3, R4).
-pub const SETTLE: &str = lua!("settle.lua");
+pub const SETTLE: &str = lua!(allow_oom "settle.lua");
 /// The source of `requeue_claimed.lua` (R3).
-pub const REQUEUE_CLAIMED: &str = lua!("requeue_claimed.lua");
+pub const REQUEUE_CLAIMED: &str = lua!(allow_oom "requeue_claimed.lua");
 /// The source of `idle.lua` (R23).
 pub const IDLE: &str = lua!("idle.lua");
 /// The source of `lease.lua` (R25).
-pub const LEASE: &str = lua!("lease.lua");
+pub const LEASE: &str = lua!(allow_oom "lease.lua");
 /// The source of `dead_letter_source.lua` (R20).
 pub const DEAD_LETTER_SOURCE: &str = lua!("dead_letter_source.lua");
 /// The source of `pressure.lua` (R21).
 pub const PRESSURE: &str = lua!("pressure.lua");
 /// The source of `dlq_replay.lua` (dead-letter replay).
 pub const DLQ_REPLAY: &str = lua!("dlq_replay.lua");
+/// The source of `window.lua` (the leader's window state, R21).
+pub const WINDOW: &str = lua!(allow_oom "window.lua");
 /// The source of `dlq_purge.lua` (dead-letter purge and retention).
-pub const DLQ_PURGE: &str = lua!("dlq_purge.lua");
+pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
 
 /// A script with its name (the metric label) and SHA.
 #[derive(Debug, Clone)]
@@ -77,6 +100,8 @@ pub struct Scripts {
     pub dlq_replay: LuaScript,
     /// `dlq_purge.lua`.
     pub dlq_purge: LuaScript,
+    /// `window.lua`.
+    pub window: LuaScript,
 }
 
 impl Default for Scripts {
@@ -92,13 +117,14 @@ impl Default for Scripts {
             pressure: LuaScript::new("pressure", PRESSURE),
             dlq_replay: LuaScript::new("dlq_replay", DLQ_REPLAY),
             dlq_purge: LuaScript::new("dlq_purge", DLQ_PURGE),
+            window: LuaScript::new("window", WINDOW),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 10] {
+    pub fn all(&self) -> [&LuaScript; 11] {
         [
             &self.commit,
             &self.claim,
@@ -110,6 +136,7 @@ impl Scripts {
             &self.pressure,
             &self.dlq_replay,
             &self.dlq_purge,
+            &self.window,
         ]
     }
 }
@@ -130,7 +157,12 @@ mod tests {
                 s.name
             ))
             .unwrap();
-            let want = fred::util::sha1_hash(&format!("{prelude}{file}"));
+            let flags = if ALLOW_OOM.contains(&s.name) {
+                "#!lua flags=allow-oom\n"
+            } else {
+                ""
+            };
+            let want = fred::util::sha1_hash(&format!("{flags}{prelude}{file}"));
             assert_eq!(s.script.sha1().to_string(), want, "{}", s.name);
             // and the file opens with its KEYS/ARGV/Returns header
             assert!(

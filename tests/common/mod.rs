@@ -36,6 +36,7 @@ pub fn test_config(url: &str) -> Config {
     c.redis.url = url.into();
     c.retry.initial_backoff_ms = 20;
     c.retry.max_backoff_ms = 200;
+    c.retry.min_backoff_ms = 10;
     c.dispatch.attempt_timeout_ms = 2_000;
     c.dispatch.poll_ms = 200;
     c.leader.lease_ms = 2_000;

@@ -1,0 +1,494 @@
+//! Exactly what the spec promises, under faults (issue 17): one test per point, each
+//! reproducing its scenario at CI size against a real redis-server and a real receiver,
+//! with the fault injected for real, and asserting exact counts.
+
+mod common;
+#[path = "common/proxy.rs"]
+mod proxy;
+
+use ankusa::config::Config;
+use ankusa::testkit::{Behavior, Reply};
+use ankusa::Worker;
+use common::procs::receipts;
+use common::*;
+use proxy::Proxy;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A worker whose Redis traffic goes through a fault-injecting proxy.
+async fn worker_behind(env: &Env, tune: impl FnOnce(&mut Config)) -> (Proxy, Worker) {
+    let upstream = ([127, 0, 0, 1], env.redis.port()).into();
+    let proxy = Proxy::start(upstream).await;
+    let mut cfg = env.config.clone();
+    cfg.redis.url = proxy.url();
+    tune(&mut cfg);
+    cfg.validate().expect("test config is valid");
+    let worker = Worker::start(cfg, Some("test"))
+        .await
+        .expect("worker starts");
+    (proxy, worker)
+}
+
+/// Wait until every row is finished (delivered, dead-lettered or dropped), reading Redis
+/// directly (`tick()` over the test's own connection, not the worker's faulty one), including
+/// rows waiting out a backoff. Panics after [`LIVENESS`].
+async fn drain_direct(env: &Env, worker: &Worker) {
+    let deadline = std::time::Instant::now() + LIVENESS;
+    let mut state = worker.watch_state();
+    loop {
+        common::procs::wait_idle(env, LIVENESS).await;
+        let left = env.pending_rows();
+        if left == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} rows still pending after {LIVENESS:?}"
+        );
+        // A row waits out its backoff: the scheduler's state moves when it is claimed again.
+        let _ = tokio::time::timeout(Duration::from_millis(100), state.changed()).await;
+    }
+}
+
+/// The SHA of `lua/settle.lua` as called (`EVALSHA <sha>`).
+fn settle_sha() -> String {
+    ankusa::store::Scripts::default()
+        .settle
+        .script
+        .sha1()
+        .to_string()
+}
+
+/// Per row id, the `ankusa-attempt` numbers and statuses the receiver saw, in arrival order.
+fn attempts_seen(env: &Env) -> BTreeMap<String, Vec<(u32, u16)>> {
+    let mut by_row: BTreeMap<String, Vec<(u32, u16)>> = BTreeMap::new();
+    for r in env.receiver.requests() {
+        let row = r
+            .header("ankusa-delivery-id")
+            .expect("delivery id")
+            .to_string();
+        let n: u32 = r
+            .header("ankusa-attempt")
+            .and_then(|a| a.parse().ok())
+            .expect("attempt number");
+        by_row.entry(row).or_default().push((n, r.status));
+    }
+    by_row
+}
+
+/// Every one of `hooks` (one sink) was delivered exactly once and each attempt the receiver
+/// saw was counted: per row the attempt numbers are 1, 2, …, n in order (a count that went
+/// back would repeat a number), the last one answered 2xx and only it; Redis agrees (all
+/// delivered, nothing dead, claimed, pending or left in a row hash). Returns the attempts.
+async fn check_every_attempt_counted(env: &Env, hooks: &[u64]) -> usize {
+    let seen = attempts_seen(env);
+    assert_eq!(seen.len(), hooks.len(), "rows that reached the receiver");
+    let mut total = 0;
+    for h in hooks {
+        let row = format!("{h}.0");
+        let got = seen
+            .get(&row)
+            .unwrap_or_else(|| panic!("row {row} never delivered"));
+        let numbers: Vec<u32> = got.iter().map(|(n, _)| *n).collect();
+        let want: Vec<u32> = (1..=got.len() as u32).collect();
+        assert_eq!(numbers, want, "row {row}: attempt numbers {got:?}");
+        let ok = got.iter().filter(|(_, s)| (200..300).contains(s)).count();
+        assert_eq!(ok, 1, "row {row}: 2xx answers {got:?}");
+        assert!(
+            (200..300).contains(&got.last().unwrap().1),
+            "row {row}: {got:?}"
+        );
+        assert_eq!(
+            env.row_field(&row, "a"),
+            None,
+            "row {row}: state left behind"
+        );
+        total += got.len();
+    }
+    assert_eq!(receipts(env).duplicates(), 0);
+    let t = env.store.totals().await.unwrap();
+    assert_eq!(
+        (t.delivered, t.dead_lettered, t.dropped),
+        (hooks.len() as u64, 0, 0),
+        "{t:?}"
+    );
+    assert_eq!(env.store.claimed_count().await.unwrap(), 0, "claimed left");
+    assert_eq!(env.pending_rows(), 0);
+    total
+}
+
+/// Issue 17 point 3 (R8): a `Retry-After: 0`, or an HTTP date in the past, never makes a
+/// row retry at once: every retry waits at least `retry.min_backoff_ms`, breakers off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_zero_or_in_the_past_never_retries_sooner_than_the_floor() {
+    const FLOOR_MS: u64 = 300;
+    let env = Env::tuned(|c| {
+        c.dispatch.breaker_failures = 0;
+        c.retry.initial_backoff_ms = 1;
+        c.retry.min_backoff_ms = FLOOR_MS;
+        c.retry.max_backoff_ms = FLOOR_MS;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let mut replies: Vec<Reply> = (0..4)
+        .map(|_| Reply::status(503).header("Retry-After", "0"))
+        .collect();
+    replies.push(Reply::status(503).header("Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"));
+    env.receiver.set("a", Behavior::Sequence(replies));
+    let worker = env.worker().await;
+    let id = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+
+    let got = env.receiver.requests_for("a");
+    let statuses: Vec<u16> = got.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [503, 503, 503, 503, 503, 200],
+        "one row, six attempts"
+    );
+    for (n, w) in got.windows(2).enumerate() {
+        let gap = w[1].at.duration_since(w[0].at);
+        // Due times are Redis-clock ms: allow the rounding of two readings.
+        assert!(
+            gap >= Duration::from_millis(FLOOR_MS - 5),
+            "attempt {} came {gap:?} after attempt {}, floor {FLOOR_MS} ms",
+            n + 2,
+            n + 1
+        );
+    }
+    let t = env.store.totals().await.unwrap();
+    assert_eq!((t.delivered, t.dead_lettered), (1, 0), "{t:?}");
+    assert_eq!(
+        env.row_field(&format!("{id}.0"), "a"),
+        None,
+        "row state gone"
+    );
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 3 (R8, R9): at the retry horizon, a sink's `Retry-After` is never cut
+/// short by an extra attempt: a row whose horizon comes before the delay the sink asked
+/// for is dead-lettered `retry_horizon(http)` after its one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_horizon_never_cuts_a_retry_after_short_by_an_extra_attempt() {
+    let env = Env::tuned(|c| {
+        c.dispatch.breaker_failures = 0;
+        c.retry.max_elapsed_ms = 2_000;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    // a: asks for 5 s with 2 s left; b: asks for 1 s, which fits, then answers ok.
+    env.receiver.set(
+        "a",
+        Behavior::Sequence(vec![Reply::status(429).header("Retry-After", "5")]),
+    );
+    env.receiver.set(
+        "b",
+        Behavior::Sequence(vec![Reply::status(429).header("Retry-After", "1")]),
+    );
+    let worker = env.worker().await;
+    let id = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+
+    assert_eq!(
+        env.receiver.count_for("a"),
+        1,
+        "no attempt before the sink asked"
+    );
+    let b = env.receiver.requests_for("b");
+    assert_eq!(b.len(), 2, "a hint that fits the horizon is honoured");
+    assert!(b[1].at.duration_since(b[0].at) >= Duration::from_millis(995));
+    let dead = env.dead_letters("acme").await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].row, format!("{id}.0"));
+    assert_eq!(dead[0].reason, "retry_horizon(http)");
+    assert_eq!(dead[0].attempts, 1);
+    let t = env.store.totals().await.unwrap();
+    assert_eq!((t.delivered, t.dead_lettered), (1, 1), "{t:?}");
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 6 (P6): settle replies lost after the script ran (the proxy forwards the
+/// call, drops its reply and resets the connection), with retries shorter than the settle
+/// retry delay, so rows are claimed again in the same term before the batch is re-sent. The
+/// re-sent batch never applies to the later claim: no attempt count goes back, no real
+/// outcome is skipped, no duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_resent_after_a_lost_reply_never_applies_to_a_later_claim() {
+    const HOOKS: usize = 300;
+    const LOSSES: usize = 8;
+    let env = Env::tuned(|c| {
+        c.dispatch.breaker_failures = 0;
+        c.dispatch.concurrency = 16;
+        c.dispatch.sink_concurrency = 16;
+        c.retry.initial_backoff_ms = 10;
+        c.retry.max_backoff_ms = 20;
+        c.retry.min_backoff_ms = 10;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    env.receiver.set(
+        "a",
+        Behavior::FailFraction {
+            status: 503,
+            fraction: 0.5,
+            seed: 17,
+        },
+    );
+    let (proxy, worker) = worker_behind(&env, |_| {}).await;
+    proxy.lose_replies(&settle_sha(), 2, LOSSES);
+    let hooks = env.commit_n("acme", "orders", HOOKS).await;
+    drain_direct(&env, &worker).await;
+    assert_eq!(proxy.lost(), LOSSES, "settle replies lost");
+    let attempts = check_every_attempt_counted(&env, &hooks).await;
+    eprintln!("{LOSSES} settle replies lost: {HOOKS} rows, {attempts} attempts, 0 duplicates");
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 7 (R3, R8): a 2 s partition between the leader and Redis while attempts
+/// run, then every connection reset. The failed claim ends the term, but only after the
+/// running attempts finished and every outcome observed was settled under that term: each
+/// attempt the endpoint received is counted, and a lost ok never becomes a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_then_reset_forgets_no_attempt_and_duplicates_nothing() {
+    const HOOKS: usize = 100;
+    let env = Env::tuned(|c| {
+        c.dispatch.breaker_failures = 0;
+        c.retry.initial_backoff_ms = 10;
+        c.retry.max_backoff_ms = 20;
+        c.leader.lease_ms = 10_000;
+        c.redis.command_timeout_ms = 1_000;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    // Every third answer fails; each takes 150 ms, so attempts are running at the cut.
+    let replies: Vec<Reply> = (0..150)
+        .map(|i| Reply::status(if i % 3 == 0 { 503 } else { 200 }).delay(150))
+        .collect();
+    env.receiver.set("a", Behavior::Sequence(replies));
+    let (proxy, worker) = worker_behind(&env, |_| {}).await;
+    let hooks = env.commit_n("acme", "orders", HOOKS).await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 30)
+            .await
+    );
+    proxy.blackhole();
+    // The fault's length, not a synchronisation: the partition lasts 2 s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal_with_reset();
+    drain_direct(&env, &worker).await;
+    // The failed claim ended the term: a second term requeued what the first left claimed.
+    assert_eq!(
+        env.redis_cmd(&["GET", &env.key("epoch")]),
+        "2",
+        "one term change"
+    );
+    let attempts = check_every_attempt_counted(&env, &hooks).await;
+    eprintln!("partition 2 s then reset: {HOOKS} rows, {attempts} attempts, 0 duplicates");
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 8 (R3, R25): Redis full (`noeviction`, `maxmemory` reached under a running
+/// pool). Commits are refused, but the scripts that free memory still run (`allow-oom`): the
+/// backlog drains with every hook deleted, none recorded delivered while its body stays, and
+/// a new leader is elected on the full Redis. While Redis refuses the writes the leader
+/// needs (`NOREPLICAS`), its health is red; green again once they pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_is_drained_by_a_leader_elected_on_it_and_failing_writes_turn_health_red() {
+    const HOOKS: usize = 200;
+    let env = Env::tuned(|c| {
+        c.dispatch.breaker_failures = 0;
+        c.retry.initial_backoff_ms = 50;
+        c.retry.max_backoff_ms = 100;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    env.receiver.set("a", Behavior::Status(503));
+    let first = env.worker().await;
+    let hooks = env.commit_n("acme", "orders", HOOKS).await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= HOOKS)
+            .await
+    );
+
+    // Full: nothing that grows memory is accepted.
+    assert_eq!(env.redis_cmd(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    let refused = tokio::time::timeout(
+        LIVENESS,
+        env.producer
+            .commit("acme", "orders", ankusa::Hook::new("x")),
+    )
+    .await
+    .expect("commit answers");
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("OOM")),
+        "a commit on a full Redis is refused: {refused:?}"
+    );
+
+    // Writes refused for another reason: the leader's health turns red, then green again.
+    assert_eq!(
+        env.redis_cmd(&["CONFIG", "SET", "min-replicas-to-write", "1"]),
+        "OK"
+    );
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { first.health().problem().is_some() }).await,
+        "health stays green while Redis refuses writes"
+    );
+    let why = first.health().problem().unwrap();
+    assert!(why.contains("NOREPLICAS"), "{why}");
+    assert_eq!(
+        env.redis_cmd(&["CONFIG", "SET", "min-replicas-to-write", "0"]),
+        "OK"
+    );
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { first.health().problem().is_none() }).await,
+        "health stays red after writes pass again"
+    );
+
+    // A leader change on the full Redis: the lease is taken (its epoch INCR allowed).
+    first.shutdown().await;
+    let second = env.worker().await;
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { second.is_leader() }).await,
+        "no leader elected on a full Redis"
+    );
+    env.receiver.set("a", Behavior::Ok);
+    drain_direct(&env, &second).await;
+    // Still full: the drain happened on a full Redis.
+    assert_eq!(
+        env.redis_cmd(&["CONFIG", "GET", "maxmemory"]),
+        "maxmemory\n1"
+    );
+    let got = receipts(&env);
+    assert_eq!(got.per_row.len(), HOOKS, "rows delivered");
+    assert_eq!(got.duplicates(), 0);
+    for h in &hooks {
+        assert_eq!(got.per_row.get(&format!("{h}.0")), Some(&1));
+    }
+    let t = env.store.totals().await.unwrap();
+    assert_eq!(
+        (t.delivered, t.dead_lettered, t.dropped),
+        (HOOKS as u64, 0, 0),
+        "{t:?}"
+    );
+    assert_eq!(
+        env.redis_cmd(&["KEYS", &env.key("hook:*")]),
+        "",
+        "hook bodies left"
+    );
+    assert_eq!(
+        env.redis_cmd(&["KEYS", &env.key("row:*")]),
+        "",
+        "row state left"
+    );
+    assert_eq!(env.store.claimed_count().await.unwrap(), 0);
+    assert_eq!(env.redis_cmd(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    second.shutdown().await;
+}
+
+/// Issue 17 point 9: with `CONFIG` renamed away (as managed Redis services do), the eviction
+/// policy is still read (from `INFO memory`): an `allkeys-lru` Redis is refused at start, and
+/// a policy changed to an evicting one at run time turns health red until it is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eviction_policy_is_read_without_config_and_rechecked_while_running() {
+    let renamed = |policy: &str, config_as: &str| ankusa::testkit::RedisOptions {
+        appendonly: false,
+        extra_args: vec![
+            "--maxmemory-policy".into(),
+            policy.into(),
+            "--rename-command".into(),
+            "CONFIG".into(),
+            config_as.into(),
+        ],
+    };
+    // CONFIG gone entirely: refused at start, naming the policy.
+    let env = Env::with(renamed("allkeys-lru", ""), |_| {}).await;
+    assert!(env
+        .redis
+        .cmd(&["CONFIG", "GET", "maxmemory-policy"])
+        .is_err());
+    match Worker::start(env.config.clone(), Some("test")).await {
+        Err(ankusa::Error::EvictingRedis(p)) => assert_eq!(p, "allkeys-lru"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("an allkeys-lru Redis was accepted"),
+    }
+
+    // CONFIG renamed for the operator only: a run-time change is noticed.
+    const CFG: &str = "operator-config-3f9a";
+    let env = Env::with(renamed("noeviction", CFG), |_| {}).await;
+    let worker = env.worker().await;
+    assert_eq!(worker.health().problem(), None);
+    assert_eq!(
+        env.redis_cmd(&[CFG, "SET", "maxmemory-policy", "volatile-lru"]),
+        "OK"
+    );
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { worker.health().problem().is_some() }).await,
+        "an evicting policy set at run time went unnoticed"
+    );
+    let why = worker.health().problem().unwrap();
+    assert!(why.contains("\"volatile-lru\""), "{why}");
+    assert_eq!(
+        env.redis_cmd(&[CFG, "SET", "maxmemory-policy", "noeviction"]),
+        "OK"
+    );
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { worker.health().problem().is_none() }).await,
+        "health stays red after noeviction is back"
+    );
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 12 (R21, R25): the window state is written through a fenced script, so a
+/// zombie leader (its lease taken over while it was paused) cannot overwrite its successor's
+/// state, and `pressure()` keeps answering from the live leader's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_leaders_window_state_is_refused() {
+    use ankusa::store::{LeaseAcquire, StoreError};
+    let env = Env::new().await;
+    let s = &env.store;
+    let LeaseAcquire::Acquired {
+        token: old,
+        epoch: old_epoch,
+    } = s.lease_acquire("node-a", 60_000).await.unwrap()
+    else {
+        panic!("lease free")
+    };
+    let state = |epoch: u64, full: bool| {
+        serde_json::json!({ "leading": true, "epoch": epoch, "window_full": full }).to_string()
+    };
+    s.publish_window(&old, &state(old_epoch, true), 60_000)
+        .await
+        .expect("the leader publishes");
+    // node-a is paused past its lease; node-b takes over and publishes.
+    env.redis_cmd(&["DEL", &s.keyspace().lease()]);
+    let LeaseAcquire::Acquired {
+        token: new,
+        epoch: new_epoch,
+    } = s.lease_acquire("node-b", 60_000).await.unwrap()
+    else {
+        panic!("lease free")
+    };
+    s.publish_window(&new, &state(new_epoch, false), 60_000)
+        .await
+        .expect("the new leader publishes");
+    // node-a wakes and writes its stale state at once: refused, nothing overwritten.
+    assert!(matches!(
+        s.publish_window(&old, &state(old_epoch, true), 60_000)
+            .await,
+        Err(StoreError::Fenced)
+    ));
+    let now: serde_json::Value =
+        serde_json::from_str(&env.redis_cmd(&["GET", &env.key("window")])).unwrap();
+    assert_eq!(now["epoch"], new_epoch);
+    match s.pressure(100).await.expect("pressure reads") {
+        ankusa::store::PressureRead::Ok { window_full, .. } => {
+            assert!(!window_full, "pressure() answered from the zombie's state")
+        }
+        other => panic!("pressure unavailable: {other:?}"),
+    }
+}
