@@ -374,10 +374,14 @@ pub struct Committed {
     pub hook_id: u64,
     /// Rows made (one per sink entry).
     pub rows: u32,
+    /// Set when `rows` is 0: the source has no sinks, so the hook is stored and goes nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent` and `x-*` headers are kept with the hook.
+/// `user-agent` and `x-*` headers are kept with the hook. A source with no sinks still
+/// answers 202, with `rows: 0` and a `warning` saying the hook goes nowhere.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -405,6 +409,9 @@ async fn ingest(
             Json(Committed {
                 hook_id: r.first_hook,
                 rows: r.rows_per_hook,
+                warning: (r.rows_per_hook == 0).then(|| {
+                    format!("{tenant}/{source} has no sinks: the hook is stored and goes nowhere")
+                }),
             }),
         )),
         Err(e @ CommitError::Store(_)) => Err(ApiError::new(

@@ -49,8 +49,20 @@ pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     // Emitted today.
     describe_counter!(
-        "ankusa_commits_total",
+        "ankusa_hooks_committed_total",
         "Hooks committed by this process (ingest endpoint; a library Producer under a recorder)."
+    );
+    describe_counter!(
+        "ankusa_rows_delivered_total",
+        "Rows delivered (a successful attempt), by sink module."
+    );
+    describe_counter!(
+        "ankusa_rows_dead_lettered_total",
+        "Rows dead-lettered, by reason kind."
+    );
+    describe_counter!(
+        "ankusa_commits_total",
+        "Deprecated (removed in the next release): ankusa_hooks_committed_total."
     );
     describe_counter!(
         "ankusa_deliveries_total",
@@ -90,7 +102,7 @@ pub fn describe() {
     describe_gauge!("ankusa_concurrency_max", "dispatch.concurrency.");
     describe_counter!(
         "ankusa_dead_letters_total",
-        "Rows dead-lettered, by reason kind."
+        "Deprecated (removed in the next release): ankusa_rows_dead_lettered_total."
     );
     describe_counter!(
         "ankusa_malformed_rows_total",
@@ -245,6 +257,7 @@ pub const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retry", "dead_lettered", 
 /// Call after [`install`]; a no-op without a recorder.
 pub fn init_series() {
     for name in [
+        "ankusa_hooks_committed_total",
         "ankusa_commits_total",
         "ankusa_malformed_rows_total",
         "ankusa_leadership_changes_total",
@@ -269,12 +282,14 @@ pub fn init_series() {
         for outcome in DELIVERY_OUTCOMES {
             metrics::counter!("ankusa_deliveries_total", "module" => *module, "outcome" => *outcome).increment(0);
         }
+        metrics::counter!("ankusa_rows_delivered_total", "module" => *module).increment(0);
     }
     for to in ["open", "closed"] {
         metrics::counter!("ankusa_breaker_transitions_total", "to" => to).increment(0);
     }
     for reason in DEAD_LETTER_REASONS {
         metrics::counter!("ankusa_dead_letters_total", "reason" => *reason).increment(0);
+        metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => *reason).increment(0);
     }
     for kind in REDIS_ERROR_KINDS {
         metrics::counter!("ankusa_redis_errors_total", "kind" => *kind).increment(0);
