@@ -278,7 +278,10 @@ pub fn router(st: AdminState) -> Router {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 async fn metrics(State(st): State<AdminState>) -> Response {
     match &st.metrics {
-        Some(h) => ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response(),
+        Some(h) => {
+            crate::metrics::collect_process();
+            ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response()
+        }
         None => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_recorder",

@@ -15,6 +15,19 @@ pub const INSTANCE_LABEL: &str = "ankusa_instance";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// The standard `process_*` metrics of the Prometheus client libraries (CPU seconds, resident
+/// and virtual memory, open and maximum file descriptors, threads, start time), read from
+/// `/proc` by the `metrics-process` crate; [`collect_process`] refreshes them.
+static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
+
+/// Refresh the `process_*` gauges and counter: call before rendering a scrape. A no-op before
+/// [`describe`].
+pub fn collect_process() {
+    if let Some(c) = PROCESS.get() {
+        c.collect();
+    }
+}
+
 /// Install the process-wide recorder once (later calls return the first handle).
 /// `None` when another recorder was installed first.
 pub fn install(instance: &str) -> Option<PrometheusHandle> {
@@ -47,6 +60,13 @@ pub fn install(instance: &str) -> Option<PrometheusHandle> {
 /// `docs/metrics.md` says which issue brings each.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    PROCESS
+        .get_or_init(metrics_process::Collector::default)
+        .describe();
+    describe_gauge!(
+        "ankusa_build_info",
+        "Always 1; the `version` label is this build's crate version."
+    );
     // Emitted today.
     describe_counter!(
         "ankusa_hooks_committed_total",
@@ -256,6 +276,8 @@ pub const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retry", "dead_lettered", 
 /// dead letter, a Redis error, an open breaker) has a series to evaluate instead of none.
 /// Call after [`install`]; a no-op without a recorder.
 pub fn init_series() {
+    metrics::gauge!("ankusa_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    collect_process();
     for name in [
         "ankusa_hooks_committed_total",
         "ankusa_commits_total",

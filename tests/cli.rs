@@ -428,7 +428,7 @@ async fn stats_names_its_counters_by_unit_hooks_and_rows() {
     env.http_source("acme", "orders", &["a", "b"]).await;
     env.receiver
         .set("b", ankusa::testkit::Behavior::Status(400));
-    let _w = leading_worker(&env, &dir, "stats", &[], |_| {}).await;
+    let w = leading_worker(&env, &dir, "stats", &[], |_| {}).await;
     env.commit_n("acme", "orders", 3).await;
     let out = run(&env, &["--json", "tick", "--timeout-ms", "30000"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -442,6 +442,24 @@ async fn stats_names_its_counters_by_unit_hooks_and_rows() {
         stdout(&out).contains("hooks_committed     3"),
         "{}",
         stdout(&out)
+    );
+    // The worker's metrics by unit too, with the build and the process.
+    let (_, text) = common::procs::get(&w.admin, "/metrics")
+        .await
+        .expect("scrape");
+    let m = |name: &str, labels: &[&str]| common::procs::metric_in(&text, name, labels);
+    assert_eq!(m("ankusa_rows_delivered_total", &["module=\"http\""]), 3.0);
+    assert_eq!(
+        m("ankusa_rows_dead_lettered_total", &["reason=\"permanent\""]),
+        3.0
+    );
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(m("ankusa_build_info", &[version.as_str()]), 1.0, "{text}");
+    assert!(m("process_resident_memory_bytes", &[]) > 1e6, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("process_cpu_seconds_total")),
+        "{text}"
     );
 }
 
