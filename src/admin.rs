@@ -54,7 +54,7 @@ pub struct AdminState {
 }
 
 /// Headers of an ingest request that are kept with the hook (others are transport headers).
-const KEPT_HEADERS: &[&str] = &["content-type", "user-agent"];
+const KEPT_HEADERS: &[&str] = &["content-type", "user-agent", "traceparent", "tracestate"];
 
 /// Deadline of `POST /admin/dead_letter_source` unless the request gives one, ms.
 const DEAD_LETTER_SOURCE_TIMEOUT_MS: u64 = 30_000;
@@ -383,7 +383,8 @@ pub struct Committed {
 }
 
 /// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent` and `x-*` headers are kept with the hook. A source with no sinks still
+/// `user-agent`, the W3C trace context (`traceparent`, `tracestate`) and `x-*` headers are
+/// kept with the hook and sent with each of its deliveries. A source with no sinks still
 /// answers 202, with `rows: 0` and a `warning` saying the hook goes nowhere.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),

@@ -156,6 +156,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DlqCmd,
     },
+    /// Print the commit script for producers in other languages: `lua/prelude.lua` +
+    /// `lua/commit.lua`, exactly what this binary loads (docs/commit-protocol.md).
+    CommitScript {
+        /// Print only its SHA-1, the name `EVALSHA` calls it by once loaded.
+        #[arg(long)]
+        sha: bool,
+    },
     /// Print a shell completion script: `ankusa completions bash > /etc/bash_completion.d/ankusa`.
     Completions {
         /// The shell.
@@ -398,6 +405,23 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut buf = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "ankusa", &mut buf);
             emit_text(json, "script", &buf)
+        }
+        Cmd::CommitScript { sha } => {
+            let script = ankusa::store::scripts::COMMIT;
+            let digest = fred::types::scripts::Script::from_lua(script)
+                .sha1()
+                .to_string();
+            match (json, sha) {
+                (true, _) => json_line(&serde_json::json!({"sha": digest, "script": script})),
+                (false, true) => {
+                    outln!("{digest}");
+                    Ok(())
+                }
+                (false, false) => {
+                    cli::out::text(script);
+                    Ok(())
+                }
+            }
         }
         Cmd::Man => {
             let mut buf = Vec::new();

@@ -595,3 +595,49 @@ fn completions_for_bash_zsh_and_fish_and_a_man_page_are_printed() {
     );
     assert!(page.contains("worker"), "{page}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_traceparent_reaches_every_delivery_request() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    let w = leading_worker(&env, &dir, "trace", &[], |_| {}).await;
+    let ingest = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/v1/hooks/acme/orders", w.admin))
+        .header("content-type", "application/json")
+        .header("traceparent", ingest)
+        .header("tracestate", "vendor=1")
+        .body("{\"via\":\"ingest\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let cli = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let header = format!("traceparent: {cli}");
+    let out = run_in(
+        &env,
+        &["produce", "acme", "orders", "-H", &header],
+        b"{}",
+        &[],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(&env, &["tick", "--timeout-ms", "30000"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for path in ["a", "b"] {
+        let mut seen: Vec<String> = env
+            .receiver
+            .requests_for(path)
+            .iter()
+            .filter_map(|r| r.header("traceparent").map(str::to_string))
+            .collect();
+        seen.sort();
+        let mut want = vec![ingest.to_string(), cli.to_string()];
+        want.sort();
+        assert_eq!(seen, want, "traceparent on {path}");
+    }
+    let with_state = env.receiver.requests_for("a");
+    assert!(with_state
+        .iter()
+        .any(|r| r.header("tracestate") == Some("vendor=1")));
+}
