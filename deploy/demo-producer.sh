@@ -5,6 +5,7 @@
 #   DEMO_TENANTS   tenants to produce for (default "acme globex initech")
 #   DEMO_WORKERS   worker admin addresses (default "worker-1:9187 worker-2:9187 worker-3:9187")
 #   DEMO_RATE      hooks per second per tenant, about (default 5)
+#   DEMO_INGEST_TOKEN  bearer token of the workers' ingest endpoint (admin.ingest_token)
 set -eu
 tenants=${DEMO_TENANTS:-acme globex initech}
 workers=${DEMO_WORKERS:-worker-1:9187 worker-2:9187 worker-3:9187}
@@ -26,6 +27,7 @@ while :; do
       w=$1
       body=$(printf '{"event":"order.created","tenant":"%s","order":%d,"at":"%s"}' "$t" "$n" "$(date -u +%Y-%m-%dT%H:%M:%SZ)")
       curl -fsS -o /dev/null -X POST -H 'content-type: application/json' -H "x-demo-seq: $n" \
+        -H "authorization: Bearer ${DEMO_INGEST_TOKEN:-}" \
         --data "$body" "http://$w/v1/hooks/$t/orders" || echo "demo-producer: commit via $w failed" >&2
     done
   done

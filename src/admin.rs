@@ -64,8 +64,9 @@ pub struct AdminState {
 }
 
 /// Headers of an ingest request kept with the hook besides `x-*` ones (an allowlist: every
-/// other header is the transport's or the caller's own, see [`hook_headers`]).
-const KEPT_HEADERS: &[&str] = &["content-type", "user-agent"];
+/// other header is the transport's or the caller's own, see [`hook_headers`]); the W3C trace
+/// context follows the hook to its deliveries.
+const KEPT_HEADERS: &[&str] = &["content-type", "user-agent", "traceparent", "tracestate"];
 
 /// `x-*` headers that are never kept: credentials and what proxies add about the caller.
 const DROPPED_X_HEADERS: &[&str] = &[
@@ -388,7 +389,10 @@ pub fn router(st: AdminState) -> Router {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 async fn metrics(State(st): State<AdminState>) -> Response {
     match &st.metrics {
-        Some(h) => ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response(),
+        Some(h) => {
+            crate::metrics::collect_process();
+            ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response()
+        }
         None => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_recorder",
@@ -484,13 +488,18 @@ pub struct Committed {
     pub hook_id: u64,
     /// Rows made (one per sink entry).
     pub rows: u32,
+    /// Set when `rows` is 0: the source has no sinks, so the hook is stored and goes nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent` and `x-*` headers are kept with the hook, except credentials and proxy
-/// headers (`x-api-key`, `x-forwarded-*`, `x-real-ip`, any `x-*` naming a token, key,
-/// secret, session or cookie) and headers the `Connection` header names. A `webhook-*` or
-/// `ankusa-*` header is refused (400). A body over `commit.max_hook_bytes` is 413 `too_large`.
+/// `user-agent`, the W3C trace context (`traceparent`, `tracestate`) and `x-*` headers are
+/// kept with the hook, except credentials and proxy headers (`x-api-key`, `x-forwarded-*`,
+/// `x-real-ip`, any `x-*` naming a token, key, secret, session or cookie) and headers the
+/// `Connection` header names. A `webhook-*` or `ankusa-*` header is refused (400). A body
+/// over `commit.max_hook_bytes` is 413 `too_large`. A source with no sinks still answers
+/// 202, with `rows: 0` and a `warning` saying the hook goes nowhere.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -521,6 +530,9 @@ async fn ingest(
             Json(Committed {
                 hook_id: r.first_hook,
                 rows: r.rows_per_hook,
+                warning: (r.rows_per_hook == 0).then(|| {
+                    format!("{tenant}/{source} has no sinks: the hook is stored and goes nowhere")
+                }),
             }),
         )),
         Err(e @ CommitError::Store(_)) => Err(ApiError::new(

@@ -43,8 +43,8 @@ pub struct BenchArgs {
     /// Lanes in the ordered-vs-unordered run (0 skips it).
     #[arg(long, default_value_t = 1_000)]
     pub lanes: usize,
-    /// Print the results as one JSON object on the last line.
-    #[arg(long)]
+    /// Print the results as one JSON object on the last line (the global `--json`).
+    #[arg(skip)]
     pub json: bool,
 }
 

@@ -1,10 +1,10 @@
-//! The operation commands of the `ankusa` CLI (R20–R24, dead letters): each prints a human
+//! The operation commands of the `ankusa` CLI (R20–R24, dead letters, stats): each prints a human
 //! table or, with `--json`, one JSON document on stdout. Exit codes come from
 //! [`Error::exit_code`]: 0 ok, 1 failed, 2 usage or config error, 3 unavailable.
 
 use ankusa::config::Config;
 use ankusa::dlq::{self, Filter, PurgeScope, ReplayOptions, ReplayProgress};
-use ankusa::store::{Store, StoreError};
+use ankusa::store::Store;
 use ankusa::{ops, Error};
 use serde::Serialize;
 use std::time::Duration;
@@ -57,37 +57,105 @@ pub fn error_json(e: &Error) -> serde_json::Value {
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()))?
     );
     Ok(())
 }
 
-async fn connect(cfg: &Config) -> Result<Store, Error> {
+/// Connect to the config's Redis; a failure says where and what to do
+/// ([`crate::cli::redis_words::describe`]).
+pub async fn connect(cfg: &Config) -> Result<Store, Error> {
+    crate::cli::redis_words::remember(&cfg.redis.url);
+    let url = ankusa::config::redact_url(&cfg.redis.url);
     Store::connect_config(&cfg.redis, &cfg.instance)
         .await
         .map_err(|e| match e {
-            e @ StoreError::Tls(_) => Error::Store(e),
-            e => Error::Unavailable(format!("redis at {}: {e}", cfg.redis.url)),
+            ankusa::store::StoreError::Redis(r) => crate::cli::redis_words::describe(&r, &url),
+            other => Error::Store(other),
         })
+        .map(|s| s.with_edge(ankusa::sinks::EdgePolicy::from_config(cfg)))
 }
 
-/// `ankusa tick` (R23).
+/// Why nothing would settle without a leader, for `tick`.
+fn no_leader(cfg: &Config) -> Error {
+    Error::Unavailable(format!(
+        "no leader holds the lease of instance {:?}: no worker of this instance is running, so nothing is delivered; start one with `ankusa worker` (same redis.url and instance)",
+        cfg.instance
+    ))
+}
+
+/// `ankusa tick` (R23): exit 3 at once when no leader holds the lease (nothing would settle),
+/// when the lease stays unheld for longer than `leader.lease_ms` while waiting (the leader
+/// died and no standby took over), or when `timeout_ms` passes, saying which.
 pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(), Error> {
     let s = connect(cfg).await?;
-    let n = match timeout_ms {
-        None => ops::tick(&s, None).await?,
-        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), ops::tick(&s, None))
-            .await
-            .map_err(|_| Error::Unavailable(format!("still busy after {ms} ms")))??,
+    if s.lease_holder().await?.is_none() && !s.idle().await? {
+        return Err(no_leader(cfg));
+    }
+    let watch_leader = async {
+        let mut unheld_since: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            match s.lease_holder().await {
+                Ok(Some(_)) | Err(_) => unheld_since = None,
+                Ok(None) => {
+                    let since = *unheld_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() > Duration::from_millis(cfg.leader.lease_ms) {
+                        return no_leader(cfg);
+                    }
+                }
+            }
+        }
+    };
+    let deadline = async {
+        match timeout_ms {
+            Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            None => std::future::pending().await,
+        }
+    };
+    let n = tokio::select! {
+        n = ops::tick(&s, None) => n?,
+        e = watch_leader => return Err(e),
+        () = deadline => {
+            let ms = timeout_ms.unwrap_or_default();
+            return Err(match s.lease_holder().await? {
+                None => Error::Unavailable(format!("not idle after {ms} ms, and no leader holds the lease: start a worker (`ankusa worker`)")),
+                Some((token, _)) => Error::Unavailable(format!(
+                    "not idle after {ms} ms: the leader ({}) is still delivering; rows are claimed, running or due",
+                    token.rsplit_once(':').map_or(token.as_str(), |(node, _)| node)
+                )),
+            });
+        }
     };
     if json {
         print_json(&serde_json::json!({ "settled": n }))
     } else {
-        println!("idle; {n} rows settled while waiting");
+        outln!("idle; {n} rows settled while waiting");
         Ok(())
     }
+}
+
+/// `ankusa stats`: the running totals named by unit (hooks are committed, rows — one per
+/// hook and sink entry — are delivered, dead-lettered or dropped).
+pub fn stats(t: &ankusa::store::Totals, json: bool) -> Result<(), Error> {
+    if json {
+        return print_json(&serde_json::json!({
+            "hooks_committed": t.committed,
+            "rows_delivered": t.delivered,
+            "rows_dead_lettered": t.dead_lettered,
+            "rows_dropped": t.dropped,
+        }));
+    }
+    outln!(
+        "hooks_committed     {}\nrows_delivered      {}\nrows_dead_lettered  {}\nrows_dropped        {}",
+        t.committed,
+        t.delivered,
+        t.dead_lettered,
+        t.dropped
+    );
+    Ok(())
 }
 
 /// `ankusa pressure` (R21).
@@ -97,7 +165,7 @@ pub async fn pressure(cfg: &Config, json: bool) -> Result<(), Error> {
     if json {
         print_json(&p)
     } else {
-        println!("lag_ms       {}\nwindow_full  {}", p.lag_ms, p.window_full);
+        outln!("lag_ms       {}\nwindow_full  {}", p.lag_ms, p.window_full);
         Ok(())
     }
 }
@@ -115,7 +183,7 @@ pub async fn dead_letter_source(
     if json {
         print_json(&r)
     } else {
-        println!(
+        outln!(
             "dead-lettered {} pending rows of {tenant}/{source} as source_gone({source}); dropped {} whose hook was gone",
             r.count, r.dropped
         );
@@ -200,7 +268,7 @@ pub async fn reconfigure(
         match outcome {
             Ok(limits) => {
                 if !json {
-                    println!(
+                    outln!(
                         "{a}: reconfigured (concurrency {}, sink_concurrency {}, {} tenant entries)",
                         limits["concurrency"], limits["sink_concurrency"],
                         limits["tenants"].as_object().map_or(0, |t| t.len())
@@ -240,9 +308,15 @@ pub async fn dlq_list(s: &Store, filter: &FilterArgs, limit: u64, json: bool) ->
     if json {
         return print_json(&page);
     }
-    println!(
+    outln!(
         "{:<16} {:<12} {:<16} {:<10} {:<6} {:<28} {:>8}  ERROR",
-        "ID", "TENANT", "SOURCE", "ROW", "MODULE", "REASON", "ATTEMPTS"
+        "ID",
+        "TENANT",
+        "SOURCE",
+        "ROW",
+        "MODULE",
+        "REASON",
+        "ATTEMPTS"
     );
     for d in &page.dead_letters {
         let mut err = d.error.replace('\n', " ");
@@ -254,21 +328,30 @@ pub async fn dlq_list(s: &Store, filter: &FilterArgs, limit: u64, json: bool) ->
             err.truncate(cut);
             err.push('…');
         }
-        println!(
+        outln!(
             "{:<16} {:<12} {:<16} {:<10} {:<6} {:<28} {:>8}  {err}",
-            d.id, d.tenant, d.source, d.row, d.module, d.reason, d.attempts
+            d.id,
+            d.tenant,
+            d.source,
+            d.row,
+            d.module,
+            d.reason,
+            d.attempts
         );
     }
     if page.more {
-        println!("… more match: narrow the filter or raise --limit");
+        outln!("… more match: narrow the filter or raise --limit");
     }
     Ok(())
 }
 
-/// `ankusa dlq show`.
-pub async fn dlq_show(s: &Store, tenant: &str, id: &str) -> Result<(), Error> {
+/// `ankusa dlq show`: pretty JSON, or one line with `--json`.
+pub async fn dlq_show(s: &Store, tenant: &str, id: &str, json: bool) -> Result<(), Error> {
     let d = dlq::show(s, tenant, id).await?;
-    println!(
+    if json {
+        return print_json(&d);
+    }
+    outln!(
         "{}",
         serde_json::to_string_pretty(&d).map_err(|e| Error::Other(e.to_string()))?
     );
@@ -304,7 +387,7 @@ pub async fn dlq_replay(
     if json {
         print_json(&r)
     } else {
-        println!(
+        outln!(
             "replayed {} of {} dead letters (hook gone: {}, row live: {}, gone meanwhile: {}); paused {} times, {} ms",
             r.replayed, r.matched, r.hook_gone, r.live, r.missing, r.pauses, r.paused_ms
         );
@@ -335,12 +418,14 @@ pub async fn dlq_purge(
         print_json(&r)
     } else {
         if retention_only {
-            println!(
+            outln!(
                 "purged {} dead letters past the retention (max_age_ms {}, max_per_tenant {})",
-                r.purged, cfg.dlq.max_age_ms, cfg.dlq.max_per_tenant
+                r.purged,
+                cfg.dlq.max_age_ms,
+                cfg.dlq.max_per_tenant
             );
         } else {
-            println!("purged {} dead letters", r.purged);
+            outln!("purged {} dead letters", r.purged);
         }
         Ok(())
     }

@@ -7,7 +7,12 @@
 //!    lowercased and `__` nests (`ANKUSA_DISPATCH__CONCURRENCY=8` sets `dispatch.concurrency`,
 //!    `ANKUSA_INSTANCE=eu` sets `instance`). `ANKUSA_CONFIG`, `ANKUSA_LOG` and
 //!    `ANKUSA_LOG_FORMAT` belong to the CLI and are skipped. Because of the lowercasing, a tenant
-//!    id with capitals or dots can only be configured in the file.
+//!    id with capitals or dots can only be configured in the file. Only variables whose first
+//!    segment names a top-level key of the config (`instance`, a section such as `dispatch`)
+//!    are read; other `ANKUSA_*` names are ignored, such as the `ANKUSA_PORT=tcp://…` and
+//!    `ANKUSA_SERVICE_HOST` that Kubernetes injects into every pod for a Service named
+//!    `ankusa`. A misspelt key of a real section (`ANKUSA_DISPATCH__CONCURENCY`) is still an
+//!    error naming it.
 //!
 //! Every struct denies unknown keys, so a typo is an error naming its key path instead of a
 //! silently ignored setting, and defaults every field, so a partial file is enough.
@@ -838,7 +843,7 @@ fn is_name(s: &str, max: usize, allowed: impl Fn(char) -> bool) -> bool {
 }
 
 /// Replaces the password of a URL's `user:password@` (or a lone `secret@`) with `***`.
-fn redact_url(url: &str) -> String {
+pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
     };
@@ -860,6 +865,12 @@ impl EnvOverrides {
     fn from_vars(
         vars: impl IntoIterator<Item = (impl AsRef<std::ffi::OsStr>, impl AsRef<std::ffi::OsStr>)>,
     ) -> Self {
+        // The top-level keys the config defines (`instance`, `redis`, `dispatch`, …): a variable
+        // whose first segment is none of them is not ours (Kubernetes' `ANKUSA_PORT`, …).
+        let top: Vec<String> = match serde_json::to_value(Config::default()) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        };
         let pairs = vars.into_iter().filter_map(|(name, value)| {
             let name = name.as_ref().to_string_lossy();
             // Secrets for `${env:…}` references share the `ANKUSA_` prefix but are no config key.
@@ -872,6 +883,10 @@ impl EnvOverrides {
                 .strip_prefix(ENV_PREFIX)?
                 .to_ascii_lowercase()
                 .replace("__", ".");
+            let head = key.split('.').next().unwrap_or_default();
+            if !top.iter().any(|t| t == head) {
+                return None;
+            }
             Some((key, value.as_ref().to_string_lossy().into_owned()))
         });
         EnvOverrides(pairs.collect())
@@ -1196,6 +1211,23 @@ mod tests {
         let message = parse_message(Config::load_with_env(None, env));
         assert!(message.contains("at dispatch.bogus"), "{message}");
         assert!(message.contains("environment"), "{message}");
+    }
+
+    #[test]
+    fn kubernetes_service_variables_are_ignored_but_a_misspelt_section_key_is_refused() {
+        let env = [
+            ("ANKUSA_PORT", "tcp://10.0.0.7:9187"),
+            ("ANKUSA_PORT_9187_TCP_ADDR", "10.0.0.7"),
+            ("ANKUSA_SERVICE_HOST", "10.0.0.7"),
+            ("ANKUSA_SERVICE_PORT", "9187"),
+            ("ANKUSA_REDIS_SERVICE_HOST", "10.0.0.8"),
+            ("ANKUSA_DISPATCH__CONCURRENCY", "8"),
+        ];
+        let config = Config::load_with_env(None, env).expect("k8s variables are not config");
+        assert_eq!(config.dispatch.concurrency, 8);
+        let env = [("ANKUSA_DISPATCH__CONCURENCY", "8")];
+        let message = parse_message(Config::load_with_env(None, env));
+        assert!(message.contains("dispatch.concurency"), "{message}");
     }
 
     #[test]

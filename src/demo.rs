@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 /// Options of `ankusa demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
-    /// Use this Redis instead of starting one.
-    #[arg(long)]
+    /// Use this Redis instead of starting one (the global `--redis-url`).
+    #[arg(skip)]
     pub redis_url: Option<String>,
     /// Commit every file of DIR as a hook (e.g. ../shared/data/github-webhooks); default: generated JSON.
     #[arg(long)]
@@ -39,8 +39,8 @@ pub struct DemoArgs {
     /// Give up waiting after this many seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout_secs: u64,
-    /// Print the summary as one JSON object on the last line.
-    #[arg(long)]
+    /// Print the summary as one JSON object on the last line (the global `--json`).
+    #[arg(skip)]
     pub json: bool,
 }
 

@@ -15,6 +15,19 @@ pub const INSTANCE_LABEL: &str = "ankusa_instance";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// The standard `process_*` metrics of the Prometheus client libraries (CPU seconds, resident
+/// and virtual memory, open and maximum file descriptors, threads, start time), read from
+/// `/proc` by the `metrics-process` crate; [`collect_process`] refreshes them.
+static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
+
+/// Refresh the `process_*` gauges and counter: call before rendering a scrape. A no-op before
+/// [`describe`].
+pub fn collect_process() {
+    if let Some(c) = PROCESS.get() {
+        c.collect();
+    }
+}
+
 /// Install the process-wide recorder once (later calls return the first handle).
 /// `None` when another recorder was installed first.
 pub fn install(instance: &str) -> Option<PrometheusHandle> {
@@ -47,10 +60,29 @@ pub fn install(instance: &str) -> Option<PrometheusHandle> {
 /// `docs/metrics.md` says which issue brings each.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    PROCESS
+        .get_or_init(metrics_process::Collector::default)
+        .describe();
+    describe_gauge!(
+        "ankusa_build_info",
+        "Always 1; the `version` label is this build's crate version."
+    );
     // Emitted today.
     describe_counter!(
-        "ankusa_commits_total",
+        "ankusa_hooks_committed_total",
         "Hooks committed by this process (ingest endpoint; a library Producer under a recorder)."
+    );
+    describe_counter!(
+        "ankusa_rows_delivered_total",
+        "Rows delivered (a successful attempt), by sink module."
+    );
+    describe_counter!(
+        "ankusa_rows_dead_lettered_total",
+        "Rows dead-lettered, by reason kind."
+    );
+    describe_counter!(
+        "ankusa_commits_total",
+        "Deprecated (removed in the next release): ankusa_hooks_committed_total."
     );
     describe_counter!(
         "ankusa_admin_connections_refused_total",
@@ -94,7 +126,7 @@ pub fn describe() {
     describe_gauge!("ankusa_concurrency_max", "dispatch.concurrency.");
     describe_counter!(
         "ankusa_dead_letters_total",
-        "Rows dead-lettered, by reason kind."
+        "Deprecated (removed in the next release): ankusa_rows_dead_lettered_total."
     );
     describe_counter!(
         "ankusa_malformed_rows_total",
@@ -248,7 +280,10 @@ pub const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retry", "dead_lettered", 
 /// dead letter, a Redis error, an open breaker) has a series to evaluate instead of none.
 /// Call after [`install`]; a no-op without a recorder.
 pub fn init_series() {
+    metrics::gauge!("ankusa_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    collect_process();
     for name in [
+        "ankusa_hooks_committed_total",
         "ankusa_commits_total",
         "ankusa_admin_connections_refused_total",
         "ankusa_malformed_rows_total",
@@ -274,12 +309,14 @@ pub fn init_series() {
         for outcome in DELIVERY_OUTCOMES {
             metrics::counter!("ankusa_deliveries_total", "module" => *module, "outcome" => *outcome).increment(0);
         }
+        metrics::counter!("ankusa_rows_delivered_total", "module" => *module).increment(0);
     }
     for to in ["open", "closed"] {
         metrics::counter!("ankusa_breaker_transitions_total", "to" => to).increment(0);
     }
     for reason in DEAD_LETTER_REASONS {
         metrics::counter!("ankusa_dead_letters_total", "reason" => *reason).increment(0);
+        metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => *reason).increment(0);
     }
     for kind in REDIS_ERROR_KINDS {
         metrics::counter!("ankusa_redis_errors_total", "kind" => *kind).increment(0);

@@ -112,6 +112,7 @@ impl Producer {
             .commit(tenant, source, &items, self.max_hook_bytes)
             .await;
         if r.is_ok() {
+            metrics::counter!("ankusa_hooks_committed_total").increment(hooks.len() as u64);
             metrics::counter!("ankusa_commits_total").increment(hooks.len() as u64);
         }
         r

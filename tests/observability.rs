@@ -217,7 +217,10 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 fn catalogue() -> BTreeMap<String, (String, String)> {
     let mut out = BTreeMap::new();
     for l in read("docs/metrics.md").lines() {
-        let Some(rest) = l.strip_prefix("| `ankusa_") else {
+        let Some((family, rest)) = ["ankusa_", "process_"]
+            .into_iter()
+            .find_map(|f| l.strip_prefix(&format!("| `{f}")).map(|r| (f, r)))
+        else {
             continue;
         };
         let cols: Vec<&str> = l.split('|').map(str::trim).collect();
@@ -225,7 +228,7 @@ fn catalogue() -> BTreeMap<String, (String, String)> {
             cols.len() >= 8,
             "docs/metrics.md: a catalogue row needs 6 columns: {l}"
         );
-        let name = format!("ankusa_{}", rest.split('`').next().unwrap());
+        let name = format!("{family}{}", rest.split('`').next().unwrap());
         let prev = out.insert(name.clone(), (cols[2].to_string(), cols[6].to_string()));
         assert!(prev.is_none(), "docs/metrics.md lists {name} twice");
     }
@@ -248,6 +251,22 @@ fn described() -> BTreeMap<String, String> {
                 panic!("src/metrics.rs: describe_{kind}! without a literal name")
             });
             out.insert(name.to_string(), kind.to_string());
+        }
+    }
+    // The standard process family, described by the `metrics-process` collector that
+    // src/metrics.rs installs.
+    if text.contains("metrics_process::Collector") {
+        out.insert("process_cpu_seconds_total".into(), "counter".into());
+        for g in [
+            "process_open_fds",
+            "process_max_fds",
+            "process_virtual_memory_bytes",
+            "process_virtual_memory_max_bytes",
+            "process_resident_memory_bytes",
+            "process_start_time_seconds",
+            "process_threads",
+        ] {
+            out.insert(g.into(), "gauge".into());
         }
     }
     out

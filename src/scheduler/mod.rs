@@ -742,6 +742,7 @@ impl Session {
                 metrics::histogram!("ankusa_delivery_latency_seconds", "module" => module)
                     .record((now - job.hook.committed_at_ms).max(0) as f64 / 1000.0);
                 metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "delivered").increment(1);
+                metrics::counter!("ankusa_rows_delivered_total", "module" => module).increment(1);
                 SettleOp::Delivered
             }
             Err(AttemptError::Permanent(reason)) => {
@@ -808,6 +809,8 @@ impl Session {
     ) {
         if let SettleOp::DeadLetter { reason, .. } = &op {
             let kind = reason.split('(').next().unwrap_or("unknown").to_string();
+            metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => kind.clone())
+                .increment(1);
             metrics::counter!("ankusa_dead_letters_total", "reason" => kind).increment(1);
         }
         self.pending.push(Pending {

@@ -1,0 +1,203 @@
+"""Commit hooks to an ankusa pipeline from Python.
+
+A hook is committed with one atomic call of ankusa's commit script (``lua/prelude.lua`` +
+``lua/commit.lua``, exactly what the Rust producer loads; ``ankusa commit-script`` prints it
+and ``ankusa commit-script --sha`` its SHA-1). The hook is stored once in Redis and one
+delivery row is made per sink entry of its source; the workers deliver it. Nothing is
+written when the call is refused (unknown source, body too large, bad ids).
+
+Example::
+
+    import redis
+    from ankusa_producer import Producer
+
+    producer = Producer(redis.Redis.from_url("redis://127.0.0.1:6379"), instance="default")
+    receipt = producer.commit("acme", "orders", b'{"id": 1}',
+                              headers={"content-type": "application/json"})
+    print(receipt.first_hook, receipt.rows_per_hook)
+
+The protocol is documented in ``docs/commit-protocol.md`` of the ankusa repository.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    import redis
+
+__all__ = [
+    "BadRequest",
+    "CommitError",
+    "CommitReceipt",
+    "DEFAULT_MAX_HOOK_BYTES",
+    "Hook",
+    "Producer",
+    "TooLarge",
+    "UnknownSource",
+    "commit_script",
+]
+
+#: ``commit.max_hook_bytes`` of ankusa's default config: the largest body, in bytes (10 MiB).
+DEFAULT_MAX_HOOK_BYTES = 10 * 1024 * 1024
+
+#: Tenant and source ids: 1 to 128 of ``A-Z a-z 0-9 _ . -``.
+_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
+#: Instance names: 1 to 64 of ``a-z 0-9 _ -`` (the config's ``instance``).
+_INSTANCE = re.compile(r"[a-z0-9_-]{1,64}\Z")
+
+
+def commit_script() -> str:
+    """The commit script (prelude + commit) this package ships, byte for byte what
+    ``ankusa commit-script`` prints (the ankusa test suite checks they are equal)."""
+    return resources.files(__package__).joinpath("commit.lua").read_text(encoding="utf-8")
+
+
+class CommitError(Exception):
+    """A commit was refused; nothing was written."""
+
+
+class UnknownSource(CommitError):
+    """No source is registered for ``(tenant, source)`` (``ankusa source put``)."""
+
+    def __init__(self, tenant: str, source: str) -> None:
+        super().__init__(f"unknown source {tenant}/{source}")
+        #: The tenant id.
+        self.tenant = tenant
+        #: The source id.
+        self.source = source
+
+
+class TooLarge(CommitError):
+    """A body is larger than ``max_hook_bytes``."""
+
+    def __init__(self, index: int, size: int, max_bytes: int) -> None:
+        super().__init__(f"hook {index}: body of {size} bytes is over the limit of {max_bytes}")
+        #: 0-based index of the hook in the call.
+        self.index = index
+        #: Its size, bytes.
+        self.size = size
+        #: The limit, bytes.
+        self.max_bytes = max_bytes
+
+
+class BadRequest(CommitError):
+    """A malformed call: a bad tenant or source id, no hooks, headers that are not strings."""
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One hook: a body (any bytes; a ``str`` is encoded as UTF-8) and the headers sent with
+    every delivery of it (names are HTTP tokens, values strings without control characters)."""
+
+    body: Union[bytes, str]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def _body_bytes(self) -> bytes:
+        return self.body.encode("utf-8") if isinstance(self.body, str) else bytes(self.body)
+
+    def _headers_json(self) -> str:
+        if not self.headers:
+            return ""
+        for k, v in self.headers.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise BadRequest(f"header {k!r}: names and values must be strings")
+        return json.dumps(dict(self.headers), separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class CommitReceipt:
+    """What a commit made."""
+
+    #: Id of the first hook; the call's hooks have consecutive ids.
+    first_hook: int
+    #: Rows made per hook: the sink entries of the source at commit (0: it has no sinks).
+    rows_per_hook: int
+    #: Commit time, ms since the epoch, by the Redis clock.
+    committed_at_ms: int
+    #: Hooks committed by the call.
+    count: int = 1
+
+    @property
+    def hook_ids(self) -> List[int]:
+        """The ids of the call's hooks, in order."""
+        return list(range(self.first_hook, self.first_hook + self.count))
+
+
+class Producer:
+    """Commits hooks to one ankusa instance through a redis-py client.
+
+    ``client`` is a ``redis.Redis`` (any connection options: TLS, a password, a unix socket).
+    ``instance`` is the pipeline's instance name (the config's ``instance``, default
+    ``"default"``). ``max_hook_bytes`` must match the workers' ``commit.max_hook_bytes``.
+    ``script`` overrides the shipped commit script (e.g. the output of ``ankusa
+    commit-script`` of the binary you run). The script is called by SHA and loaded again
+    when Redis answers ``NOSCRIPT`` (a restart, a failover).
+    """
+
+    def __init__(
+        self,
+        client: "redis.Redis",
+        instance: str = "default",
+        max_hook_bytes: int = DEFAULT_MAX_HOOK_BYTES,
+        script: Optional[str] = None,
+    ) -> None:
+        if not _INSTANCE.match(instance):
+            raise BadRequest(f"instance {instance!r}: must match [a-z0-9_-]{{1,64}}")
+        if max_hook_bytes <= 0:
+            raise BadRequest("max_hook_bytes must be > 0")
+        self._client = client
+        self._prefix = f"ankusa:{{{instance}.p0}}:"
+        self._lease = self._prefix + "lease"
+        self._max = max_hook_bytes
+        self._script = client.register_script(script if script is not None else commit_script())
+
+    @property
+    def sha(self) -> str:
+        """SHA-1 of the commit script, as ``ankusa commit-script --sha`` prints it."""
+        return str(self._script.sha)
+
+    def commit(
+        self,
+        tenant: str,
+        source: str,
+        body: Union[bytes, str],
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> CommitReceipt:
+        """Commit one hook to ``(tenant, source)``. Raises :class:`CommitError` (nothing
+        written) or a redis-py error (Redis unreachable: the hook may or may not be
+        committed if the reply was lost)."""
+        return self.commit_many(tenant, source, [Hook(body, dict(headers or {}))])
+
+    def commit_many(self, tenant: str, source: str, hooks: Sequence[Hook]) -> CommitReceipt:
+        """Commit several hooks in one atomic call: all or none; their ids are consecutive."""
+        for what, value in (("tenant", tenant), ("source", source)):
+            if not isinstance(value, str) or not _ID.match(value):
+                raise BadRequest(f"{what} id {value!r}: must match [A-Za-z0-9_.-]{{1,128}}")
+        if not hooks:
+            raise BadRequest("no hooks")
+        args: List[Union[bytes, str, int]] = [self._prefix, tenant, source, self._max, len(hooks)]
+        for i, h in enumerate(hooks):
+            body = h._body_bytes()
+            if len(body) > self._max:
+                raise TooLarge(i, len(body), self._max)
+            args += [body, h._headers_json()]
+        reply = self._script(keys=[self._lease], args=args)
+        status = _text(reply[0]) if reply else ""
+        if status == "ok":
+            return CommitReceipt(int(reply[1]), int(reply[2]), int(reply[3]), len(hooks))
+        if status == "unknown_source":
+            raise UnknownSource(tenant, source)
+        if status == "too_large":
+            raise TooLarge(int(reply[1]) - 1, int(reply[2]), self._max)
+        if status == "bad_request":
+            raise BadRequest(_text(reply[1]) if len(reply) > 1 else "bad request")
+        raise CommitError(f"unexpected reply from the commit script: {reply!r}")
+
+
+def _text(v: object) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)

@@ -1,0 +1,177 @@
+-- prelude.lua: prepended to every ankusa script (see src/store/scripts.rs).
+-- The key layout mirrors src/keyspace.rs; a unit test checks the two agree.
+-- KEYS[1] is always the partition's lease key: it routes the call to the
+-- partition's cluster slot and is the fencing check (R25).
+-- ARGV[1] is always the partition prefix `ankusa:{<instance>.p<N>}:`.
+local P = ARGV[1]
+local function k_source(tenant, source) return P .. 'source:' .. tenant .. ':' .. source end
+local function k_hook(hook) return P .. 'hook:' .. hook end
+local function k_row(row) return P .. 'row:' .. row end
+local function k_due(tenant) return P .. 'due:' .. tenant end
+local function k_dlq(tenant) return P .. 'dlq:' .. tenant end
+local function k_lane(lane) return P .. 'lane:' .. lane end
+local function k_lanehead(lane) return P .. 'lanehead:' .. lane end
+local function k_lanes(tenant) return P .. 'lanes:' .. tenant end
+local K_LANE_MEMBERS = P .. 'lane_members'
+local K_LANE_TENANTS = P .. 'lane_tenants'
+local K_TENANTS = P .. 'tenants'
+local K_CLAIMED = P .. 'claimed'
+local K_SEQ = P .. 'seq'
+local K_STATS = P .. 'stats'
+local K_DLQ_TENANTS = P .. 'dlq_tenants'
+local K_WAKE = P .. 'wake'
+local K_BLOB_GC = P .. 'blob_gc'
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Fencing (R25): a caller may move rows only while KEYS[1] holds its token.
+local function fenced(token)
+  return redis.call('GET', KEYS[1]) ~= token
+end
+
+-- A row id is `<hook id>.<sink index>`.
+local function split_row(row)
+  local hook, idx = string.match(row, '^(%d+)%.(%d+)$')
+  return hook, idx
+end
+
+-- Make the next member of `lane` its head, due at `now`; with no member left the lane
+-- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
+-- this (R12: only the scheduler moves lane state).
+local function promote(lane, tenant, now)
+  local nxt = redis.call('LPOP', k_lane(lane))
+  if not nxt then
+    redis.call('DEL', k_lanehead(lane))
+    redis.call('SREM', k_lanes(tenant), lane)
+    return nil
+  end
+  redis.call('DECR', K_LANE_MEMBERS)
+  redis.call('SET', k_lanehead(lane), nxt)
+  redis.call('ZADD', k_due(tenant), now, nxt)
+  redis.call('ZADD', K_TENANTS, 'LT', now, tenant)
+  if redis.call('LLEN', k_lane(lane)) == 0 then
+    redis.call('SREM', k_lanes(tenant), lane)
+  end
+  return nxt
+end
+
+-- Lower a tenant's score in the active-tenant index to `due` (never raises it).
+local function tenant_due(tenant, due)
+  redis.call('ZADD', K_TENANTS, 'LT', due, tenant)
+end
+-- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
+-- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
+-- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes
+-- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
+-- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
+--       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
+-- Nothing is written unless every check passed (Redis does not roll back a failed script).
+-- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
+-- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
+-- is idle, else it is appended behind it as a member (R10).
+local tenant, source = ARGV[2], ARGV[3]
+local max_bytes = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+if not n or n < 1 or #ARGV ~= 5 + 2 * n then return {'bad_request', 'argument count'} end
+local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes')
+local modules, lanes_json = src[1], src[2]
+if not modules then return {'unknown_source'} end
+local sinks = 0
+for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
+for i = 1, n do
+  local size = #ARGV[4 + 2 * i]
+  if size > max_bytes then return {'too_large', i, size} end
+end
+local lanes = nil
+if lanes_json then
+  local ok, v = pcall(cjson.decode, lanes_json)
+  if not ok or type(v) ~= 'table' then return {'bad_request', 'source lanes field is not a JSON array'} end
+  lanes = v
+end
+local now = now_ms()
+if sinks == 0 then return {'ok', 0, 0, now} end
+
+-- The lane key of a hook for one spec; a missing key is the default lane ''.
+local function scalar(v)
+  if type(v) == 'string' then return v end
+  if type(v) == 'number' then
+    if v == math.floor(v) and math.abs(v) < 2^53 then return string.format('%d', v) end
+    return string.format('%.17g', v)
+  end
+  if type(v) == 'boolean' then return tostring(v) end
+  if v == nil or v == cjson.null then return '' end
+  return cjson.encode(v)
+end
+local function lane_key(spec, body, headers, cache)
+  local kind, arg = string.sub(spec, 1, 1), string.sub(spec, 3)
+  if kind == 'c' then return '' end
+  if kind == 'h' then
+    if cache.h == nil then
+      local ok, v = pcall(cjson.decode, headers)
+      cache.h = (ok and type(v) == 'table') and v or false
+    end
+    if not cache.h then return '' end
+    for k, v in pairs(cache.h) do
+      if string.lower(k) == arg then return scalar(v) end
+    end
+    return ''
+  end
+  if cache.j == nil then
+    local ok, v = pcall(cjson.decode, body)
+    cache.j = ok and v or false
+  end
+  local v = cache.j
+  if v == false then return '' end
+  for seg in string.gmatch(arg, '/([^/]*)') do
+    seg = string.gsub(string.gsub(seg, '~1', '/'), '~0', '~')
+    if type(v) ~= 'table' then return '' end
+    local idx = tonumber(seg)
+    if v[seg] ~= nil then v = v[seg] elseif idx and v[idx + 1] ~= nil then v = v[idx + 1] else return '' end
+  end
+  return scalar(v)
+end
+
+local last = redis.call('INCRBY', K_SEQ, n)
+local first = last - n + 1
+local due = k_due(tenant)
+local pending = {}
+for i = 1, n do
+  local hook = first + i - 1
+  local body, headers = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local hk = k_hook(hook)
+  redis.call('HSET', hk, 'b', body, 'h', headers, 't', now, 'tn', tenant,
+    's', source, 'k', modules, 'n', sinks, 'z', #body)
+  local cache = {}
+  for idx = 0, sinks - 1 do
+    local row = hook .. '.' .. idx
+    local spec = lanes and lanes[idx + 1] or ''
+    if spec == '' or spec == cjson.null then
+      pending[#pending + 1] = now
+      pending[#pending + 1] = row
+      if #pending >= 1000 then
+        redis.call('ZADD', due, unpack(pending))
+        pending = {}
+      end
+    else
+      local lane = tenant .. ':' .. source .. ':' .. idx .. ':' .. redis.sha1hex(lane_key(spec, body, headers, cache))
+      redis.call('HSET', hk, 'L' .. idx, lane)
+      if redis.call('EXISTS', k_lanehead(lane)) == 1 then
+        redis.call('RPUSH', k_lane(lane), row)
+        redis.call('INCR', K_LANE_MEMBERS)
+        redis.call('SADD', k_lanes(tenant), lane)
+        redis.call('SADD', K_LANE_TENANTS, tenant)
+      else
+        redis.call('SET', k_lanehead(lane), row)
+        redis.call('ZADD', due, now, row)
+      end
+    end
+  end
+end
+if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
+tenant_due(tenant, now)
+redis.call('PUBLISH', K_WAKE, tenant)
+redis.call('HINCRBY', K_STATS, 'committed', n)
+return {'ok', first, sinks, now}

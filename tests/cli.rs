@@ -1,0 +1,643 @@
+//! The `ankusa` command line as a user meets it: the built binary run against its own
+//! `redis-server` (and, where a command needs one, a real worker process). One test per
+//! stumble of issue 16: closed pipes, `--json` everywhere, `tick` without a leader, Redis
+//! errors in plain words, colours, empty produce, sources without sinks, counters named by
+//! unit, a second Ctrl-C, Kubernetes variables, help, completions and the man page.
+
+mod common;
+
+use common::procs::{poll_until, wait_leader};
+use common::{Env, WorkerProcess, LIVENESS};
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ankusa");
+
+/// `ankusa <args>` against `env`'s Redis and instance, with `stdin` as input.
+fn run_in(env: &Env, args: &[&str], stdin: &[u8], vars: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(BIN)
+        .args([
+            "--redis-url",
+            &env.redis.url(),
+            "--instance",
+            &env.config.instance,
+        ])
+        .args(args)
+        .envs(vars.iter().copied())
+        .env_remove("ANKUSA_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ankusa runs");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin).expect("stdin written");
+    drop(input);
+    wait_output(child)
+}
+
+/// `ankusa <args>` against `env` with an empty stdin.
+fn run(env: &Env, args: &[&str]) -> Output {
+    run_in(env, args, b"", &[])
+}
+
+/// `ankusa <args>` with no Redis given (commands that need none, or that must fail).
+fn run_bare(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .envs(vars.iter().copied())
+        .env_remove("ANKUSA_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ankusa runs");
+    wait_output(child)
+}
+
+/// The child's output, or a panic when it runs past [`LIVENESS`].
+fn wait_output(child: std::process::Child) -> Output {
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(LIVENESS) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("ankusa did not finish within {LIVENESS:?}")
+        }
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// The one JSON document a `--json` command printed on stdout.
+fn json(o: &Output) -> Value {
+    let text = stdout(o);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document ({e}): {text:?}\nstderr: {}",
+            stderr(o)
+        )
+    })
+}
+
+/// Write `text` to `dir/name`; returns the path as a string.
+fn file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    std::fs::write(&p, text).expect("write");
+    p.to_string_lossy().into_owned()
+}
+
+/// A source spec with one http sink at the receiver's `path`.
+fn spec(env: &Env, path: &str) -> String {
+    serde_json::json!({"sinks": [{"module": "http", "opts": {"url": env.receiver.url(path)}}]})
+        .to_string()
+}
+
+/// Run `ankusa <args>` with its stdout closed before it writes anything: the reader of
+/// `| head -1` that has already gone.
+fn run_with_closed_stdout(env: Option<&Env>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    if let Some(env) = env {
+        cmd.args([
+            "--redis-url",
+            &env.redis.url(),
+            "--instance",
+            &env.config.instance,
+        ]);
+    }
+    let mut child = cmd
+        .args(args)
+        .env_remove("ANKUSA_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ankusa runs");
+    drop(child.stdout.take());
+    wait_output(child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_into_a_closed_pipe_ends_quietly_with_exit_0() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["ok"]).await;
+    for args in [
+        &["dlq", "list"][..],
+        &["openapi"],
+        &["source", "get", "acme", "orders"],
+        &["source", "list"],
+        &["config", "default"],
+        &["completions", "bash"],
+        &["man"],
+        &["--json", "stats"],
+    ] {
+        let out = run_with_closed_stdout(Some(&env), args);
+        assert_eq!(code(&out), 0, "ankusa {args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked") && !stderr(&out).contains("Broken pipe"),
+            "ankusa {args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_prints_one_json_document_with_json_errors_and_usage_errors_included() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = file(dir.path(), "orders.json", &spec(&env, "ok"));
+    let payload = file(dir.path(), "p.json", "{\"id\": 1}");
+    let config = file(dir.path(), "ankusa.toml", "[dispatch]\nconcurrency = 4\n");
+
+    let ok = |args: &[&str]| {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = run(&env, &full);
+        assert_eq!(code(&out), 0, "ankusa {full:?}: {}", stderr(&out));
+        json(&out)
+    };
+    assert_eq!(ok(&["source", "put", "acme", "orders", &spec])["sinks"], 1);
+    assert_eq!(
+        ok(&["source", "get", "acme", "orders"])["sinks"][0]["module"],
+        "http"
+    );
+    assert_eq!(ok(&["source", "list"])["sources"][0]["source"], "orders");
+    let produced = ok(&["produce", "acme", "orders", &payload]);
+    assert_eq!(
+        (
+            produced["committed"].clone(),
+            produced["rows_per_hook"].clone()
+        ),
+        (1.into(), 1.into())
+    );
+    assert_eq!(ok(&["stats"])["hooks_committed"], 1);
+    assert_eq!(ok(&["config", "default"])["dispatch"]["concurrency"], 256);
+    assert_eq!(ok(&["config", "check", &config])["ok"], true);
+    assert!(ok(&["openapi"])["paths"].is_object());
+    assert!(ok(&["dlq", "list"])["dead_letters"].is_array());
+    assert!(ok(&["completions", "bash"])["script"]
+        .as_str()
+        .unwrap()
+        .contains("ankusa"));
+    assert!(ok(&["man"])["man"].as_str().unwrap().contains(".TH"));
+    assert_eq!(ok(&["source", "delete", "acme", "orders"])["deleted"], true);
+
+    // Failures: the error object on stdout, the documented exit code.
+    let err = |args: &[&str], exit: i32, code_: &str| {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = run(&env, &full);
+        assert_eq!(code(&out), exit, "ankusa {full:?}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["error"]["code"], code_, "{v}");
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty(), "{v}");
+        v
+    };
+    err(&["pressure"], 3, "unavailable");
+    err(&["source", "get", "acme", "nope"], 1, "not_found");
+    // Argument errors from the parser, wherever --json stands.
+    let v = err(&["source", "put", "acme"], 2, "usage");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("<SOURCE>"),
+        "{v}"
+    );
+    err(&["no-such-command"], 2, "usage");
+    let out = run(&env, &["tick", "--timeout-ms", "soon", "--json"]);
+    assert_eq!(code(&out), 2);
+    assert_eq!(json(&out)["error"]["code"], "usage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tick_without_a_worker_exits_3_at_once_saying_no_leader_holds_the_lease() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["ok"]).await;
+    env.commit("acme", "orders", "{}").await;
+    for args in [&["tick"][..], &["tick", "--timeout-ms", "60000"]] {
+        let started = Instant::now();
+        let out = run(&env, args);
+        assert_eq!(code(&out), 3, "{}", stderr(&out));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "tick waited {:?} for a leader that does not exist",
+            started.elapsed()
+        );
+        assert!(
+            stderr(&out).contains("no leader holds the lease"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = run(&env, &["--json", "tick"]);
+    assert_eq!(code(&out), 3);
+    assert_eq!(json(&out)["error"]["code"], "unavailable");
+}
+
+#[test]
+fn an_unreachable_redis_is_named_with_its_password_redacted_and_what_to_do() {
+    let port = common::free_port();
+    let url = format!("redis://:hunter2@127.0.0.1:{port}");
+    for args in [
+        &["stats"][..],
+        &["dlq", "list"],
+        &["source", "list"],
+        &["tick"],
+    ] {
+        let mut full = vec!["--redis-url", url.as_str()];
+        full.extend_from_slice(args);
+        let out = run_bare(&full, &[]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 3, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "cannot reach Redis at redis://:***@127.0.0.1:{port}"
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("connection refused"), "{err}");
+        assert!(err.contains("--redis-url"), "says what to do: {err}");
+        assert!(!err.contains("hunter2"), "password leaked: {err}");
+        assert!(
+            !err.contains("Os {") && !err.contains("kind:"),
+            "Debug text: {err}"
+        );
+    }
+    let out = run_bare(&["--json", "--redis-url", &url, "stats"], &[]);
+    assert_eq!(code(&out), 3);
+    let v = json(&out);
+    assert_eq!(v["error"]["code"], "unavailable");
+    assert!(!v.to_string().contains("hunter2"), "{v}");
+}
+
+/// A worker process on `env` with `tune` applied to its config; waits until it leads.
+async fn leading_worker(
+    env: &Env,
+    dir: &tempfile::TempDir,
+    name: &str,
+    vars: &[(&str, &str)],
+    tune: impl FnOnce(&mut ankusa::config::Config),
+) -> WorkerProcess {
+    let config = common::procs::write_config(env, dir, &format!("{name}.toml"), tune);
+    let w = common::procs::spawn_worker(&config, dir, name, &[], vars);
+    wait_leader(&w).await;
+    w
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    // stderr is a file here: no terminal, so no ANSI escapes, with or without NO_COLOR.
+    let w = leading_worker(&env, &dir, "plain", &[], |_| {}).await;
+    let log = w.log_text();
+    assert!(log.contains("admin server up"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape in a log file: {log:?}"
+    );
+    // A command's warnings on a pipe: none either.
+    let out = run_in(
+        &env,
+        &["produce", "acme", "nowhere"],
+        b"x",
+        &[("ANKUSA_LOG", "debug")],
+    );
+    assert!(!stderr(&out).contains('\u{1b}'), "{:?}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_refuses_an_empty_body_unless_allowed_and_globs_directories() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["ok"]).await;
+    let committed = |env: &Env| json(&run(env, &["--json", "stats"]))["hooks_committed"].clone();
+
+    let out = run(&env, &["produce", "acme", "orders"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("empty body") && stderr(&out).contains("--allow-empty"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(committed(&env), 0, "a refused produce commits nothing");
+    // One empty file among good ones: nothing at all is committed.
+    let dir = tempfile::tempdir().unwrap();
+    let good = file(dir.path(), "one/a.json", "{\"a\":1}");
+    let empty = file(dir.path(), "one/empty.json", "");
+    let out = run(&env, &["produce", "acme", "orders", &good, &empty]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("empty.json"), "{}", stderr(&out));
+    assert_eq!(committed(&env), 0);
+
+    let out = run(
+        &env,
+        &["--json", "produce", "--allow-empty", "acme", "orders"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["committed"], 1);
+
+    // --glob picks files of a directory; `**` descends.
+    let tree = tempfile::tempdir().unwrap();
+    file(tree.path(), "a.json", "{\"a\":1}");
+    file(tree.path(), "notes.txt", "not a payload");
+    file(tree.path(), "sub/b.json", "{\"b\":2}");
+    let root = tree.path().to_string_lossy().into_owned();
+    let n = |glob: &str| {
+        let out = run(
+            &env,
+            &["--json", "produce", "acme", "orders", &root, "--glob", glob],
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        json(&out)["committed"].as_u64().unwrap()
+    };
+    assert_eq!(n("*.json"), 1);
+    assert_eq!(n("**/*.json"), 2);
+    let out = run(
+        &env,
+        &["produce", "acme", "orders", &root, "--glob", "*.xml"],
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no files"), "{}", stderr(&out));
+    assert_eq!(committed(&env), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_without_sinks_needs_a_flag_and_its_hooks_are_answered_with_a_warning() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let empty = file(dir.path(), "empty.json", "{\"sinks\": []}");
+    let out = run(&env, &["source", "put", "acme", "void", &empty]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--allow-no-sinks"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.store.get_source("acme", "void").await.unwrap(), None);
+
+    let out = run(
+        &env,
+        &["source", "put", "acme", "void", &empty, "--allow-no-sinks"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run_in(&env, &["--json", "produce", "acme", "void"], b"{}", &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["rows_per_hook"], 0);
+    assert!(json(&out)["warning"].as_str().unwrap().contains("no sinks"));
+
+    // Ingest over HTTP says so too.
+    let w = leading_worker(&env, &dir, "ingest", &[], |_| {}).await;
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/v1/hooks/acme/void", w.admin))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["rows"], 0, "{body}");
+    assert!(
+        body["warning"].as_str().unwrap().contains("no sinks"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_names_its_counters_by_unit_hooks_and_rows() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    env.receiver
+        .set("b", ankusa::testkit::Behavior::Status(400));
+    let w = leading_worker(&env, &dir, "stats", &[], |_| {}).await;
+    env.commit_n("acme", "orders", 3).await;
+    let out = run(&env, &["--json", "tick", "--timeout-ms", "30000"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(&env, &["--json", "stats"]);
+    assert_eq!(
+        json(&out),
+        serde_json::json!({"hooks_committed": 3, "rows_delivered": 3, "rows_dead_lettered": 3, "rows_dropped": 0})
+    );
+    let out = run(&env, &["stats"]);
+    assert!(
+        stdout(&out).contains("hooks_committed     3"),
+        "{}",
+        stdout(&out)
+    );
+    // The worker's metrics by unit too, with the build and the process.
+    let (_, text) = common::procs::get(&w.admin, "/metrics")
+        .await
+        .expect("scrape");
+    let m = |name: &str, labels: &[&str]| common::procs::metric_in(&text, name, labels);
+    assert_eq!(m("ankusa_rows_delivered_total", &["module=\"http\""]), 3.0);
+    assert_eq!(
+        m("ankusa_rows_dead_lettered_total", &["reason=\"permanent\""]),
+        3.0
+    );
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(m("ankusa_build_info", &[version.as_str()]), 1.0, "{text}");
+    assert!(m("process_resident_memory_bytes", &[]) > 1e6, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("process_cpu_seconds_total")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_stops_a_draining_worker_at_once_and_its_claims_come_due_again() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    env.receiver.set("slow", ankusa::testkit::Behavior::Hang);
+    env.http_source("acme", "orders", &["slow"]).await;
+    let tune = |c: &mut ankusa::config::Config| {
+        c.leader.shutdown_grace_ms = 120_000;
+        c.dispatch.attempt_timeout_ms = 120_000;
+    };
+    let mut w = leading_worker(&env, &dir, "first", &[], tune).await;
+    env.commit("acme", "orders", "{\"held\":true}").await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.iter().any(|r| r.path == "slow"))
+            .await,
+        "the attempt never started"
+    );
+    w.signal(libc::SIGINT);
+    assert!(
+        poll_until(LIVENESS, || async {
+            w.log_text().contains("shutting down")
+        })
+        .await,
+        "{}",
+        w.log_text()
+    );
+    let second = Instant::now();
+    w.signal(libc::SIGINT);
+    let status = common::procs::wait_exit(&mut w, LIVENESS)
+        .await
+        .expect("worker exits");
+    assert!(
+        second.elapsed() < Duration::from_secs(10),
+        "the second SIGINT waited {:?} (grace 120 s)",
+        second.elapsed()
+    );
+    assert_eq!(status.code(), Some(130), "{}", w.log_text());
+    assert!(
+        w.log_text().contains("second stop signal"),
+        "{}",
+        w.log_text()
+    );
+
+    // Nothing lost: the next leader takes the claim over and delivers the row.
+    env.receiver.set("slow", ankusa::testkit::Behavior::Ok);
+    let _next = leading_worker(&env, &dir, "next", &[], |_| {}).await;
+    let out = run(&env, &["--json", "tick", "--timeout-ms", "30000"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(env.store.totals().await.unwrap().delivered, 1);
+}
+
+#[test]
+fn kubernetes_service_variables_are_ignored_and_a_misspelt_key_is_refused() {
+    let k8s = [
+        ("ANKUSA_PORT", "tcp://10.96.0.12:9187"),
+        ("ANKUSA_PORT_9187_TCP", "tcp://10.96.0.12:9187"),
+        ("ANKUSA_PORT_9187_TCP_PROTO", "tcp"),
+        ("ANKUSA_SERVICE_HOST", "10.96.0.12"),
+        ("ANKUSA_SERVICE_PORT", "9187"),
+    ];
+    let out = run_bare(&["config", "check"], &k8s);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run_bare(
+        &["config", "check"],
+        &[("ANKUSA_DISPATCH__CONCURENCY", "8")],
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("dispatch.concurency"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn help_describes_positionals_apart_from_global_options_without_spec_ids() {
+    let out = run_bare(&["source", "put", "--help"], &[]);
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    for want in [
+        "<TENANT>",
+        "Tenant id",
+        "<FILE>",
+        "Global options:",
+        "--allow-no-sinks",
+    ] {
+        assert!(help.contains(want), "{want} missing:\n{help}");
+    }
+    for cmd in [
+        &["--help"][..],
+        &["tick", "--help"],
+        &["pressure", "--help"],
+        &["dead-letter-source", "--help"],
+    ] {
+        let text = stdout(&run_bare(cmd, &[]));
+        assert!(
+            !text
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w.len() > 1
+                    && w.starts_with('R')
+                    && w[1..].chars().all(|c| c.is_ascii_digit())),
+            "spec id in {cmd:?}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_and_a_man_page_are_printed() {
+    for (shell, marker) in [
+        ("bash", "_ankusa()"),
+        ("zsh", "#compdef ankusa"),
+        ("fish", "complete -c ankusa"),
+    ] {
+        let out = run_bare(&["completions", shell], &[]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let script = stdout(&out);
+        assert!(script.contains(marker), "{shell}: {marker} missing");
+        assert!(
+            script.contains("dead-letter-source"),
+            "{shell}: subcommands missing"
+        );
+    }
+    let out = run_bare(&["man"], &[]);
+    assert_eq!(code(&out), 0);
+    let page = stdout(&out);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH ankusa"),
+        "{page}"
+    );
+    assert!(page.contains("worker"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_traceparent_reaches_every_delivery_request() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    let w = leading_worker(&env, &dir, "trace", &[], |_| {}).await;
+    let ingest = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/v1/hooks/acme/orders", w.admin))
+        .header("content-type", "application/json")
+        .header("traceparent", ingest)
+        .header("tracestate", "vendor=1")
+        .body("{\"via\":\"ingest\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let cli = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let header = format!("traceparent: {cli}");
+    let out = run_in(
+        &env,
+        &["produce", "acme", "orders", "-H", &header],
+        b"{}",
+        &[],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run(&env, &["tick", "--timeout-ms", "30000"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for path in ["a", "b"] {
+        let mut seen: Vec<String> = env
+            .receiver
+            .requests_for(path)
+            .iter()
+            .filter_map(|r| r.header("traceparent").map(str::to_string))
+            .collect();
+        seen.sort();
+        let mut want = vec![ingest.to_string(), cli.to_string()];
+        want.sort();
+        assert_eq!(seen, want, "traceparent on {path}");
+    }
+    let with_state = env.receiver.requests_for("a");
+    assert!(with_state
+        .iter()
+        .any(|r| r.header("tracestate") == Some("vendor=1")));
+}
