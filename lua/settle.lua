@@ -8,6 +8,12 @@
 --          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream;
 --                                  an empty error takes the row's last recorded one
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
+-- then, optionally, one last argument: the attempt history (docs/operations.md), a JSON
+--          object {"age": ms, "max": hooks per tenant, "keep": true|false,
+--          "rec": [[outcome index (0-based), hook id, record JSON text], …]}; each record of
+--          an applied outcome is appended to its hook's `attempts` list, and with "keep" a
+--          delivered hook is kept (as `kept:<hook>`) for resend; both expire after "age" and
+--          the tenant's `history` index keeps at most "max" hooks.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, claim-check refs…}
 --          (the `cc` field of every hook this call deleted, and up to 100 refs a dead-letter
 --          purge left in `blob_gc`: blobs for the caller to delete, R18)
@@ -26,6 +32,21 @@ local blobs = {}
 
 -- Which outcomes' rows are still claimed under this epoch: one ZMSCORE per 1000.
 local n = math.floor((#ARGV - 3) / 7)
+local hist, recs, touched = nil, {}, {}
+if (#ARGV - 3) % 7 == 1 then
+  local ok, v = pcall(cjson.decode, ARGV[#ARGV])
+  if ok and type(v) == 'table' and tonumber(v.age) and tonumber(v.max) then
+    hist = v
+    for _, r in ipairs(type(v.rec) == 'table' and v.rec or {}) do
+      if type(r) == 'table' and tonumber(r[1]) then recs[tonumber(r[1])] = r end
+    end
+  end
+end
+-- Index a hook in its tenant's history (trimmed once per tenant at the end).
+local function remember(tenant, hook)
+  redis.call('ZADD', k_history(tenant), now, hook)
+  touched[tenant] = true
+end
 local members = {}
 for j = 0, n - 1 do members[j + 1] = ARGV[5 + 7 * j] .. '/' .. ARGV[6 + 7 * j] end
 local scores = {}
@@ -56,7 +77,15 @@ local function finish_row(hook, idx, tenant, row, dead)
   if left <= 0 and dead_count == 0 then
     local cc = redis.call('HGET', hk, 'cc')
     if cc then blobs[#blobs + 1] = cc end
-    redis.call('DEL', hk)
+    if hist and hist.keep then
+      local kk = k_kept(hook)
+      redis.call('RENAME', hk, kk)
+      redis.call('HDEL', kk, 'n', 'd', 'cc')
+      redis.call('PEXPIRE', kk, hist.age)
+      remember(tenant, hook)
+    else
+      redis.call('DEL', hk)
+    end
   end
   return h[4] or '', h[5] or ''
 end
@@ -74,6 +103,14 @@ for j = 0, n - 1 do
     seen[member] = true
     done[#done + 1] = member
     local hook, idx = split_row(row)
+    local rec = recs[j]
+    if rec and hook then
+      local ak = k_attempts(hook)
+      redis.call('RPUSH', ak, rec[3])
+      redis.call('LTRIM', ak, -100, -1)
+      redis.call('PEXPIRE', ak, hist.age)
+      remember(tenant, hook)
+    end
     if op == 'D' or op == 'G' then
       -- A row hash exists only after a failed attempt (op R).
       if op == 'G' or (tonumber(attempts) or 0) > 1 then redis.call('DEL', k_row(row)) end
@@ -82,6 +119,8 @@ for j = 0, n - 1 do
       local due = now + (tonumber(x) or 0)
       if op == 'R' then
         redis.call('HSET', k_row(row), 'a', attempts, 'f', first, 'e', err)
+      elseif (tonumber(attempts) or 0) > 0 then
+        redis.call('HSET', k_row(row), 'p', due) -- parked until (hooks show, rows list)
       end
       redis.call('ZADD', k_due(tenant), due, row)
       tenant_due(tenant, due)
@@ -110,6 +149,16 @@ for j = 0, n - 1 do
 end
 for c = 1, #done, 1000 do
   redis.call('ZREM', K_CLAIMED, unpack(done, c, math.min(c + 999, #done)))
+end
+-- History retention: by age, then the oldest hooks past "max" lose their records.
+for t in pairs(touched) do
+  local hk = k_history(t)
+  redis.call('ZREMRANGEBYSCORE', hk, '-inf', now - hist.age)
+  local over = redis.call('ZCARD', hk) - hist.max
+  if over > 0 then
+    local gone = redis.call('ZPOPMIN', hk, over)
+    for g = 1, #gone, 2 do redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g])) end
+  end
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end

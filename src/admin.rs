@@ -8,6 +8,8 @@
 //! set, `/admin/*` and `/v1/*` need `Authorization: Bearer <token>` (401 otherwise).
 //! `/metrics`, `/healthz`, `/readyz` and `/openapi.json` stay open.
 
+mod visibility;
+
 use crate::config::Config;
 use crate::dlq::{
     self, DeadLetterDetail, DlqPage, Filter, PurgeReport, PurgeScope, ReplayOptions, ReplayReport,
@@ -218,6 +220,8 @@ Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code. When `admi
     tags(
         (name = "operations", description = "pressure, tick, reconfigure, dead_letter_source, validate_config"),
         (name = "dead letters", description = "browse, show, replay, purge"),
+        (name = "visibility", description = "hooks, their rows and attempts, retrying rows, resend, tenants"),
+        (name = "sources", description = "the source registry (R19)"),
         (name = "ingest", description = "commit hooks over HTTP (R1)"),
         (name = "health", description = "liveness, readiness, metrics")
     )
@@ -241,6 +245,7 @@ fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(dlq_purge))
         .routes(routes!(state))
         .routes(routes!(ingest))
+        .merge(visibility::routes())
 }
 
 fn open() -> OpenApiRouter<AdminState> {
@@ -377,7 +382,8 @@ pub struct Committed {
 }
 
 /// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent` and `x-*` headers are kept with the hook.
+/// `user-agent` and `x-*` headers are kept with the hook. With an `Idempotency-Key` header,
+/// a repeat within `commit.idempotency_ms` answers the first hook's id and writes nothing.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -391,6 +397,16 @@ async fn ingest(
     body: Bytes,
 ) -> Result<(StatusCode, Json<Committed>), ApiError> {
     let mut hook = Hook::new(body);
+    if let Some(k) = headers.get("idempotency-key") {
+        let k = k.to_str().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "Idempotency-Key is not visible ASCII",
+            )
+        })?;
+        hook = hook.idempotency_key(k);
+    }
     for (name, value) in &headers {
         let n = name.as_str();
         if KEPT_HEADERS.contains(&n) || n.starts_with("x-") {

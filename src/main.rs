@@ -8,6 +8,7 @@ use ankusa::{Error, Hook, Producer, Worker};
 use clap::{Parser, Subcommand};
 
 mod cli_ops;
+mod cli_vis;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -83,6 +84,25 @@ enum Cmd {
         /// Commit each file this many times.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// Producer idempotency key of the one hook committed: a repeat within
+        /// `commit.idempotency_ms` prints the first hook's id and writes nothing.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Hooks: show one with its rows and attempts, or resend it.
+    Hooks {
+        #[command(subcommand)]
+        cmd: cli_vis::HooksCmd,
+    },
+    /// Delivery rows: list a tenant's due, retrying, parked and claimed rows.
+    Rows {
+        #[command(subcommand)]
+        cmd: cli_vis::RowsCmd,
+    },
+    /// Tenants: the busiest by due rows, with lag and failing sinks.
+    Tenants {
+        #[command(subcommand)]
+        cmd: cli_vis::TenantsCmd,
     },
     /// Block until nothing is claimed, running or due; print the rows settled (R23).
     Tick {
@@ -309,7 +329,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 .await
                 .map_err(|e| Error::Other(format!("admin.listen {}: {e}", cfg.admin.listen)))?;
             let worker = Arc::new(Worker::start(cfg.clone(), name.as_deref()).await?);
-            let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
+            let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes)
+                .with_idempotency_ms(cfg.commit.idempotency_ms);
             let stop = tokio_util::sync::CancellationToken::new();
             let reload: ankusa::admin::Reload = {
                 let (path, instance) = (cli.config.clone(), cfg.instance.clone());
@@ -392,9 +413,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
             paths,
             headers,
             repeat,
+            idempotency_key,
         } => {
             let cfg = load_config(&cli)?;
-            let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes);
+            let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes)
+                .with_idempotency_ms(cfg.commit.idempotency_ms);
             let mut base = Hook::default();
             for h in headers {
                 let (k, v) = h.split_once(':').ok_or_else(|| {
@@ -417,6 +440,21 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     std::fs::read(f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?,
                 );
             }
+            if let Some(key) = idempotency_key {
+                if bodies.len() * *repeat != 1 {
+                    return Err(Error::BadRequest(
+                        "--idempotency-key names one hook: give one file (or stdin) and no --repeat".into(),
+                    ));
+                }
+                let mut hook = base.clone().idempotency_key(key.as_str());
+                hook.body = bodies.remove(0).into();
+                let r = producer.commit(tenant, source, hook).await?;
+                println!(
+                    "committed 1 hooks to {tenant}/{source} (first hook id {})",
+                    r.first_hook
+                );
+                return Ok(());
+            }
             let mut n = 0u64;
             let mut first = None;
             for _ in 0..*repeat {
@@ -426,6 +464,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                         .map(|b| Hook {
                             body: b.clone().into(),
                             headers: base.headers.clone(),
+                            idempotency_key: None,
                         })
                         .collect();
                     let r = producer.commit_many(tenant, source, &hooks).await?;
@@ -438,6 +477,18 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 first.unwrap_or(0)
             );
             Ok(())
+        }
+        Cmd::Hooks { cmd } => {
+            let cfg = load_config(&cli)?;
+            cli_vis::hooks(&store(&cfg).await?, &cfg, cmd, cli.json).await
+        }
+        Cmd::Rows { cmd } => {
+            let cfg = load_config(&cli)?;
+            cli_vis::rows(&store(&cfg).await?, cmd, cli.json).await
+        }
+        Cmd::Tenants { cmd } => {
+            let cfg = load_config(&cli)?;
+            cli_vis::tenants(&store(&cfg).await?, cmd, cli.json).await
         }
         Cmd::Tick { timeout_ms } => cli_ops::tick(&load_config(&cli)?, *timeout_ms, cli.json).await,
         Cmd::Pressure => cli_ops::pressure(&load_config(&cli)?, cli.json).await,

@@ -134,6 +134,11 @@ impl HttpSink {
 
     /// Deliver one row. Transport errors retry; the answer is classified by [`classify`].
     pub async fn deliver(&self, opts: &HttpOpts, d: &Delivery) -> Result<(), AttemptError> {
+        self.deliver_status(opts, d).await.map(drop)
+    }
+
+    /// [`HttpSink::deliver`] answering the 2xx status on success (for the attempt history).
+    pub async fn deliver_status(&self, opts: &HttpOpts, d: &Delivery) -> Result<u16, AttemptError> {
         let url = resolve_secrets(&opts.url).map_err(|e| AttemptError::Retry {
             error: e,
             retry_after: None,
@@ -201,7 +206,7 @@ impl HttpSink {
             Ok(()) => {
                 // Drain so the connection returns to the pool.
                 let _ = resp.bytes().await;
-                Ok(())
+                Ok(status)
             }
             Err(e) => {
                 let body = read_bounded(resp, ERROR_BODY_MAX_BYTES).await;
