@@ -42,8 +42,11 @@ if (#ARGV - 3) % 7 == 1 then
     end
   end
 end
--- Index a hook in its tenant's history (trimmed once per tenant at the end).
+-- Index a hook in its tenant's history, once per call (trimmed per tenant at the end).
+local remembered = {}
 local function remember(tenant, hook)
+  if remembered[hook] then return end
+  remembered[hook] = true
   redis.call('ZADD', k_history(tenant), now, hook)
   touched[tenant] = true
 end
@@ -80,7 +83,6 @@ local function finish_row(hook, idx, tenant, row, dead)
     if hist and hist.keep then
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)
-      redis.call('HDEL', kk, 'n', 'd', 'cc')
       redis.call('PEXPIRE', kk, hist.age)
       remember(tenant, hook)
     else
@@ -106,8 +108,7 @@ for j = 0, n - 1 do
     local rec = recs[j]
     if rec and hook then
       local ak = k_attempts(hook)
-      redis.call('RPUSH', ak, rec[3])
-      redis.call('LTRIM', ak, -100, -1)
+      if redis.call('RPUSH', ak, rec[3]) > 100 then redis.call('LTRIM', ak, -100, -1) end
       redis.call('PEXPIRE', ak, hist.age)
       remember(tenant, hook)
     end

@@ -111,7 +111,8 @@ impl Keyspace {
         self.key(&format!("attempts:{hook_id}"))
     }
     /// Hash (PEXPIRE `history.max_age_ms`): a delivered hook kept for resend, the fields of
-    /// [`Keyspace::hook`] without `n`, `d` and `cc`.
+    /// [`Keyspace::hook`] as they were at its last row's delivery (`cc` names a blob already
+    /// deleted; resend reads only `b` and `h`).
     pub fn kept(&self, hook_id: u64) -> String {
         self.key(&format!("kept:{hook_id}"))
     }
