@@ -12,6 +12,10 @@ local function k_dlq(tenant) return P .. 'dlq:' .. tenant end
 local function k_lane(lane) return P .. 'lane:' .. lane end
 local function k_lanehead(lane) return P .. 'lanehead:' .. lane end
 local function k_lanes(tenant) return P .. 'lanes:' .. tenant end
+local function k_idem(tenant, source, key) return P .. 'idem:' .. tenant .. ':' .. source .. ':' .. redis.sha1hex(key) end
+local function k_attempts(hook) return P .. 'attempts:' .. hook end
+local function k_kept(hook) return P .. 'kept:' .. hook end
+local function k_history(tenant) return P .. 'history:' .. tenant end
 local K_LANE_MEMBERS = P .. 'lane_members'
 local K_LANE_TENANTS = P .. 'lane_tenants'
 local K_TENANTS = P .. 'tenants'

@@ -9,6 +9,12 @@
 --          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream;
 --                                  an empty error takes the row's last recorded one
 --          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
+-- then, optionally, one last argument: the attempt history (docs/operations.md), a JSON
+--          object {"age": ms, "max": hooks per tenant, "keep": true|false,
+--          "rec": [[outcome index (0-based), hook id, record JSON text], …]}; each record of
+--          an applied outcome is appended to its hook's `attempts` list, and with "keep" a
+--          delivered hook is kept (as `kept:<hook>`) for resend; both expire after "age" and
+--          the tenant's `history` index keeps at most "max" hooks.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, claim-check refs…}
 --          (the `cc` field of every hook this call deleted, and up to 100 refs a dead-letter
 --          purge left in `blob_gc`: blobs for the caller to delete, R18)
@@ -29,6 +35,24 @@ local blobs = {}
 -- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
 local W = 8
 local n = math.floor((#ARGV - 3) / W)
+local hist, recs, touched = nil, {}, {}
+if (#ARGV - 3) % W == 1 then
+  local ok, v = pcall(cjson.decode, ARGV[#ARGV])
+  if ok and type(v) == 'table' and tonumber(v.age) and tonumber(v.max) then
+    hist = v
+    for _, r in ipairs(type(v.rec) == 'table' and v.rec or {}) do
+      if type(r) == 'table' and tonumber(r[1]) then recs[tonumber(r[1])] = r end
+    end
+  end
+end
+-- Index a hook in its tenant's history, once per call (trimmed per tenant at the end).
+local remembered = {}
+local function remember(tenant, hook)
+  if remembered[hook] then return end
+  remembered[hook] = true
+  redis.call('ZADD', k_history(tenant), now, hook)
+  touched[tenant] = true
+end
 local members = {}
 for j = 0, n - 1 do members[j + 1] = ARGV[5 + W * j] .. '/' .. ARGV[6 + W * j] end
 local scores = {}
@@ -74,7 +98,14 @@ local function finish_row(hook, idx, tenant, row, dead)
   if left <= 0 and dead_count == 0 then
     local cc = redis.call('HGET', hk, 'cc')
     if cc then blobs[#blobs + 1] = cc end
-    redis.call('DEL', hk)
+    if hist and hist.keep then
+      local kk = k_kept(hook)
+      redis.call('RENAME', hk, kk)
+      redis.call('PEXPIRE', kk, hist.age)
+      remember(tenant, hook)
+    else
+      redis.call('DEL', hk)
+    end
   end
   return h[4] or '', h[5] or ''
 end
@@ -92,6 +123,13 @@ for j = 0, n - 1 do
     seen[member] = true
     done[#done + 1] = member
     local hook, idx = split_row(row)
+    local rec = recs[j]
+    if rec and hook then
+      local ak = k_attempts(hook)
+      if redis.call('RPUSH', ak, rec[3]) > 100 then redis.call('LTRIM', ak, -100, -1) end
+      redis.call('PEXPIRE', ak, hist.age)
+      remember(tenant, hook)
+    end
     if op == 'D' or op == 'G' then
       -- A row hash exists only after a failed attempt (op R).
       if op == 'G' or (tonumber(attempts) or 0) > 1 then redis.call('DEL', k_row(row)) end
@@ -100,6 +138,8 @@ for j = 0, n - 1 do
       local due = now + (tonumber(x) or 0)
       if op == 'R' then
         redis.call('HSET', k_row(row), 'a', attempts, 'f', first, 'e', err)
+      elseif (tonumber(attempts) or 0) > 0 then
+        redis.call('HSET', k_row(row), 'p', due) -- parked until (hooks show, rows list)
       end
       redis.call('ZADD', k_due(tenant), due, row)
       tenant_due(tenant, due)
@@ -128,6 +168,16 @@ for j = 0, n - 1 do
 end
 for c = 1, #done, 1000 do
   redis.call('ZREM', K_CLAIMED, unpack(done, c, math.min(c + 999, #done)))
+end
+-- History retention: by age, then the oldest hooks past "max" lose their records.
+for t in pairs(touched) do
+  local hk = k_history(t)
+  redis.call('ZREMRANGEBYSCORE', hk, '-inf', now - hist.age)
+  local over = redis.call('ZCARD', hk) - hist.max
+  if over > 0 then
+    local gone = redis.call('ZPOPMIN', hk, over)
+    for g = 1, #gone, 2 do redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g])) end
+  end
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end

@@ -12,6 +12,9 @@
 //! `admin.request_timeout_ms`, `admin.max_connections` (see `docs/security.md`).
 
 use crate::config::AdminConfig;
+
+mod visibility;
+
 use crate::config::Config;
 use crate::dlq::{
     self, DeadLetterDetail, DlqPage, Filter, PurgeReport, PurgeScope, ReplayOptions, ReplayReport,
@@ -316,6 +319,8 @@ Errors are `{\"error\": {\"code\", \"message\"}}` with a stable code. When `admi
     tags(
         (name = "operations", description = "pressure, tick, reconfigure, dead_letter_source, validate_config"),
         (name = "dead letters", description = "browse, show, replay, purge"),
+        (name = "visibility", description = "hooks, their rows and attempts, retrying rows, resend, tenants"),
+        (name = "sources", description = "the source registry (R19)"),
         (name = "ingest", description = "commit hooks over HTTP (R1)"),
         (name = "health", description = "liveness, readiness, metrics")
     )
@@ -338,6 +343,7 @@ fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(dlq_replay))
         .routes(routes!(dlq_purge))
         .routes(routes!(state))
+        .merge(visibility::routes())
 }
 
 fn ingesting() -> OpenApiRouter<AdminState> {
@@ -499,7 +505,9 @@ pub struct Committed {
 /// `x-real-ip`, any `x-*` naming a token, key, secret, session or cookie) and headers the
 /// `Connection` header names. A `webhook-*` or `ankusa-*` header is refused (400). A body
 /// over `commit.max_hook_bytes` is 413 `too_large`. A source with no sinks still answers
-/// 202, with `rows: 0` and a `warning` saying the hook goes nowhere.
+/// 202, with `rows: 0` and a `warning` saying the hook goes nowhere. With an
+/// `Idempotency-Key` header, a repeat within `commit.idempotency_ms` answers the first
+/// hook's id and writes nothing.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -521,6 +529,16 @@ async fn ingest(
         other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
     })?;
     let mut hook = Hook::new(body);
+    if let Some(k) = headers.get("idempotency-key") {
+        let k = k.to_str().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "Idempotency-Key is not visible ASCII",
+            )
+        })?;
+        hook = hook.idempotency_key(k);
+    }
     for (name, value) in kept {
         hook = hook.header(name, value);
     }

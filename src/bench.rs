@@ -46,7 +46,14 @@ pub struct BenchArgs {
     /// Print the results as one JSON object on the last line (the global `--json`).
     #[arg(skip)]
     pub json: bool,
+    /// Run the workers with `history.enabled = false` (no attempt records, no kept bodies),
+    /// to compare throughput and Redis memory with the history on.
+    #[arg(long)]
+    pub no_history: bool,
 }
+
+/// `history.enabled` of the bench's workers (set once by [`run`] from `--no-history`).
+static WORKER_HISTORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// The figures of one run.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -63,6 +70,11 @@ pub struct BenchReport {
     pub redis_commands_per_row: f64,
     /// Redis memory per pending row beyond the body (bytes).
     pub redis_bytes_per_pending_row: f64,
+    /// Redis memory still held per delivered row once the backlog is drained (bytes): the
+    /// attempt history and the delivered hooks kept for resend; ~0 with `--no-history`.
+    pub redis_bytes_per_delivered_row: f64,
+    /// Whether the workers recorded the attempt history.
+    pub history: bool,
     /// Rate of the latency run (hooks/s).
     pub latency_rate: f64,
     /// Commit → delivery median at that rate (ms).
@@ -365,7 +377,8 @@ fn spawn_worker(
         "instance = \"{instance}\"\n[redis]\nurl = \"{redis_url}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [dispatch]\nconcurrency = 256\nsink_concurrency = 32\nmax_inflight = 10000\nbatch = 1000\n\
          attempt_timeout_ms = 5000\nbreaker_failures = 0\n[dispatch.tenants.default]\nmax_inflight = 2000\n\
-         [retry]\ninitial_backoff_ms = 1000\n[http]\nallow_cidrs = [\"127.0.0.0/8\", \"::1/128\"]\n"
+         [retry]\ninitial_backoff_ms = 1000\n[http]\nallow_cidrs = [\"127.0.0.0/8\", \"::1/128\"]\n[history]\nenabled = {}\n",
+        WORKER_HISTORY.load(std::sync::atomic::Ordering::Relaxed)
     );
     let path = dir.path().join(format!("{instance}.toml"));
     std::fs::write(&path, cfg).map_err(|e| Error::Other(e.to_string()))?;
@@ -435,6 +448,7 @@ async fn commit_backlog(
 
 /// Run the benchmark and print the report.
 pub async fn run(args: BenchArgs) -> Result<(), Error> {
+    WORKER_HISTORY.store(!args.no_history, std::sync::atomic::Ordering::Relaxed);
     let redis = RedisServer::start().map_err(|e| Error::Other(e.to_string()))?;
     let receiver = Receiver::start_with(ReceiverOptions {
         record_bodies: false,
@@ -463,6 +477,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
     let bodies = bodies(&args)?;
     let mut report = BenchReport {
         rows: args.rows,
+        history: !args.no_history,
         ..Default::default()
     };
     eprintln!(
@@ -510,6 +525,13 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
     report.deliveries_per_sec = (delivered as f64 / elapsed).round();
     report.redis_cpu_us_per_row = ((cpu1 - cpu0) * 1e6 / delivered as f64 * 10.0).round() / 10.0;
     report.redis_commands_per_row = ((cmds1 - cmds0) / delivered as f64 * 100.0).round() / 100.0;
+    let mem2 = info_field(&redis, "memory", "used_memory");
+    report.redis_bytes_per_delivered_row = ((mem2 - mem0) / delivered.max(1) as f64).round();
+    eprintln!(
+        "bench: {:.0} bytes of Redis memory per delivered row kept (history {})",
+        report.redis_bytes_per_delivered_row,
+        if args.no_history { "off" } else { "on" }
+    );
     eprintln!(
         "bench: {delivered} rows in {elapsed:.2} s = {:.0} deliveries/s; Redis {:.1} µs CPU and {:.2} commands per row",
         report.deliveries_per_sec, report.redis_cpu_us_per_row, report.redis_commands_per_row

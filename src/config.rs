@@ -88,6 +88,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Which secret references sink options may resolve (`docs/security.md`).
     pub secrets: SecretsConfig,
+    /// Attempt history, resend retention and per-tenant metrics (`docs/operations.md`).
+    pub history: HistoryConfig,
 }
 
 /// Guards of every HTTP request made to a URL a tenant chose (`docs/security.md`).
@@ -277,6 +279,9 @@ pub struct CommitConfig {
     /// Largest hook accepted, bytes; 1..=536870912 (Redis' string limit).
     /// Default 10485760 (10 MiB).
     pub max_hook_bytes: usize,
+    /// How long a producer idempotency key answers the first hook's id instead of
+    /// committing again, ms; > 0. Default 86400000 (24 h).
+    pub idempotency_ms: u64,
 }
 
 /// Metrics, ingest and admin HTTP listener (R27); see `docs/security.md` "Admin and ingest".
@@ -322,6 +327,24 @@ pub struct DlqConfig {
     /// How often the leader applies the retention, ms; 0 = never on its own (only
     /// `ankusa dlq purge` does). Default 60000.
     pub sweep_ms: u64,
+}
+
+/// The attempt history (`ankusa hooks show`, `ankusa rows list`): every attempt's record,
+/// written by the settle call of its outcome, and delivered hooks kept for resend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Record attempts and keep delivered hooks for resend. Default true.
+    pub enabled: bool,
+    /// Records and kept hooks expire this long after a hook's last record, ms; > 0.
+    /// Default 86400000 (24 h).
+    pub max_age_ms: u64,
+    /// Most hooks per tenant with records or a kept body; the least recently attempted
+    /// beyond it lose theirs; > 0. Default 10000.
+    pub max_per_tenant: u64,
+    /// Tenants that get per-tenant gauges (`ankusa_tenant_*`, labelled `tenant`); others are
+    /// seen only with `ankusa tenants top`, so the label stays bounded. Default empty.
+    pub metrics_tenants: Vec<String>,
 }
 
 /// The claim-check blob store (R18): where bodies larger than a sink's `inline_max_bytes`
@@ -405,6 +428,18 @@ impl Default for Config {
             claim_check: ClaimCheckConfig::default(),
             http: HttpConfig::default(),
             secrets: SecretsConfig::default(),
+            history: HistoryConfig::default(),
+        }
+    }
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            enabled: true,
+            max_age_ms: 24 * 3_600_000,
+            max_per_tenant: 10_000,
+            metrics_tenants: Vec::new(),
         }
     }
 }
@@ -482,6 +517,7 @@ impl Default for CommitConfig {
     fn default() -> Self {
         CommitConfig {
             max_hook_bytes: 10 << 20,
+            idempotency_ms: 24 * 3_600_000,
         }
     }
 }
@@ -735,6 +771,18 @@ impl Config {
             "commit.max_hook_bytes",
             "must be <= 536870912 (Redis' string limit)",
         );
+        p.check(c.idempotency_ms > 0, "commit.idempotency_ms", gt0);
+
+        let h = &self.history;
+        p.check(h.max_age_ms > 0, "history.max_age_ms", gt0);
+        p.check(h.max_per_tenant > 0, "history.max_per_tenant", gt0);
+        for (i, t) in h.metrics_tenants.iter().enumerate() {
+            p.check(
+                crate::model::check_id("tenant", t).is_ok(),
+                format!("history.metrics_tenants[{i}]"),
+                "must match [A-Za-z0-9_.-]{1,128}",
+            );
+        }
 
         let a = &self.admin;
         p.check(

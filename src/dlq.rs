@@ -237,7 +237,7 @@ pub async fn count(store: &Store, tenant: &str) -> Result<u64, StoreError> {
     Ok(store.client().xlen(store.keyspace().dlq(tenant)).await?)
 }
 
-fn decode_entries(v: Value) -> Vec<DeadLetter> {
+pub(crate) fn decode_entries(v: Value) -> Vec<DeadLetter> {
     let mut out = Vec::new();
     let Value::Array(entries) = v else { return out };
     for e in entries {

@@ -97,6 +97,30 @@ impl Keyspace {
     pub fn lane_id(tenant: &str, source: &str, index: u32, key: &str) -> String {
         format!("{tenant}:{source}:{index}:{}", fred::util::sha1_hash(key))
     }
+    /// String (PX `commit.idempotency_ms`): the hook id first committed with a producer
+    /// idempotency key to `(tenant, source)`; the key is hashed (SHA-1 hex) like a lane key.
+    pub fn idem(&self, tenant: &str, source: &str, key: &str) -> String {
+        self.key(&format!(
+            "idem:{tenant}:{source}:{}",
+            fred::util::sha1_hash(key)
+        ))
+    }
+    /// List (PEXPIRE `history.max_age_ms`): a hook's attempt records, JSON texts, oldest
+    /// first, at most [`crate::visibility::ATTEMPTS_PER_HOOK`].
+    pub fn attempts(&self, hook_id: u64) -> String {
+        self.key(&format!("attempts:{hook_id}"))
+    }
+    /// Hash (PEXPIRE `history.max_age_ms`): a delivered hook kept for resend, the fields of
+    /// [`Keyspace::hook`] as they were at its last row's delivery (`cc` names a blob already
+    /// deleted; resend reads only `b` and `h`).
+    pub fn kept(&self, hook_id: u64) -> String {
+        self.key(&format!("kept:{hook_id}"))
+    }
+    /// Sorted set: a tenant's hooks with history, hook id → time of its last record (ms);
+    /// trimmed to `history.max_per_tenant` and `history.max_age_ms`.
+    pub fn history(&self, tenant: &str) -> String {
+        self.key(&format!("history:{tenant}"))
+    }
     /// String: the leader lease, `<node id>:<epoch>` with a PX ttl (R25).
     pub fn lease(&self) -> String {
         self.key("lease")

@@ -22,6 +22,7 @@
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
 //! | [`dlq`] | reading dead letters |
+//! | [`visibility`] | attempt history, `hooks show`, `rows list`, resend, `tenants top` |
 //! | [`admin`] | admin HTTP: metrics, health, ingest, operations |
 //! | [`metrics`] | the Prometheus recorder (R27) |
 //! | [`testkit`] | real `redis-server` and webhook receiver for tests, demo and bench |
@@ -50,6 +51,7 @@ pub mod secrets;
 pub mod sinks;
 pub mod store;
 pub mod testkit;
+pub mod visibility;
 pub mod worker;
 
 pub use config::Config;

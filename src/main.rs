@@ -19,6 +19,8 @@ use ankusa::model::SourceSpec;
 use ankusa::store::Store;
 use ankusa::{Error, Hook, Producer, Worker};
 use clap::{CommandFactory, Parser, Subcommand};
+
+mod cli_vis;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -113,6 +115,25 @@ enum Cmd {
         /// Commit empty bodies too (refused by default: an empty stdin is usually a mistake).
         #[arg(long)]
         allow_empty: bool,
+        /// Producer idempotency key of the one hook committed: a repeat within
+        /// `commit.idempotency_ms` prints the first hook's id and writes nothing.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Hooks: show one with its rows and attempts, or resend it.
+    Hooks {
+        #[command(subcommand)]
+        cmd: cli_vis::HooksCmd,
+    },
+    /// Delivery rows: list a tenant's due, retrying, parked and claimed rows.
+    Rows {
+        #[command(subcommand)]
+        cmd: cli_vis::RowsCmd,
+    },
+    /// Tenants: the busiest by due rows, with lag and failing sinks.
+    Tenants {
+        #[command(subcommand)]
+        cmd: cli_vis::TenantsCmd,
     },
     /// Block until nothing is claimed, running or due; print the rows settled.
     ///
@@ -527,6 +548,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             repeat,
             glob,
             allow_empty,
+            idempotency_key,
         } => {
             let cfg = load_config(&cli)?;
             let mut base = Hook::default();
@@ -559,7 +581,30 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     )));
                 }
             }
-            let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes);
+            let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes)
+                .with_idempotency_ms(cfg.commit.idempotency_ms);
+            if let Some(key) = idempotency_key {
+                if bodies.len() * *repeat != 1 {
+                    return Err(Error::BadRequest(
+                        "--idempotency-key names one hook: give one file (or stdin) and no --repeat".into(),
+                    ));
+                }
+                let mut hook = base.clone().idempotency_key(key.as_str());
+                hook.body = bodies.remove(0).1.into();
+                let r = producer.commit(tenant, source, hook).await?;
+                return if json {
+                    json_line(&serde_json::json!({
+                        "committed": 1, "first_hook": r.first_hook, "rows_per_hook": r.rows_per_hook
+                    }))
+                } else {
+                    outln!(
+                        "committed 1 hooks to {tenant}/{source} (first hook id {}, {} rows each)",
+                        r.first_hook,
+                        r.rows_per_hook
+                    );
+                    Ok(())
+                };
+            }
             let mut n = 0u64;
             let mut first = None;
             let mut rows = 0u32;
@@ -570,6 +615,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                         .map(|(_, b)| Hook {
                             body: b.clone().into(),
                             headers: base.headers.clone(),
+                            idempotency_key: None,
                         })
                         .collect();
                     let r = producer.commit_many(tenant, source, &hooks).await?;
@@ -599,6 +645,18 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 }
                 Ok(())
             }
+        }
+        Cmd::Hooks { cmd } => {
+            let cfg = load_config(&cli)?;
+            cli_vis::hooks(&store(&cfg).await?, &cfg, cmd, json).await
+        }
+        Cmd::Rows { cmd } => {
+            let cfg = load_config(&cli)?;
+            cli_vis::rows(&store(&cfg).await?, cmd, json).await
+        }
+        Cmd::Tenants { cmd } => {
+            let cfg = load_config(&cli)?;
+            cli_vis::tenants(&store(&cfg).await?, cmd, json).await
         }
         Cmd::Tick { timeout_ms } => cli_ops::tick(&load_config(&cli)?, *timeout_ms, json).await,
         Cmd::Pressure => cli_ops::pressure(&load_config(&cli)?, json).await,
@@ -689,7 +747,8 @@ async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Result<(
     // Signals are taken from here on, so a Ctrl-C while starting is not lost.
     let mut signals = cli::signals::Signals::install()?;
     let worker = Arc::new(Worker::start(cfg.clone(), name).await?);
-    let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
+    let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes)
+        .with_idempotency_ms(cfg.commit.idempotency_ms);
     let stop = tokio_util::sync::CancellationToken::new();
     let reload: ankusa::admin::Reload = {
         let (path, instance) = (cli.config.clone(), cfg.instance.clone());

@@ -238,7 +238,24 @@ pub fn describe() {
     );
     describe_gauge!(
         "ankusa_tenant_claimed_rows",
-        "Rows claimed and not yet settled, per tenant of a configured label set."
+        "Rows claimed and not yet settled, per tenant of history.metrics_tenants."
+    );
+    describe_gauge!(
+        "ankusa_tenant_due_rows",
+        "Rows in the tenant's due set (due now or later), per tenant of history.metrics_tenants."
+    );
+    describe_gauge!(
+        "ankusa_tenant_retrying_rows",
+        "Rows with a failed attempt waiting for the next, per tenant of history.metrics_tenants."
+    );
+    describe_gauge!(
+        "ankusa_tenant_oldest_lag_seconds",
+        Unit::Seconds,
+        "How late the tenant's oldest due row is, per tenant of history.metrics_tenants."
+    );
+    describe_gauge!(
+        "ankusa_tenant_failing_sinks",
+        "Sink entries with retrying rows, per tenant of history.metrics_tenants."
     );
     describe_gauge!(
         "ankusa_lanes_blocked",

@@ -2,7 +2,7 @@
 //! protocol in `docs/commit-protocol.md` (one `EVALSHA` of `lua/commit.lua`).
 
 use crate::error::Error;
-use crate::store::{CommitError, CommitReceipt, Store};
+use crate::store::{CommitError, CommitOptions, CommitReceipt, Store};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -14,6 +14,10 @@ pub struct Hook {
     pub body: Bytes,
     /// Header name → value.
     pub headers: BTreeMap<String, String>,
+    /// The producer's idempotency key: a second commit with the same key to the same tenant
+    /// and source within `commit.idempotency_ms` answers the first hook's id and writes
+    /// nothing (at most [`crate::store::IDEMPOTENCY_KEY_MAX_BYTES`] bytes).
+    pub idempotency_key: Option<String>,
 }
 
 impl Hook {
@@ -22,7 +26,14 @@ impl Hook {
         Hook {
             body: body.into(),
             headers: BTreeMap::new(),
+            idempotency_key: None,
         }
+    }
+
+    /// Set the producer idempotency key (see [`Hook::idempotency_key`]).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Hook {
+        self.idempotency_key = Some(key.into());
+        self
     }
 
     /// Add a header. A name that is not an HTTP token, or a value with a control character
@@ -62,7 +73,11 @@ impl Hook {
 pub struct Producer {
     store: Store,
     max_hook_bytes: usize,
+    idempotency_ms: u64,
 }
+
+/// `commit.idempotency_ms`'s default: 24 h.
+pub const DEFAULT_IDEMPOTENCY_MS: u64 = 24 * 3_600_000;
 
 impl Producer {
     /// A producer over a connected store; bodies over `max_hook_bytes` are refused (R1).
@@ -70,7 +85,15 @@ impl Producer {
         Producer {
             store,
             max_hook_bytes,
+            idempotency_ms: DEFAULT_IDEMPOTENCY_MS,
         }
+    }
+
+    /// How long an idempotency key answers the first hook's id, ms (`commit.idempotency_ms`;
+    /// default [`DEFAULT_IDEMPOTENCY_MS`]).
+    pub fn with_idempotency_ms(mut self, ms: u64) -> Producer {
+        self.idempotency_ms = ms;
+        self
     }
 
     /// Connect to `url` for `instance`.
@@ -96,20 +119,43 @@ impl Producer {
             .await
     }
 
-    /// Commit several hooks in one atomic call (all or none); ids are consecutive.
+    /// Commit several hooks in one atomic call (all or none); ids are consecutive unless a
+    /// hook has an idempotency key already committed (then see [`Producer::commit_ids`]).
     pub async fn commit_many(
         &self,
         tenant: &str,
         source: &str,
         hooks: &[Hook],
     ) -> Result<CommitReceipt, CommitError> {
+        self.commit_ids(tenant, source, hooks).await.map(|(r, _)| r)
+    }
+
+    /// [`Producer::commit_many`] that also answers each hook's id: a hook whose idempotency
+    /// key was committed within `commit.idempotency_ms` answers the first hook's id and is
+    /// not written again.
+    pub async fn commit_ids(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[Hook],
+    ) -> Result<(CommitReceipt, Vec<u64>), CommitError> {
         let mut items = Vec::with_capacity(hooks.len());
         for (i, h) in hooks.iter().enumerate() {
             items.push((h.body.clone(), h.headers_json(i)?));
         }
+        let keys: Vec<Option<String>> = hooks.iter().map(|h| h.idempotency_key.clone()).collect();
+        let opts = CommitOptions {
+            idempotency_keys: if keys.iter().any(Option::is_some) {
+                keys
+            } else {
+                Vec::new()
+            },
+            idempotency_ms: self.idempotency_ms,
+            only_sink: None,
+        };
         let r = self
             .store
-            .commit(tenant, source, &items, self.max_hook_bytes)
+            .commit_with(tenant, source, &items, self.max_hook_bytes, &opts)
             .await;
         if r.is_ok() {
             metrics::counter!("ankusa_hooks_committed_total").increment(hooks.len() as u64);

@@ -165,6 +165,23 @@ impl Worker {
                 }
             }));
         }
+        // Per-tenant gauges for the tenants listed in `history.metrics_tenants` only, so the
+        // `tenant` label stays bounded; published by the leader every 5 s.
+        if !config.history.metrics_tenants.is_empty() {
+            let (store, state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
+            let tenants = config.history.metrics_tenants.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(5_000)) => {}
+                        _ = shutdown.cancelled() => break,
+                    }
+                    if state.borrow().leading {
+                        crate::visibility::publish_tenant_gauges(&store, &tenants).await;
+                    }
+                }
+            }));
+        }
         let node = Node {
             store: store.clone(),
             node_id: node_id.clone(),

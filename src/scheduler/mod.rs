@@ -82,6 +82,8 @@ struct Job {
     claimed_at: Instant,
     /// This attempt is its breaker's half-open probe.
     probe: bool,
+    /// The status a delivered HTTP attempt answered (for the attempt history).
+    status: Option<u16>,
 }
 
 impl Job {
@@ -139,6 +141,8 @@ type SettleResult = Result<Vec<(String, u64)>, (StoreError, Vec<Pending>)>;
 struct Pending {
     outcome: Outcome,
     bytes: u64,
+    /// The attempt's history record and its hook, written by the same settle call.
+    record: Option<(u64, crate::visibility::AttemptRecord)>,
 }
 
 /// What the scheduler shows the rest of the process (metrics, `pressure()`, `tick()`).
@@ -351,10 +355,17 @@ impl Session {
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         let blobs = self.batched.blobs();
+        let history = crate::visibility::history_arg(
+            &self.cfg.history,
+            batch
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.record.as_ref().map(|(h, r)| (i, *h, r))),
+        );
         let health = self.ctx.health.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
-            let settled = store.settle(&token, epoch, &outcomes).await;
+            let settled = store.settle_with(&token, epoch, &outcomes, history).await;
             health.record_write("settle", &settled);
             let r = match settled {
                 Ok((applied, skipped, finished_blobs)) => {
@@ -472,12 +483,12 @@ impl Session {
                     };
                     let fut = async {
                         match &*job.target {
-                            Target::Http(opts) => http.deliver(opts, &d).await,
+                            Target::Http(opts) => http.deliver_status(opts, &d).await.map(Some),
                             _ => Err(AttemptError::Permanent("batching sink in a slot".into())),
                         }
                     };
                     let result = match tokio::time::timeout(timeout, fut).await {
-                        Ok(r) => r,
+                        Ok(r) => r.map(|status| job.status = status),
                         Err(_) => Err(AttemptError::Retry {
                             error: format!("attempt_timeout({}ms)", timeout.as_millis()),
                             retry_after: None,
@@ -791,9 +802,19 @@ impl Session {
                 }
             }
         };
+        let record = attempt_record(&job, attempts, now, elapsed, &op);
+        if let Some(e) = &record.error {
+            info!(tenant = %job.tenant, row = %job.row, attempt = attempts, status = record.status,
+                error = %e, next_attempt_ms = record.next_attempt_ms, reason = record.reason.as_deref(),
+                "attempt failed");
+        }
+        let hook = job.hook_id;
         self.push_outcome(
             job.tenant, job.row, job.claim, attempts, first, op, job.bytes,
         );
+        if let Some(p) = self.pending.last_mut() {
+            p.record = Some((hook, record));
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -823,6 +844,7 @@ impl Session {
                 op,
             },
             bytes,
+            record: None,
         });
     }
 
@@ -1093,6 +1115,7 @@ async fn claim_and_prepare(
             claim_ms: now,
             claimed_at,
             probe: false,
+            status: None,
         });
     }
     Ok(Prepared {
@@ -1101,6 +1124,41 @@ async fn claim_and_prepare(
         immediate,
         page,
     })
+}
+
+/// The history record of a finished attempt (`now`: Redis time at its end, ms).
+fn attempt_record(
+    job: &Job,
+    attempt: u32,
+    now: i64,
+    elapsed: Duration,
+    op: &SettleOp,
+) -> crate::visibility::AttemptRecord {
+    let duration_ms = elapsed.as_millis() as u64;
+    let base = crate::visibility::AttemptRecord {
+        row: job.row.clone(),
+        sink: job.key.index,
+        attempt,
+        started_ms: now - duration_ms as i64,
+        duration_ms,
+        outcome: "delivered".into(),
+        status: job.status,
+        error_kind: None,
+        error: None,
+        next_attempt_ms: None,
+        reason: None,
+    };
+    match op {
+        SettleOp::Retry { delay_ms, error } => crate::visibility::AttemptRecord {
+            next_attempt_ms: Some(now + *delay_ms as i64),
+            ..base.failed("retry", error)
+        },
+        SettleOp::DeadLetter { reason, error } => crate::visibility::AttemptRecord {
+            reason: Some(reason.clone()),
+            ..base.failed("dead_lettered", error)
+        },
+        _ => base,
+    }
 }
 
 /// Bind a row to a sink entry (R19): its own index when the module still matches, else the

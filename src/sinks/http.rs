@@ -268,6 +268,11 @@ impl HttpSink {
     /// reference is permanent; the answer is classified by [`classify`] from its status and
     /// headers, reading at most [`ERROR_BODY_MAX_BYTES`] of an error body.
     pub async fn deliver(&self, opts: &HttpOpts, d: &Delivery) -> Result<(), AttemptError> {
+        self.deliver_status(opts, d).await.map(drop)
+    }
+
+    /// [`HttpSink::deliver`] answering the 2xx status on success (for the attempt history).
+    pub async fn deliver_status(&self, opts: &HttpOpts, d: &Delivery) -> Result<u16, AttemptError> {
         let url = self.resolve(&opts.url, "url")?;
         let url = check_url(&url, &self.edge.addresses).map_err(|e| match e {
             UrlProblem::Blocked(b) => AttemptError::Permanent(b.to_string()),
@@ -295,7 +300,7 @@ impl HttpSink {
                 // A short body is drained so the connection returns to the pool; a long or
                 // endless one is dropped unread with its connection.
                 let _ = read_bounded(resp, DRAIN_MAX_BYTES).await;
-                Ok(())
+                Ok(status)
             }
             Err(e) => {
                 // One byte more than kept, so a longer body is marked cut (`…`).

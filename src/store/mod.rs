@@ -135,6 +135,28 @@ pub struct CommitReceipt {
     pub committed_at_ms: i64,
 }
 
+/// The longest producer idempotency key accepted, bytes.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 256;
+
+/// Options of [`Store::commit_with`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitOptions {
+    /// One producer idempotency key per hook (`None`: that hook has none), or empty.
+    pub idempotency_keys: Vec<Option<String>>,
+    /// How long a key answers the first hook's id, ms (`commit.idempotency_ms`).
+    pub idempotency_ms: u64,
+    /// Make the row of this sink entry only (resend), not one per entry.
+    pub only_sink: Option<u32>,
+}
+
+fn decode_receipt(v: &[Value]) -> CommitReceipt {
+    CommitReceipt {
+        first_hook: v.get(1).and_then(Value::int).unwrap_or(0) as u64,
+        rows_per_hook: v.get(2).and_then(Value::int).unwrap_or(0) as u32,
+        committed_at_ms: v.get(3).and_then(Value::int).unwrap_or(0),
+    }
+}
+
 /// One row returned by a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedRow {
@@ -466,6 +488,22 @@ impl Store {
         hooks: &[(Bytes, String)],
         max_hook_bytes: usize,
     ) -> Result<CommitReceipt, CommitError> {
+        let v = self
+            .commit_call(tenant, source, hooks, max_hook_bytes, Vec::new())
+            .await?;
+        Ok(decode_receipt(&v))
+    }
+
+    /// The commit script call behind [`Store::commit`] and [`Store::commit_with`]: checks,
+    /// then the script with `extra` options after the hooks; the `ok` reply as it came.
+    async fn commit_call(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[(Bytes, String)],
+        max_hook_bytes: usize,
+        extra: Vec<Value>,
+    ) -> Result<Vec<Value>, CommitError> {
         crate::model::check_id("tenant", tenant)
             .map_err(|e| CommitError::BadRequest(e.to_string()))?;
         crate::model::check_id("source", source)
@@ -482,7 +520,7 @@ impl Store {
                 });
             }
         }
-        let mut args = Vec::with_capacity(5 + 2 * hooks.len());
+        let mut args = Vec::with_capacity(5 + 2 * hooks.len() + extra.len());
         args.extend([
             self.prefix(),
             tenant.into(),
@@ -494,13 +532,10 @@ impl Store {
             args.push(Value::Bytes(body.clone()));
             args.push(Value::from(headers.as_str()));
         }
+        args.extend(extra);
         let v = self.call(&self.scripts.commit, args).await?;
         match status(&v) {
-            "ok" => Ok(CommitReceipt {
-                first_hook: v.get(1).and_then(Value::int).unwrap_or(0) as u64,
-                rows_per_hook: v.get(2).and_then(Value::int).unwrap_or(0) as u32,
-                committed_at_ms: v.get(3).and_then(Value::int).unwrap_or(0),
-            }),
+            "ok" => Ok(v),
             "unknown_source" => Err(CommitError::UnknownSource {
                 tenant: tenant.into(),
                 source_id: source.into(),
@@ -519,6 +554,55 @@ impl Store {
             }),
             other => Err(StoreError::protocol("commit", format!("status {other:?}")).into()),
         }
+    }
+
+    /// [`Store::commit`] with options (`docs/commit-protocol.md`): producer idempotency keys
+    /// (one per hook, `None` for none) honoured for `opts.idempotency_ms`, and/or rows for one
+    /// sink entry only. Returns the receipt and each hook's id: a hook whose key was
+    /// committed within the window answers the first hook's id and is not written again.
+    pub async fn commit_with(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[(Bytes, String)],
+        max_hook_bytes: usize,
+        opts: &CommitOptions,
+    ) -> Result<(CommitReceipt, Vec<u64>), CommitError> {
+        if !opts.idempotency_keys.is_empty() && opts.idempotency_keys.len() != hooks.len() {
+            return Err(CommitError::BadRequest(
+                "one idempotency key (or none) per hook".into(),
+            ));
+        }
+        let mut extra: Vec<Value> = Vec::new();
+        if opts.idempotency_keys.iter().any(Option::is_some) {
+            extra.push("idem".into());
+            extra.push((opts.idempotency_ms.max(1) as i64).into());
+            for k in &opts.idempotency_keys {
+                let k = k.as_deref().unwrap_or("");
+                if k.len() > IDEMPOTENCY_KEY_MAX_BYTES {
+                    return Err(CommitError::BadRequest(format!(
+                        "idempotency key over {IDEMPOTENCY_KEY_MAX_BYTES} bytes"
+                    )));
+                }
+                extra.push(k.into());
+            }
+        }
+        if let Some(i) = opts.only_sink {
+            extra.push("sink".into());
+            extra.push((i as i64).into());
+        }
+        let v = self
+            .commit_call(tenant, source, hooks, max_hook_bytes, extra)
+            .await?;
+        let receipt = decode_receipt(&v);
+        let ids = if v.len() > 4 {
+            v[4..].iter().map(|x| x.int().unwrap_or(0) as u64).collect()
+        } else {
+            (0..hooks.len() as u64)
+                .map(|i| receipt.first_hook + i)
+                .collect()
+        };
+        Ok((receipt, ids))
     }
 
     /// One scan's claim (R13, R14): up to `page` rows, split across due tenants by deficit
@@ -588,7 +672,19 @@ impl Store {
         epoch: u64,
         outcomes: &[Outcome],
     ) -> Result<(u64, u64, Vec<String>), StoreError> {
-        let mut args = Vec::with_capacity(3 + 8 * outcomes.len());
+        self.settle_with(token, epoch, outcomes, None).await
+    }
+
+    /// [`Store::settle`] that also writes the attempt history in the same call: `history` is
+    /// the JSON argument of [`crate::visibility::history_arg`].
+    pub async fn settle_with(
+        &self,
+        token: &str,
+        epoch: u64,
+        outcomes: &[Outcome],
+        history: Option<String>,
+    ) -> Result<(u64, u64, Vec<String>), StoreError> {
+        let mut args = Vec::with_capacity(4 + 8 * outcomes.len());
         args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
         for o in outcomes {
             let (op, x, err): (&str, Value, &str) = match &o.op {
@@ -608,6 +704,9 @@ impl Store {
                 o.first_attempt_ms.into(),
                 err.into(),
             ]);
+        }
+        if let Some(h) = history {
+            args.push(h.into());
         }
         let v = self.call(&self.scripts.settle, args).await?;
         match status(&v) {

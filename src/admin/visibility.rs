@@ -1,0 +1,291 @@
+//! Admin endpoints of delivery visibility ([`crate::visibility`]) and of the source
+//! registry over HTTP: `GET /admin/hooks/{tenant}/{hook}`, `POST …/resend`,
+//! `GET /admin/rows`, `GET /admin/tenants/top`, `GET/PUT/DELETE /admin/sources/{tenant}/{source}`
+//! and `GET /admin/sources`. All need the admin token when one is set.
+
+use super::{AdminState, ApiError, ErrorBody};
+use crate::error::Error;
+use crate::model::{check_id, SourceSpec};
+use crate::store::StoreError;
+use crate::visibility::{self, HookView, Resent, RowFilter, RowsPage, TenantTop};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use bytes::Bytes;
+use fred::prelude::*;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// The routes of this module (mounted behind the token check).
+pub(super) fn routes() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::new()
+        .routes(routes!(hook_show))
+        .routes(routes!(hook_resend))
+        .routes(routes!(rows_list))
+        .routes(routes!(tenants_top))
+        .routes(routes!(source_get, source_put, source_delete))
+        .routes(routes!(sources_list))
+}
+
+/// A hook, its rows' states and its attempts (`ankusa hooks show`).
+#[utoipa::path(get, path = "/admin/hooks/{tenant}/{hook}", tag = "visibility",
+    params(("tenant" = String, Path), ("hook" = u64, Path)),
+    responses((status = 200, body = HookView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn hook_show(
+    State(st): State<AdminState>,
+    Path((tenant, hook)): Path<(String, u64)>,
+) -> Result<Json<HookView>, ApiError> {
+    Ok(Json(
+        visibility::show_hook(st.worker.store(), &tenant, hook).await?,
+    ))
+}
+
+/// Query of `POST /admin/hooks/{tenant}/{hook}/resend`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(default, deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ResendQuery {
+    /// Only this sink entry (index); all of them when absent.
+    pub sink: Option<u32>,
+}
+
+/// Commit a delivered or dead-lettered hook again, as a new hook, for one or all sink entries.
+#[utoipa::path(post, path = "/admin/hooks/{tenant}/{hook}/resend", tag = "visibility",
+    params(("tenant" = String, Path), ("hook" = u64, Path), ResendQuery),
+    responses((status = 200, body = Resent), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn hook_resend(
+    State(st): State<AdminState>,
+    Path((tenant, hook)): Path<(String, u64)>,
+    q: Result<Query<ResendQuery>, QueryRejection>,
+) -> Result<Json<Resent>, ApiError> {
+    let Query(q) = q?;
+    let max = st.worker.config().commit.max_hook_bytes;
+    Ok(Json(
+        visibility::resend(st.worker.store(), &tenant, hook, q.sink, max).await?,
+    ))
+}
+
+/// Query of `GET /admin/rows`.
+#[derive(Debug, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RowsQuery {
+    /// Tenant id.
+    pub tenant: String,
+    /// Only this source.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Only rows in this state.
+    #[serde(default)]
+    pub state: Option<RowFilter>,
+    /// At most this many (default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// A tenant's due, retrying, parked and claimed rows with their last error and next attempt.
+#[utoipa::path(get, path = "/admin/rows", tag = "visibility", params(RowsQuery),
+    responses((status = 200, body = RowsPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn rows_list(
+    State(st): State<AdminState>,
+    q: Result<Query<RowsQuery>, QueryRejection>,
+) -> Result<Json<RowsPage>, ApiError> {
+    let Query(q) = q?;
+    Ok(Json(
+        visibility::list_rows(
+            st.worker.store(),
+            &q.tenant,
+            q.source.as_deref(),
+            q.state,
+            q.limit.unwrap_or(100),
+        )
+        .await?,
+    ))
+}
+
+/// Query of `GET /admin/tenants/top`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(default, deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TopQuery {
+    /// At most this many tenants (default 20).
+    pub limit: Option<usize>,
+}
+
+/// Tenants with rows: due rows, claimed, oldest lag, failing sinks; most rows first.
+#[utoipa::path(get, path = "/admin/tenants/top", tag = "visibility", params(TopQuery),
+    responses((status = 200, body = Vec<TenantTop>), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn tenants_top(
+    State(st): State<AdminState>,
+    q: Result<Query<TopQuery>, QueryRejection>,
+) -> Result<Json<Vec<TenantTop>>, ApiError> {
+    let Query(q) = q?;
+    Ok(Json(
+        visibility::tenants_top(st.worker.store(), None, q.limit.unwrap_or(20)).await?,
+    ))
+}
+
+/// A registered source.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SourceView {
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+    /// Incremented by every put.
+    pub version: u64,
+    /// Its sink entries (secret references `${env:…}` as written, never resolved).
+    #[schema(value_type = Object)]
+    pub spec: SourceSpec,
+}
+
+fn no_source(tenant: &str, source: &str) -> ApiError {
+    Error::NotFound(format!("source {tenant}/{source}")).into()
+}
+
+/// A source's spec and version.
+#[utoipa::path(get, path = "/admin/sources/{tenant}/{source}", tag = "sources",
+    params(("tenant" = String, Path), ("source" = String, Path)),
+    responses((status = 200, body = SourceView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn source_get(
+    State(st): State<AdminState>,
+    Path((tenant, source)): Path<(String, String)>,
+) -> Result<Json<SourceView>, ApiError> {
+    check_id("tenant", &tenant).map_err(Error::from)?;
+    check_id("source", &source).map_err(Error::from)?;
+    let store = st.worker.store();
+    let spec = store
+        .get_source(&tenant, &source)
+        .await?
+        .ok_or_else(|| no_source(&tenant, &source))?;
+    let version: Option<u64> = store
+        .client()
+        .hget(store.keyspace().source(&tenant, &source), "version")
+        .await
+        .map_err(|e| Error::Store(StoreError::from(e)))?;
+    Ok(Json(SourceView {
+        tenant,
+        source,
+        version: version.unwrap_or(0),
+        spec,
+    }))
+}
+
+/// The answer of a put.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SourcePut {
+    /// The source's new version.
+    pub version: u64,
+    /// Its sink entries.
+    pub sinks: usize,
+}
+
+/// Register or replace a source (R19), with the validation and versioning of `ankusa source
+/// put`: the body is the JSON spec `{"sinks": [{"module": "http", "opts": {"url": …}}]}`.
+#[utoipa::path(put, path = "/admin/sources/{tenant}/{source}", tag = "sources",
+    params(("tenant" = String, Path), ("source" = String, Path)),
+    request_body(content = Object, content_type = "application/json"),
+    responses((status = 200, body = SourcePut), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn source_put(
+    State(st): State<AdminState>,
+    Path((tenant, source)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<SourcePut>, ApiError> {
+    let spec: SourceSpec =
+        serde_json::from_slice(&body).map_err(|e| Error::InvalidSource(e.to_string()))?;
+    let version = st
+        .worker
+        .store()
+        .put_source(&tenant, &source, &spec)
+        .await?;
+    Ok(Json(SourcePut {
+        version,
+        sinks: spec.sinks.len(),
+    }))
+}
+
+/// The answer of a delete.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SourceDeleted {
+    /// Always true (a missing source is `not_found`).
+    pub deleted: bool,
+}
+
+/// Delete a source; its pending rows are dead-lettered `source_gone` when claimed (R19).
+#[utoipa::path(delete, path = "/admin/sources/{tenant}/{source}", tag = "sources",
+    params(("tenant" = String, Path), ("source" = String, Path)),
+    responses((status = 200, body = SourceDeleted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn source_delete(
+    State(st): State<AdminState>,
+    Path((tenant, source)): Path<(String, String)>,
+) -> Result<Json<SourceDeleted>, ApiError> {
+    check_id("tenant", &tenant).map_err(Error::from)?;
+    check_id("source", &source).map_err(Error::from)?;
+    if st
+        .worker
+        .store()
+        .delete_source(&tenant, &source)
+        .await
+        .map_err(Error::from)?
+    {
+        Ok(Json(SourceDeleted { deleted: true }))
+    } else {
+        Err(no_source(&tenant, &source))
+    }
+}
+
+/// Query of `GET /admin/sources`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(default, deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SourcesQuery {
+    /// Only this tenant's sources.
+    pub tenant: Option<String>,
+}
+
+/// One entry of the source list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SourceRef {
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+}
+
+/// Every registered source (of one tenant), sorted.
+#[utoipa::path(get, path = "/admin/sources", tag = "sources", params(SourcesQuery),
+    responses((status = 200, body = Vec<SourceRef>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn sources_list(
+    State(st): State<AdminState>,
+    q: Result<Query<SourcesQuery>, QueryRejection>,
+) -> Result<Json<Vec<SourceRef>>, ApiError> {
+    let Query(q) = q?;
+    Ok(Json(
+        st.worker
+            .store()
+            .list_sources()
+            .await
+            .map_err(Error::from)?
+            .into_iter()
+            .filter(|(t, _)| q.tenant.as_deref().map_or(true, |want| want == t))
+            .map(|(tenant, source)| SourceRef { tenant, source })
+            .collect(),
+    ))
+}

@@ -1,0 +1,888 @@
+//! Delivery visibility: "why didn't my webhook arrive?" (see `docs/operations.md`).
+//!
+//! - **Attempt history**: every attempt's [`AttemptRecord`] is appended, by the same
+//!   `settle.lua` call that applies its outcome (no extra round trip), to the hook's
+//!   `attempts:<hook>` list; a delivered hook is kept as `kept:<hook>` for resend. Both
+//!   expire `history.max_age_ms` after the hook's last record, and the tenant's `history`
+//!   index keeps at most `history.max_per_tenant` hooks (the least recently attempted lose
+//!   their records and kept body first). `history.enabled = false` writes none of it.
+//! - **Queries**: [`show_hook`] (a hook, its rows' states, its attempts), [`list_rows`] (a
+//!   tenant's due, retrying, parked and claimed rows with their last error and next attempt),
+//!   [`tenants_top`] (due rows, claimed, oldest lag, failing sinks per tenant).
+//! - **Resend**: [`resend`] commits a delivered or dead-lettered hook again, as a new hook,
+//!   for one or all sink entries.
+//!
+//! Everything is read from Redis, so any node (leader or not) and the CLI answer alike.
+
+use crate::config::HistoryConfig;
+use crate::dlq::DeadLetter;
+use crate::error::Error;
+use crate::model::{check_id, RowId};
+use crate::store::{CommitOptions, Store, StoreError};
+use fred::prelude::*;
+use fred::types::Value;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use utoipa::ToSchema;
+
+/// Attempt records kept per hook (the newest; `settle.lua` trims with `LTRIM -100 -1`).
+pub const ATTEMPTS_PER_HOOK: usize = 100;
+/// Bytes of an attempt's error (with the sink's bounded response prefix) kept in its record.
+pub const HISTORY_ERROR_BYTES: usize = 256;
+/// Rows of a tenant's due set that [`list_rows`] and [`tenants_top`] read at most.
+pub const SCAN_ROWS: i64 = 10_000;
+/// Dead letters (newest first) searched for a row by [`show_hook`].
+const DLQ_SCAN: u64 = 10_000;
+
+/// One attempt, as recorded in the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AttemptRecord {
+    /// Row id `<hook>.<sink index>`.
+    pub row: String,
+    /// Sink index of the row.
+    pub sink: u32,
+    /// 1-based attempt number of the row.
+    pub attempt: u32,
+    /// When the attempt started (ms since the epoch, Redis clock).
+    pub started_ms: i64,
+    /// How long it ran, ms.
+    pub duration_ms: u64,
+    /// `delivered`, `retry` (due again at `next_attempt_ms`) or `dead_lettered`.
+    pub outcome: String,
+    /// The HTTP status the sink answered, when it answered one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The kind of error ([`error_kind`]): `http_status`, `timeout`, `connect`, `secret`,
+    /// `invalid_headers`, `transport`, `other`; absent when delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// The error with the sink's bounded response prefix, at most [`HISTORY_ERROR_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// For `retry`: when the row is due again (ms, Redis clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_ms: Option<i64>,
+    /// For `dead_lettered`: the reason (`permanent(…)`, `retry_horizon(…)`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The kind of an attempt error and the HTTP status in it, from the texts the sinks write
+/// (`http 503: …`, `attempt_timeout(…)`, `connect: …`, `secret reference …`).
+pub fn error_kind(error: &str) -> (&'static str, Option<u16>) {
+    if let Some(rest) = error.strip_prefix("http ") {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(status) = digits.parse::<u16>() {
+            return ("http_status", Some(status));
+        }
+    }
+    let kind = if error.starts_with("attempt_timeout") || error.starts_with("timeout") {
+        "timeout"
+    } else if error.starts_with("connect") {
+        "connect"
+    } else if error.contains("secret reference") {
+        "secret"
+    } else if error.starts_with("invalid hook headers") {
+        "invalid_headers"
+    } else if error.starts_with("transport") || error.starts_with("body") {
+        "transport"
+    } else {
+        "other"
+    };
+    (kind, None)
+}
+
+impl AttemptRecord {
+    /// The record of a failed attempt: kind and status from `error`, which is cut to
+    /// [`HISTORY_ERROR_BYTES`].
+    pub fn failed(mut self, outcome: &str, error: &str) -> AttemptRecord {
+        let (kind, status) = error_kind(error);
+        self.outcome = outcome.into();
+        self.status = status;
+        self.error_kind = Some(kind.into());
+        self.error = Some(crate::sinks::truncate(
+            error.to_string(),
+            HISTORY_ERROR_BYTES,
+        ));
+        self
+    }
+}
+
+/// The history argument of `settle.lua` for one batch: `records` are `(outcome index, hook
+/// id, record)`. `None` when `history.enabled` is false (nothing recorded, nothing kept).
+pub fn history_arg<'a>(
+    cfg: &HistoryConfig,
+    records: impl Iterator<Item = (usize, u64, &'a AttemptRecord)>,
+) -> Option<String> {
+    if !cfg.enabled {
+        return None;
+    }
+    let rec: Vec<serde_json::Value> = records
+        .filter_map(|(i, hook, r)| {
+            let text = serde_json::to_string(r).ok()?;
+            Some(serde_json::json!([i, hook, text]))
+        })
+        .collect();
+    serde_json::to_string(&serde_json::json!({
+        "age": cfg.max_age_ms,
+        "max": cfg.max_per_tenant,
+        "keep": true,
+        "rec": rec,
+    }))
+    .ok()
+}
+
+/// Where a row is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RowState {
+    /// Due (now or at `due_at_ms`), no attempt failed yet.
+    Due,
+    /// At least one attempt failed; due again at `due_at_ms`.
+    Retrying,
+    /// Parked by its sink's breaker until `due_at_ms` (attempt count unchanged, R16).
+    Parked,
+    /// Claimed: an attempt is queued or running.
+    Claimed,
+    /// Waiting in its ordered lane behind the head (R10).
+    InLane,
+    /// Dead-lettered (see `dead_letter`).
+    DeadLettered,
+    /// Delivered.
+    Delivered,
+    /// Finished with no record left (delivered or dropped before the history kept it).
+    Finished,
+}
+
+impl RowState {
+    /// The state's name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowState::Due => "due",
+            RowState::Retrying => "retrying",
+            RowState::Parked => "parked",
+            RowState::Claimed => "claimed",
+            RowState::InLane => "in_lane",
+            RowState::DeadLettered => "dead_lettered",
+            RowState::Delivered => "delivered",
+            RowState::Finished => "finished",
+        }
+    }
+}
+
+/// One row of a hook, or of [`list_rows`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RowView {
+    /// Row id `<hook>.<sink index>`.
+    pub row: String,
+    /// Hook id.
+    pub hook: u64,
+    /// Sink index.
+    pub sink: u32,
+    /// Source id (empty when the hook is gone).
+    pub source: String,
+    /// Where the row is.
+    pub state: RowState,
+    /// When it is due (its next attempt), ms since the epoch (Redis clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at_ms: Option<i64>,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// First attempt time, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_attempt_ms: Option<i64>,
+    /// The last attempt's error (truncated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Its ordered lane's id, for an ordered sink entry (R10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
+    /// For `in_lane`: members ahead of it behind the head (0 = next).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane_position: Option<u64>,
+    /// For `dead_lettered`: the dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<DeadLetter>,
+}
+
+/// A hook with its rows and attempts ([`show_hook`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HookView {
+    /// Tenant id.
+    pub tenant: String,
+    /// Hook id.
+    pub hook: u64,
+    /// Source id.
+    pub source: String,
+    /// Commit time, ms (Redis clock).
+    pub committed_at_ms: i64,
+    /// `live` (rows or dead letters need it), `kept` (delivered, kept for resend) or `gone`
+    /// (only its history is left).
+    pub stored: String,
+    /// Body size, bytes.
+    pub body_bytes: u64,
+    /// Producer headers (JSON object text, or empty).
+    pub headers: String,
+    /// Its rows, by sink index.
+    pub rows: Vec<RowView>,
+    /// Its attempts, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+fn store_err(e: fred::error::Error) -> Error {
+    Error::Store(StoreError::from(e))
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Integer(i) => Some(*i),
+        Value::Double(d) => Some(*d as i64),
+        Value::String(s) => s.parse::<f64>().ok().map(|f| f as i64),
+        Value::Bytes(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map(|f| f as i64),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.to_string()),
+        Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Integer(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn items(v: Value) -> Vec<Value> {
+    match v {
+        Value::Array(a) => a,
+        Value::Null => Vec::new(),
+        other => vec![other],
+    }
+}
+
+/// `(member, score)` pairs of a `ZRANGE … WITHSCORES` reply, flat (RESP2) or nested (RESP3).
+fn scored(v: Value) -> Vec<(String, i64)> {
+    let a = items(v);
+    if a.first().is_some_and(|x| matches!(x, Value::Array(_))) {
+        a.into_iter()
+            .filter_map(|p| {
+                let p = items(p);
+                Some((text(p.first()?)?, int(p.get(1)?)?))
+            })
+            .collect()
+    } else {
+        a.chunks_exact(2)
+            .filter_map(|c| Some((text(&c[0])?, int(&c[1])?)))
+            .collect()
+    }
+}
+
+/// The retry state of rows, read in one pipelined round trip: claimed or not, due score,
+/// and the row hash (`a`, `f`, `e`, `p`).
+struct RowRead {
+    claimed: bool,
+    due: Option<i64>,
+    attempts: u32,
+    first: Option<i64>,
+    error: Option<String>,
+    parked_until: Option<i64>,
+}
+
+async fn read_rows(store: &Store, tenant: &str, rows: &[String]) -> Result<Vec<RowRead>, Error> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ks = store.keyspace();
+    let pipe = store.client().pipeline();
+    for r in rows {
+        let _: () = pipe
+            .zscore(ks.claimed(), format!("{tenant}/{r}"))
+            .await
+            .map_err(store_err)?;
+        let _: () = pipe.zscore(ks.due(tenant), r).await.map_err(store_err)?;
+        let _: () = pipe
+            .hmget(ks.row(r), vec!["a", "f", "e", "p"])
+            .await
+            .map_err(store_err)?;
+    }
+    let replies: Vec<Value> = pipe.all().await.map_err(store_err)?;
+    Ok(replies
+        .chunks(3)
+        .map(|c| {
+            let h = c.get(2).cloned().map(items).unwrap_or_default();
+            let f = |i: usize| h.get(i).cloned().unwrap_or(Value::Null);
+            RowRead {
+                claimed: c.first().is_some_and(|v| !matches!(v, Value::Null)),
+                due: c.get(1).and_then(int),
+                attempts: int(&f(0)).unwrap_or(0).max(0) as u32,
+                first: int(&f(1)),
+                error: text(&f(2)).filter(|e| !e.is_empty()),
+                parked_until: int(&f(3)),
+            }
+        })
+        .collect())
+}
+
+impl RowRead {
+    /// The state of a row found in the due set or the claimed set; `None` when in neither.
+    fn state(&self, now: i64) -> Option<RowState> {
+        if self.claimed {
+            return Some(RowState::Claimed);
+        }
+        let due = self.due?;
+        Some(
+            if (self.attempts > 0 && self.parked_until == Some(due))
+                || (self.attempts == 0 && due > now)
+            {
+                RowState::Parked
+            } else if self.attempts > 0 {
+                RowState::Retrying
+            } else {
+                RowState::Due
+            },
+        )
+    }
+}
+
+/// The fields of a stored hook (live `hook:<id>` or kept `kept:<id>`) read by the queries.
+struct HookRead {
+    stored: &'static str,
+    tenant: String,
+    source: String,
+    committed_at_ms: i64,
+    modules: Vec<String>,
+    body: bytes::Bytes,
+    headers: String,
+    lanes: Vec<Option<String>>,
+}
+
+async fn read_hook(store: &Store, hook: u64) -> Result<Option<HookRead>, Error> {
+    let ks = store.keyspace();
+    for (key, stored) in [(ks.hook(hook), "live"), (ks.kept(hook), "kept")] {
+        let v: Result<HashMap<String, Value>, _> = store.client().hgetall(&key).await;
+        let Ok(f) = v else { continue }; // another type than a hash: not a readable hook
+        if f.is_empty() {
+            continue;
+        }
+        let s = |k: &str| f.get(k).and_then(text).unwrap_or_default();
+        let modules: Vec<String> = s("k")
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect();
+        let lanes = (0..modules.len())
+            .map(|i| f.get(&format!("L{i}")).and_then(text))
+            .collect();
+        let body = match f.get("b") {
+            Some(Value::Bytes(b)) => b.clone(),
+            Some(Value::String(t)) => bytes::Bytes::copy_from_slice(t.as_bytes()),
+            _ => bytes::Bytes::new(),
+        };
+        return Ok(Some(HookRead {
+            stored,
+            tenant: s("tn"),
+            source: s("s"),
+            committed_at_ms: f.get("t").and_then(int).unwrap_or(0),
+            modules,
+            body,
+            headers: s("h"),
+            lanes,
+        }));
+    }
+    Ok(None)
+}
+
+/// A hook's attempt records, oldest first (records that do not parse are left out).
+async fn read_attempts(store: &Store, hook: u64) -> Result<Vec<AttemptRecord>, Error> {
+    let v: Vec<String> = store
+        .client()
+        .lrange(store.keyspace().attempts(hook), 0, -1)
+        .await
+        .map_err(store_err)?;
+    Ok(v.iter()
+        .filter_map(|r| serde_json::from_str(r).ok())
+        .collect())
+}
+
+/// `ankusa hooks show` / `GET /admin/hooks/{tenant}/{hook}`: the hook, each row's state and
+/// every recorded attempt. Errors: `not_found` when neither the hook nor any record is left.
+pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookView, Error> {
+    check_id("tenant", tenant)?;
+    let ks = store.keyspace();
+    let stored = read_hook(store, hook).await?.filter(|h| h.tenant == tenant);
+    let attempts = read_attempts(store, hook).await?;
+    if stored.is_none() && attempts.is_empty() {
+        return Err(Error::NotFound(format!("hook {hook} of tenant {tenant}")));
+    }
+    let now = store.now_ms().await?;
+    // The rows: one per module at commit, or as many as the records name.
+    let sinks = match &stored {
+        Some(h) => h.modules.len() as u32,
+        None => attempts.iter().map(|a| a.sink + 1).max().unwrap_or(0),
+    };
+    let ids: Vec<String> = (0..sinks).map(|i| format!("{hook}.{i}")).collect();
+    let reads = read_rows(store, tenant, &ids).await?;
+    let mut dead: HashMap<String, DeadLetter> = HashMap::new();
+    if reads.iter().any(|r| r.state(now).is_none()) {
+        let v: Value = store
+            .client()
+            .xrevrange(ks.dlq(tenant), "+", "-", Some(DLQ_SCAN))
+            .await
+            .map_err(store_err)?;
+        for d in crate::dlq::decode_entries(v) {
+            if d.hook == Some(hook) {
+                dead.entry(d.row.clone()).or_insert(d);
+            }
+        }
+    }
+    let mut rows = Vec::with_capacity(ids.len());
+    for (i, (id, r)) in ids.iter().zip(reads).enumerate() {
+        let lane = stored
+            .as_ref()
+            .and_then(|h| h.lanes.get(i).cloned().flatten());
+        let mut view = RowView {
+            row: id.clone(),
+            hook,
+            sink: i as u32,
+            source: stored
+                .as_ref()
+                .map(|h| h.source.clone())
+                .unwrap_or_default(),
+            state: RowState::Finished,
+            due_at_ms: r.due,
+            attempts: r.attempts,
+            first_attempt_ms: r.first,
+            last_error: r.error.clone(),
+            lane: lane.clone(),
+            lane_position: None,
+            dead_letter: None,
+        };
+        view.state = match r.state(now) {
+            Some(s) => s,
+            None => {
+                let pos: Option<i64> = match &lane {
+                    Some(l) => store
+                        .client()
+                        .lpos(ks.lane(l), id.as_str(), None, None, None)
+                        .await
+                        .map_err(store_err)?,
+                    None => None,
+                };
+                if let Some(p) = pos {
+                    view.lane_position = Some(p.max(0) as u64);
+                    RowState::InLane
+                } else if let Some(d) = dead.remove(id) {
+                    view.last_error = Some(d.error.clone()).filter(|e| !e.is_empty());
+                    view.attempts = d.attempts;
+                    view.first_attempt_ms = d.first_attempt_ms;
+                    view.dead_letter = Some(d);
+                    RowState::DeadLettered
+                } else if attempts
+                    .iter()
+                    .rev()
+                    .find(|a| a.row == *id)
+                    .is_some_and(|a| a.outcome == "delivered")
+                    || stored.as_ref().is_some_and(|h| h.stored == "kept")
+                {
+                    RowState::Delivered
+                } else {
+                    RowState::Finished
+                }
+            }
+        };
+        rows.push(view);
+    }
+    let (source, committed_at_ms, stored_as, body_bytes, headers) = match &stored {
+        Some(h) => (
+            h.source.clone(),
+            h.committed_at_ms,
+            h.stored,
+            h.body.len() as u64,
+            h.headers.clone(),
+        ),
+        None => (String::new(), 0, "gone", 0, String::new()),
+    };
+    Ok(HookView {
+        tenant: tenant.into(),
+        hook,
+        source,
+        committed_at_ms,
+        stored: stored_as.into(),
+        body_bytes,
+        headers,
+        rows,
+        attempts,
+    })
+}
+
+/// The states [`list_rows`] filters on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum RowFilter {
+    /// Rows with a failed attempt waiting for the next (backoff or breaker): `retrying` and
+    /// `parked` rows that have attempts.
+    Retrying,
+    /// Rows parked by a breaker.
+    Parked,
+    /// Rows due with no failed attempt.
+    Due,
+    /// Claimed rows.
+    Claimed,
+}
+
+impl RowFilter {
+    fn matches(self, r: &RowView) -> bool {
+        match self {
+            RowFilter::Retrying => {
+                r.attempts > 0 && matches!(r.state, RowState::Retrying | RowState::Parked)
+            }
+            RowFilter::Parked => r.state == RowState::Parked,
+            RowFilter::Due => r.state == RowState::Due,
+            RowFilter::Claimed => r.state == RowState::Claimed,
+        }
+    }
+}
+
+/// A page of [`list_rows`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RowsPage {
+    /// The rows, claimed first, then by due time.
+    pub rows: Vec<RowView>,
+    /// More rows matched than `limit`.
+    pub truncated: bool,
+}
+
+/// `ankusa rows list` / `GET /admin/rows`: a tenant's claimed and due rows (the first
+/// [`SCAN_ROWS`] by due time), optionally of one source and in one state, each with its last
+/// error and next attempt time; at most `limit`.
+pub async fn list_rows(
+    store: &Store,
+    tenant: &str,
+    source: Option<&str>,
+    state: Option<RowFilter>,
+    limit: usize,
+) -> Result<RowsPage, Error> {
+    check_id("tenant", tenant)?;
+    if let Some(s) = source {
+        check_id("source", s)?;
+    }
+    let ks = store.keyspace();
+    let now = store.now_ms().await?;
+    let prefix = format!("{tenant}/");
+    let claimed: Vec<String> = store
+        .client()
+        .zrange(ks.claimed(), 0, -1, None, false, None, false)
+        .await
+        .map_err(store_err)?;
+    let mut ids: Vec<String> = claimed
+        .into_iter()
+        .filter_map(|m| m.strip_prefix(&prefix).map(str::to_string))
+        .collect();
+    let due: Value = store
+        .client()
+        .zrange(ks.due(tenant), 0, SCAN_ROWS - 1, None, false, None, true)
+        .await
+        .map_err(store_err)?;
+    ids.extend(scored(due).into_iter().map(|(r, _)| r));
+    let reads = read_rows(store, tenant, &ids).await?;
+    let parsed: Vec<Option<RowId>> = ids.iter().map(|r| RowId::parse(r)).collect();
+    let sources = hook_sources(store, parsed.iter().flatten().map(|r| r.hook)).await?;
+    let mut page = RowsPage::default();
+    for ((id, r), rid) in ids.iter().zip(reads).zip(parsed) {
+        let Some(row_state) = r.state(now) else {
+            continue;
+        };
+        let (hook, sink) = rid.map_or((0, 0), |r| (r.hook, r.sink));
+        let view = RowView {
+            row: id.clone(),
+            hook,
+            sink,
+            source: sources.get(&hook).cloned().unwrap_or_default(),
+            state: row_state,
+            due_at_ms: r.due,
+            attempts: r.attempts,
+            first_attempt_ms: r.first,
+            last_error: r.error,
+            lane: None,
+            lane_position: None,
+            dead_letter: None,
+        };
+        if source.is_some_and(|s| s != view.source) {
+            continue;
+        }
+        if let Some(f) = state {
+            if !f.matches(&view) {
+                continue;
+            }
+        }
+        if page.rows.len() >= limit {
+            page.truncated = true;
+            break;
+        }
+        page.rows.push(view);
+    }
+    Ok(page)
+}
+
+/// Each hook's source (`s` field of the live or kept hook), one pipelined round trip.
+async fn hook_sources(
+    store: &Store,
+    hooks: impl Iterator<Item = u64>,
+) -> Result<HashMap<u64, String>, Error> {
+    let mut ids: Vec<u64> = hooks.collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let pipe = store.client().pipeline();
+    for h in &ids {
+        let _: () = pipe
+            .hget(store.keyspace().hook(*h), "s")
+            .await
+            .map_err(store_err)?;
+    }
+    let replies: Vec<Result<Value, _>> = pipe.try_all().await;
+    Ok(ids
+        .into_iter()
+        .zip(replies)
+        .filter_map(|(h, v)| Some((h, text(&v.ok()?)?)))
+        .collect())
+}
+
+/// What [`resend`] committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Resent {
+    /// The hook resent.
+    pub hook: u64,
+    /// The new hook (same body and headers, same source as it is now).
+    pub new_hook: u64,
+    /// Rows made: one per sink entry, or 1 with `sink`.
+    pub rows: u32,
+}
+
+/// `ankusa hooks resend` / `POST /admin/hooks/{tenant}/{hook}/resend`: commit a delivered
+/// (kept) or dead-lettered hook again as a new hook of its source, for sink entry `sink` or
+/// all of them. Errors: `not_found` (the hook is gone: delivered longer ago than
+/// `history.max_age_ms`, trimmed, or history off), `bad_request` (a chosen row is still
+/// due, claimed or in its lane: it will be delivered anyway; or no such sink entry),
+/// `unknown_source`.
+pub async fn resend(
+    store: &Store,
+    tenant: &str,
+    hook: u64,
+    sink: Option<u32>,
+    max_hook_bytes: usize,
+) -> Result<Resent, Error> {
+    check_id("tenant", tenant)?;
+    let h = read_hook(store, hook)
+        .await?
+        .filter(|h| h.tenant == tenant)
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "hook {hook} of tenant {tenant} (a delivered hook is kept for history.max_age_ms)"
+            ))
+        })?;
+    let view = show_hook(store, tenant, hook).await?;
+    for r in &view.rows {
+        let chosen = sink.map_or(true, |s| s == r.sink);
+        let pending = matches!(
+            r.state,
+            RowState::Due
+                | RowState::Retrying
+                | RowState::Parked
+                | RowState::Claimed
+                | RowState::InLane
+        );
+        if chosen && pending {
+            return Err(Error::BadRequest(format!(
+                "row {} is {}: it is still being delivered",
+                r.row,
+                r.state.as_str()
+            )));
+        }
+    }
+    let opts = CommitOptions {
+        only_sink: sink,
+        ..CommitOptions::default()
+    };
+    let (receipt, ids) = store
+        .commit_with(
+            tenant,
+            &h.source,
+            &[(h.body.clone(), h.headers.clone())],
+            max_hook_bytes,
+            &opts,
+        )
+        .await?;
+    Ok(Resent {
+        hook,
+        new_hook: ids.first().copied().unwrap_or(receipt.first_hook),
+        rows: receipt.rows_per_hook,
+    })
+}
+
+/// One tenant in [`tenants_top`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TenantTop {
+    /// Tenant id.
+    pub tenant: String,
+    /// Rows in its due set (due now or later).
+    pub due_rows: u64,
+    /// Of those, due now.
+    pub due_now: u64,
+    /// Rows claimed.
+    pub claimed: u64,
+    /// How late its oldest row due now is, ms (0 when none is due).
+    pub oldest_lag_ms: i64,
+    /// Rows with failed attempts waiting (among the first [`SCAN_ROWS`]).
+    pub retrying_rows: u64,
+    /// Sink entries (`source/index`) with such rows.
+    pub failing_sinks: Vec<String>,
+}
+
+/// `ankusa tenants top`: per tenant with rows, from Redis: due rows, claimed, oldest lag,
+/// failing sinks; most due rows first, at most `limit` (`only`: just these tenants).
+pub async fn tenants_top(
+    store: &Store,
+    only: Option<&[String]>,
+    limit: usize,
+) -> Result<Vec<TenantTop>, Error> {
+    let ks = store.keyspace();
+    let now = store.now_ms().await?;
+    let claimed: Vec<String> = store
+        .client()
+        .zrange(ks.claimed(), 0, -1, None, false, None, false)
+        .await
+        .map_err(store_err)?;
+    let mut per: BTreeMap<String, TenantTop> = BTreeMap::new();
+    for m in &claimed {
+        if let Some((t, _)) = m.split_once('/') {
+            per.entry(t.to_string()).or_default().claimed += 1;
+        }
+    }
+    let active: Vec<String> = store
+        .client()
+        .zrange(ks.tenants(), 0, -1, None, false, None, false)
+        .await
+        .map_err(store_err)?;
+    for t in active {
+        per.entry(t).or_default();
+    }
+    if let Some(only) = only {
+        per.retain(|t, _| only.contains(t));
+        for t in only {
+            per.entry(t.clone()).or_default();
+        }
+    }
+    let mut out = Vec::with_capacity(per.len());
+    for (tenant, mut top) in per {
+        top.tenant = tenant.clone();
+        let due = ks.due(&tenant);
+        top.due_rows = store.client().zcard(&due).await.map_err(store_err)?;
+        top.due_now = store
+            .client()
+            .zcount(&due, f64::NEG_INFINITY, now as f64)
+            .await
+            .map_err(store_err)?;
+        let first: Value = store
+            .client()
+            .zrange(&due, 0, 0, None, false, None, true)
+            .await
+            .map_err(store_err)?;
+        if let Some((_, at)) = scored(first).first() {
+            top.oldest_lag_ms = (now - at).max(0);
+        }
+        let page = list_rows(
+            store,
+            &tenant,
+            None,
+            Some(RowFilter::Retrying),
+            SCAN_ROWS as usize,
+        )
+        .await?;
+        top.retrying_rows = page.rows.len() as u64;
+        let mut sinks: Vec<String> = page
+            .rows
+            .iter()
+            .map(|r| format!("{}/{}", r.source, r.sink))
+            .collect();
+        sinks.sort();
+        sinks.dedup();
+        top.failing_sinks = sinks;
+        out.push(top);
+    }
+    out.sort_by(|a, b| {
+        (b.due_rows + b.claimed)
+            .cmp(&(a.due_rows + a.claimed))
+            .then(a.tenant.cmp(&b.tenant))
+    });
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// Set the `ankusa_tenant_*{tenant}` gauges of `tenants` (config `history.metrics_tenants`)
+/// from [`tenants_top`]; a failed read leaves the last values and is logged.
+pub async fn publish_tenant_gauges(store: &Store, tenants: &[String]) {
+    match tenants_top(store, Some(tenants), tenants.len()).await {
+        Ok(top) => {
+            for t in top {
+                let l = [("tenant", t.tenant.clone())];
+                metrics::gauge!("ankusa_tenant_due_rows", &l).set(t.due_rows as f64);
+                metrics::gauge!("ankusa_tenant_claimed_rows", &l).set(t.claimed as f64);
+                metrics::gauge!("ankusa_tenant_retrying_rows", &l).set(t.retrying_rows as f64);
+                metrics::gauge!("ankusa_tenant_oldest_lag_seconds", &l)
+                    .set(t.oldest_lag_ms as f64 / 1000.0);
+                metrics::gauge!("ankusa_tenant_failing_sinks", &l)
+                    .set(t.failing_sinks.len() as f64);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "per-tenant gauges not updated"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_and_statuses_come_from_the_sinks_texts() {
+        for (error, kind, status) in [
+            ("http 500: boom", "http_status", Some(500)),
+            ("http 404", "http_status", Some(404)),
+            ("http 301 redirect not followed", "http_status", Some(301)),
+            ("attempt_timeout(2000ms)", "timeout", None),
+            ("connect: error sending request", "connect", None),
+            (
+                "secret reference ${env:ORDERS_TOKEN} is not set in the worker's environment",
+                "secret",
+                None,
+            ),
+            (
+                "invalid hook headers: name \"a b\"",
+                "invalid_headers",
+                None,
+            ),
+            ("transport: x", "transport", None),
+            ("sqs: throttled", "other", None),
+        ] {
+            assert_eq!(error_kind(error), (kind, status), "{error}");
+        }
+    }
+
+    #[test]
+    fn no_history_argument_when_history_is_off() {
+        let cfg = HistoryConfig {
+            enabled: false,
+            ..HistoryConfig::default()
+        };
+        assert_eq!(history_arg(&cfg, std::iter::empty()), None);
+        let on = history_arg(&HistoryConfig::default(), std::iter::empty()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&on).unwrap();
+        assert_eq!(v["age"], 86_400_000);
+        assert_eq!(v["keep"], true);
+    }
+}

@@ -1,0 +1,848 @@
+//! Delivery visibility, tried as a user would: idempotent commits (raw script, CLI, ingest),
+//! the attempt history (`hooks show`), retrying rows (`rows list`), resend, `tenants top`,
+//! and the source registry over HTTP — against a real `redis-server`, real HTTP and the
+//! `ankusa` binary.
+
+mod common;
+
+use ankusa::model::SourceSpec;
+use ankusa::store::scripts::COMMIT;
+use ankusa::testkit::{Behavior, Reply};
+use ankusa::Hook;
+use common::procs::{poll_until, wait_leader};
+use common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Stdio;
+
+/// Run the `ankusa` binary against this env's Redis: `(exit code, stdout, stderr)`.
+async fn ankusa(env: &Env, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ankusa"));
+    cmd.args([
+        "--redis-url",
+        &env.redis.url(),
+        "--instance",
+        &env.config.instance,
+    ]);
+    cmd.args(args);
+    let out = tokio::time::timeout(LIVENESS, cmd.output())
+        .await
+        .expect("cli finishes")
+        .expect("cli runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `ankusa --json ARGS`, which must succeed; its JSON answer.
+async fn ankusa_json(env: &Env, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = ankusa(env, &all).await;
+    assert_eq!(code, 0, "ankusa {args:?}: {out} {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// Poll `read` (a CLI or admin read, a poll interval apart) until `done` holds of its answer
+/// or `LIVENESS` passes; the last answer. Panics naming `what` when it never held.
+async fn until<F, Fut>(what: &str, mut read: F, done: impl Fn(&Value) -> bool) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    let deadline = std::time::Instant::now() + LIVENESS;
+    loop {
+        let v = read().await;
+        if done(&v) {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {v}");
+        tokio::time::sleep(common::procs::POLL).await;
+    }
+}
+
+fn statuses(attempts: &Value) -> Vec<Value> {
+    attempts
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| a["status"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_idempotency_key_through_the_raw_script_makes_one_hook_and_a_new_one_after_the_window(
+) {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    let sha = env.redis_cmd(&["SCRIPT", "LOAD", COMMIT]);
+    let lease = env.key("lease");
+    let prefix = env.store.keyspace().prefix().to_string();
+    let commit = |key: &str, ttl: &str| {
+        let reply = env.redis_cmd(&[
+            "EVALSHA",
+            &sha,
+            "1",
+            &lease,
+            &prefix,
+            "acme",
+            "orders",
+            "1048576",
+            "1",
+            r#"{"id":1}"#,
+            "",
+            "idem",
+            ttl,
+            key,
+        ]);
+        let lines: Vec<String> = reply.lines().map(str::to_string).collect();
+        assert_eq!(lines[0], "ok", "{reply}");
+        // ok, first hook id, rows per hook, committed at, then the id of each hook
+        assert_eq!(lines[1], lines[4], "{reply}");
+        lines[1].parse::<u64>().expect("hook id")
+    };
+    let first = commit("order-1", "60000");
+    let before = env.keys();
+    let dump = |k: &str| env.redis_cmd(&["DUMP", k]);
+    let hook_before = dump(&env.key(&format!("hook:{first}")));
+    assert_eq!(commit("order-1", "60000"), first);
+    assert_eq!(env.keys(), before, "a repeated key writes nothing");
+    assert_eq!(dump(&env.key(&format!("hook:{first}"))), hook_before);
+    assert_eq!(env.redis_cmd(&["ZCARD", &env.key("due:acme")]), "2");
+    assert_eq!(env.store.totals().await.unwrap().committed, 1);
+    // another key is another hook
+    let other = commit("order-2", "60000");
+    assert_ne!(other, first);
+
+    // a short window: once it has passed, the same key commits a new hook
+    let short = commit("order-3", "200");
+    assert_eq!(commit("order-3", "200"), short);
+    let idem_keys = || env.redis_cmd(&["KEYS", &env.key("idem:*")]).lines().count();
+    assert_eq!(idem_keys(), 3);
+    assert!(
+        poll_until(LIVENESS, || async { idem_keys() == 2 }).await,
+        "the 200 ms key never expired"
+    );
+    let again = commit("order-3", "200");
+    assert!(again > short, "{again} after {short}");
+
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    // hooks first, other, short, again: one delivery each per sink
+    assert_eq!(env.receiver.count_for("a"), 4);
+    assert_eq!(env.receiver.count_for("b"), 4);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_idempotency_key_through_the_cli_and_ingest_makes_one_hook_one_delivery_per_sink()
+{
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let payload = dir.path().join("payload.json");
+    std::fs::write(&payload, r#"{"order":{"id":7}}"#).unwrap();
+    let p = payload.to_str().unwrap();
+    let produce = |key: &'static str| {
+        let env = &env;
+        async move {
+            let (code, out, err) = ankusa(
+                env,
+                &["produce", "acme", "orders", p, "--idempotency-key", key],
+            )
+            .await;
+            assert_eq!(code, 0, "{out} {err}");
+            out
+        }
+    };
+    let one = produce("cli-1").await;
+    assert!(one.contains("first hook id 1"), "{one}");
+    assert_eq!(produce("cli-1").await, one);
+    // several hooks with one key is a usage error
+    let (code, _, err) = ankusa(
+        &env,
+        &[
+            "produce",
+            "acme",
+            "orders",
+            p,
+            p,
+            "--idempotency-key",
+            "cli-2",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{err}");
+
+    // ingest: a worker process with an admin token
+    let config = env.config_file(&dir, |c| c.admin.token = Some("s3cret".into()));
+    let w = WorkerProcess::spawn(&config, &dir, "w1");
+    wait_leader(&w).await;
+    let post = |key: &'static str| {
+        let url = format!("http://{}/v1/hooks/acme/orders", w.admin);
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth("s3cret")
+                .header("idempotency-key", key)
+                .body(r#"{"order":{"id":8}}"#)
+                .send()
+                .await
+                .expect("ingest answers");
+            assert_eq!(r.status().as_u16(), 202);
+            serde_json::from_slice::<Value>(&r.bytes().await.expect("body")).expect("JSON")
+        }
+    };
+    let a = post("ingest-1").await;
+    let b = post("ingest-1").await;
+    assert_eq!(a["hook_id"], b["hook_id"]);
+    assert_eq!(a["hook_id"], 2);
+    assert_eq!(env.store.totals().await.unwrap().committed, 2);
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 4)
+            .await,
+        "both hooks delivered to both sinks"
+    );
+    let tick = reqwest::Client::new()
+        .post(format!("http://{}/admin/tick", w.admin))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("tick");
+    assert_eq!(tick.status().as_u16(), 200);
+    assert_eq!(env.receiver.count_for("a"), 2);
+    assert_eq!(env.receiver.count_for("b"), 2);
+    let mut hooks = env.receiver.header_counts("ankusa-hook-id");
+    hooks.retain(|_, n| *n != 2);
+    assert!(
+        hooks.is_empty(),
+        "one delivery per sink per hook: {hooks:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_delivered_after_two_failures_shows_three_attempts_500_500_200_in_order() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a"]).await;
+    env.receiver.set(
+        "a",
+        Behavior::Sequence(vec![
+            Reply::status(500).body("boom"),
+            Reply::status(500).body("boom"),
+        ]),
+    );
+    let hook = env.commit("acme", "orders", r#"{"n":1}"#).await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let v = ankusa_json(&env, &["hooks", "show", "acme", &hook.to_string()]).await;
+    assert_eq!(
+        statuses(&v["attempts"]),
+        [json!(500), json!(500), json!(200)]
+    );
+    let a = v["attempts"].as_array().unwrap();
+    let outcomes: Vec<&str> = a.iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["retry", "retry", "delivered"]);
+    let numbers: Vec<u64> = a.iter().map(|a| a["attempt"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    for failed in &a[..2] {
+        assert_eq!(failed["error_kind"], "http_status");
+        assert!(
+            failed["error"].as_str().unwrap().starts_with("http 500"),
+            "{failed}"
+        );
+        assert!(
+            failed["next_attempt_ms"].as_i64().unwrap() >= failed["started_ms"].as_i64().unwrap()
+        );
+    }
+    assert!(a[0]["started_ms"].as_i64() <= a[1]["started_ms"].as_i64());
+    assert!(a[1]["started_ms"].as_i64() <= a[2]["started_ms"].as_i64());
+    assert_eq!(v["rows"][0]["state"], "delivered");
+    assert_eq!(v["stored"], "kept");
+    // the human form names each attempt's status
+    let (code, out, _) = ankusa(&env, &["hooks", "show", "acme", &hook.to_string()]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("status=500").count(), 2, "{out}");
+    assert_eq!(out.matches("status=200").count(), 1, "{out}");
+    worker.shutdown().await;
+}
+
+/// The README's `orders.json`, its URLs pointed at this test's receiver (`s0`, `s1`), and
+/// the name of the secret its first sink references.
+fn readme_orders(env: &Env) -> (SourceSpec, String) {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let at = readme
+        .find("(`orders.json`)")
+        .expect("README shows orders.json");
+    let start = at + readme[at..].find("```json").expect("a json block") + "```json".len();
+    let end = start + readme[start..].find("```").expect("block ends");
+    let mut spec: Value = serde_json::from_str(&readme[start..end]).expect("orders.json parses");
+    for (i, s) in spec["sinks"].as_array_mut().unwrap().iter_mut().enumerate() {
+        s["opts"]["url"] = json!(env.receiver.url(&format!("s{i}")));
+    }
+    let text = spec.to_string();
+    let name = text
+        .split("${env:")
+        .nth(1)
+        .and_then(|r| r.split('}').next())
+        .expect("orders.json references a secret")
+        .to_string();
+    (serde_json::from_value(spec).expect("a source spec"), name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_readme_secret_unset_rows_list_shows_the_retrying_row_with_the_secret_error() {
+    let env = Env::new().await;
+    let (spec, secret) = readme_orders(&env);
+    env.store.put_source("acme", "orders", &spec).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A long backoff: the row waits after its first attempt, so what is listed is that attempt.
+    let config = env.config_file(&dir, |c| {
+        c.retry.initial_backoff_ms = 120_000;
+        c.retry.max_backoff_ms = 120_000;
+    });
+    let log = dir.path().join("worker.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .args(["worker", "--config"])
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .env_remove(&secret)
+        .env("ANKUSA_LOG", "info,fred=warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("worker starts");
+    let hook = env.commit("acme", "orders", r#"{"order":{"id":42}}"#).await;
+    let row = format!("{hook}.0");
+    let listed = until(
+        "the row shows as retrying",
+        || {
+            ankusa_json(
+                &env,
+                &["rows", "list", "--tenant", "acme", "--state", "retrying"],
+            )
+        },
+        |v| !v["rows"].as_array().unwrap().is_empty(),
+    )
+    .await;
+    let r = &listed["rows"][0];
+    assert_eq!(r["row"], row.as_str());
+    assert_eq!(r["state"], "retrying");
+    assert_eq!(r["attempts"], 1, "{r}");
+    let err = r["last_error"].as_str().unwrap();
+    assert!(
+        err.contains("secret reference") && err.contains(&secret),
+        "{err}"
+    );
+    let next = r["due_at_ms"].as_i64().unwrap();
+    let first = r["first_attempt_ms"].as_i64().unwrap();
+    assert!(
+        next >= first + 90_000,
+        "next attempt after the backoff: {r}"
+    );
+    // the human form too
+    let (_, out, _) = ankusa(
+        &env,
+        &["rows", "list", "--tenant", "acme", "--state", "retrying"],
+    )
+    .await;
+    assert!(
+        out.contains(&row) && out.contains("secret reference"),
+        "{out}"
+    );
+
+    // hooks show: the failed attempt with its error, the audit row delivered
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.iter().any(|x| x.path == "s1"))
+            .await
+    );
+    let hook_s = hook.to_string();
+    let show = ["hooks", "show", "acme", hook_s.as_str()];
+    let v = until(
+        "both attempts recorded",
+        || ankusa_json(&env, &show),
+        |v| v["attempts"].as_array().unwrap().len() == 2,
+    )
+    .await;
+    let failed = v["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["row"] == row.as_str())
+        .expect("the failed attempt is recorded")
+        .clone();
+    assert_eq!(failed["error_kind"], "secret");
+    assert!(failed["error"].as_str().unwrap().contains(&secret));
+    assert_eq!(v["rows"][0]["state"], "retrying");
+    assert_eq!(v["rows"][1]["state"], "delivered");
+    assert_eq!(env.receiver.count_for("s0"), 0);
+    // the worker's log line of the failed attempt carries the error and the next due time
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("attempt failed"))
+        .unwrap_or_else(|| panic!("no failed-attempt line in\n{text}"));
+    assert!(
+        line.contains("secret reference") && line.contains("next_attempt_ms"),
+        "{line}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_past_max_per_tenant_is_trimmed_oldest_first() {
+    let env = Env::tuned(|c| c.history.max_per_tenant = 2).await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let worker = env.worker().await;
+    let mut hooks = Vec::new();
+    for i in 0..4 {
+        hooks.push(env.commit("acme", "orders", format!("{{\"n\":{i}}}")).await);
+        env.drain(&worker).await;
+    }
+    assert_eq!(env.redis_cmd(&["ZCARD", &env.key("history:acme")]), "2");
+    for old in &hooks[..2] {
+        assert_eq!(
+            env.redis_cmd(&["EXISTS", &env.key(&format!("attempts:{old}"))]),
+            "0"
+        );
+        assert_eq!(
+            env.redis_cmd(&["EXISTS", &env.key(&format!("kept:{old}"))]),
+            "0"
+        );
+        let (code, out, _) =
+            ankusa(&env, &["--json", "hooks", "show", "acme", &old.to_string()]).await;
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("not_found"), "{out}");
+    }
+    for new in &hooks[2..] {
+        let v = ankusa_json(&env, &["hooks", "show", "acme", &new.to_string()]).await;
+        assert_eq!(statuses(&v["attempts"]), [json!(200)]);
+    }
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_past_max_age_ms_expires() {
+    let env = Env::tuned(|c| c.history.max_age_ms = 300).await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let worker = env.worker().await;
+    let old = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+    let pttl: i64 = env
+        .redis_cmd(&["PTTL", &env.key(&format!("attempts:{old}"))])
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&pttl), "{pttl}");
+    assert!(
+        poll_until(LIVENESS, || async {
+            ankusa(&env, &["hooks", "show", "acme", &old.to_string()])
+                .await
+                .0
+                == 1
+        })
+        .await,
+        "the history of hook {old} never expired"
+    );
+    assert_eq!(
+        env.redis_cmd(&["EXISTS", &env.key(&format!("kept:{old}"))]),
+        "0"
+    );
+    // the next write drops the expired hook from the tenant's index
+    let new = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+    let index = env.redis_cmd(&["ZRANGE", &env.key("history:acme"), "0", "-1"]);
+    assert_eq!(index.lines().collect::<Vec<_>>(), [new.to_string()]);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_history_off_nothing_is_recorded_or_kept() {
+    let env = Env::tuned(|c| c.history.enabled = false).await;
+    env.http_source("acme", "orders", &["a"]).await;
+    env.receiver
+        .set("a", Behavior::Sequence(vec![Reply::status(500)]));
+    let worker = env.worker().await;
+    let hook = env.commit("acme", "orders", "{}").await;
+    env.drain(&worker).await;
+    assert_eq!(env.receiver.count_for("a"), 2);
+    let keys = env.keys();
+    assert!(
+        keys.iter().all(|k| !k.contains(":attempts:")
+            && !k.contains(":kept:")
+            && !k.contains(":history:")),
+        "{keys:?}"
+    );
+    let (code, out, _) = ankusa(
+        &env,
+        &["--json", "hooks", "show", "acme", &hook.to_string()],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resend_delivers_a_delivered_or_dead_lettered_hook_again_once_per_chosen_sink() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a", "b"]).await;
+    let worker = env.worker().await;
+    let hook = env.commit("acme", "orders", r#"{"resend":1}"#).await;
+    env.drain(&worker).await;
+    assert_eq!(
+        (env.receiver.count_for("a"), env.receiver.count_for("b")),
+        (1, 1)
+    );
+
+    let all = ankusa_json(&env, &["hooks", "resend", "acme", &hook.to_string()]).await;
+    assert_eq!(all["rows"], 2);
+    assert_ne!(all["new_hook"], hook);
+    env.drain(&worker).await;
+    assert_eq!(
+        (env.receiver.count_for("a"), env.receiver.count_for("b")),
+        (2, 2)
+    );
+
+    let one = ankusa_json(
+        &env,
+        &["hooks", "resend", "acme", &hook.to_string(), "--sink", "1"],
+    )
+    .await;
+    assert_eq!(one["rows"], 1);
+    env.drain(&worker).await;
+    assert_eq!(
+        (env.receiver.count_for("a"), env.receiver.count_for("b")),
+        (2, 3)
+    );
+    let bodies: Vec<String> = env
+        .receiver
+        .requests()
+        .iter()
+        .map(|r| r.body_sha256.clone())
+        .collect();
+    assert!(bodies.iter().all(|b| *b == sha256_hex(br#"{"resend":1}"#)));
+
+    // a dead-lettered row: sink b refuses permanently, then accepts the resend
+    env.receiver.set("b", Behavior::Status(400));
+    let dead = env.commit("acme", "orders", r#"{"resend":2}"#).await;
+    env.drain(&worker).await;
+    let v = ankusa_json(&env, &["hooks", "show", "acme", &dead.to_string()]).await;
+    assert_eq!(v["rows"][0]["state"], "delivered");
+    assert_eq!(v["rows"][1]["state"], "dead_lettered");
+    assert!(v["rows"][1]["dead_letter"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("permanent"));
+    env.receiver.set("b", Behavior::Ok);
+    let before = env.receiver.count_for("b");
+    ankusa_json(
+        &env,
+        &["hooks", "resend", "acme", &dead.to_string(), "--sink", "1"],
+    )
+    .await;
+    env.drain(&worker).await;
+    assert_eq!(env.receiver.count_for("b"), before + 1);
+    assert_eq!(env.receiver.count_for("a"), 3);
+    // no such sink entry, no such hook
+    let (code, _, err) = ankusa(
+        &env,
+        &["hooks", "resend", "acme", &hook.to_string(), "--sink", "5"],
+    )
+    .await;
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = ankusa(&env, &["hooks", "resend", "acme", "999"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not found"), "{err}");
+    worker.shutdown().await;
+}
+
+async fn admin(
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<String>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new().request(method, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.header("content-type", "application/json").body(b);
+    }
+    let resp = req.send().await.expect("admin answers");
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
+    use reqwest::Method;
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |c| c.admin.token = Some("s3cret".into()));
+    let w = WorkerProcess::spawn(&config, &dir, "w1");
+    wait_leader(&w).await;
+    let base = format!("http://{}", w.admin);
+    let tok = Some("s3cret");
+    let spec = json!({"sinks": [{"module": "http", "opts": {"url": env.receiver.url("a")}}]});
+    let src = format!("{base}/admin/sources/acme/orders");
+
+    let (s, _) = admin(Method::PUT, src.clone(), None, Some(spec.to_string())).await;
+    assert_eq!(s, 401);
+    let (s, v) = admin(Method::PUT, src.clone(), tok, Some(spec.to_string())).await;
+    assert_eq!(
+        (s, v["version"].clone(), v["sinks"].clone()),
+        (200, json!(1), json!(1))
+    );
+    let (s, v) = admin(Method::PUT, src.clone(), tok, Some(spec.to_string())).await;
+    assert_eq!((s, v["version"].clone()), (200, json!(2)));
+    let (s, v) = admin(Method::GET, src.clone(), tok, None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["version"], 2);
+    assert_eq!(v["spec"]["sinks"][0]["opts"]["url"], env.receiver.url("a"));
+    let cli_get = ankusa_json(&env, &["source", "get", "acme", "orders"]).await;
+    assert_eq!(cli_get, v["spec"]);
+    let (s, v) = admin(
+        Method::GET,
+        format!("{base}/admin/sources?tenant=acme"),
+        tok,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, v),
+        (200, json!([{"tenant": "acme", "source": "orders"}]))
+    );
+    let (_, v) = admin(
+        Method::GET,
+        format!("{base}/admin/sources?tenant=globex"),
+        tok,
+        None,
+    )
+    .await;
+    assert_eq!(v, json!([]));
+
+    // invalid specs: the same errors as `ankusa source put`
+    let bad = json!({"sinks": [{"module": "smtp", "opts": {}}]});
+    let file = dir.path().join("bad.json");
+    std::fs::write(&file, bad.to_string()).unwrap();
+    let (code, _, cli_err) = ankusa(
+        &env,
+        &["source", "put", "acme", "bad", file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 2);
+    let (s, v) = admin(
+        Method::PUT,
+        format!("{base}/admin/sources/acme/bad"),
+        tok,
+        Some(bad.to_string()),
+    )
+    .await;
+    assert_eq!((s, v["error"]["code"].clone()), (400, json!("bad_request")));
+    assert_eq!(
+        cli_err.trim(),
+        format!("error: {}", v["error"]["message"].as_str().unwrap())
+    );
+    let no_url = json!({"sinks": [{"module": "http", "opts": {}}]}).to_string();
+    std::fs::write(&file, &no_url).unwrap();
+    let (_, _, cli_err) = ankusa(
+        &env,
+        &["source", "put", "acme", "bad", file.to_str().unwrap()],
+    )
+    .await;
+    let (s, v) = admin(
+        Method::PUT,
+        format!("{base}/admin/sources/acme/bad"),
+        tok,
+        Some(no_url),
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(
+        cli_err.trim(),
+        format!("error: {}", v["error"]["message"].as_str().unwrap())
+    );
+    let (s, v) = admin(
+        Method::PUT,
+        format!("{base}/admin/sources/acme/bad"),
+        tok,
+        Some("{\"sinks\": 3}".into()),
+    )
+    .await;
+    assert_eq!((s, v["error"]["code"].clone()), (400, json!("bad_request")));
+    let (s, _) = admin(
+        Method::PUT,
+        format!("{base}/admin/sources/acme/a:b"),
+        tok,
+        Some(spec.to_string()),
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (_, v) = admin(Method::GET, format!("{base}/admin/sources"), tok, None).await;
+    assert_eq!(
+        v,
+        json!([{"tenant": "acme", "source": "orders"}]),
+        "nothing stored by a refused put"
+    );
+
+    // a hook, its rows and attempts, resend over HTTP
+    env.receiver
+        .set("a", Behavior::Sequence(vec![Reply::status(503)]));
+    let hook = env.commit("acme", "orders", "{}").await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 2)
+            .await
+    );
+    let shown = format!("{base}/admin/hooks/acme/{hook}");
+    let v = until(
+        "the hook is delivered",
+        || async { admin(Method::GET, shown.clone(), tok, None).await.1 },
+        |v| v["rows"][0]["state"] == "delivered",
+    )
+    .await;
+    assert_eq!(statuses(&v["attempts"]), [json!(503), json!(200)]);
+    let (s, _) = admin(Method::GET, shown.clone(), None, None).await;
+    assert_eq!(s, 401);
+    let (s, v) = admin(
+        Method::GET,
+        format!("{base}/admin/hooks/acme/777"),
+        tok,
+        None,
+    )
+    .await;
+    assert_eq!((s, v["error"]["code"].clone()), (404, json!("not_found")));
+    let (s, v) = admin(
+        Method::GET,
+        format!("{base}/admin/rows?tenant=acme&state=retrying"),
+        tok,
+        None,
+    )
+    .await;
+    assert_eq!((s, v["rows"].clone()), (200, json!([])));
+    let (s, _) = admin(
+        Method::GET,
+        format!("{base}/admin/rows?tenant=acme&state=bogus"),
+        tok,
+        None,
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, v) = admin(Method::POST, format!("{shown}/resend?sink=0"), tok, None).await;
+    assert_eq!((s, v["rows"].clone()), (200, json!(1)), "{v}");
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 3)
+            .await
+    );
+    let (s, v) = admin(Method::GET, format!("{base}/admin/tenants/top"), tok, None).await;
+    assert_eq!(s, 200);
+    assert!(v.is_array(), "{v}");
+
+    // delete
+    let (s, v) = admin(Method::DELETE, src.clone(), tok, None).await;
+    assert_eq!((s, v), (200, json!({"deleted": true})));
+    let (s, _) = admin(Method::GET, src.clone(), tok, None).await;
+    assert_eq!(s, 404);
+    let (s, _) = admin(Method::DELETE, src.clone(), tok, None).await;
+    assert_eq!(s, 404);
+
+    // every endpoint is in the OpenAPI document, behind the token
+    let (_, doc) = admin(Method::GET, format!("{base}/openapi.json"), None, None).await;
+    for (path, method) in [
+        ("/admin/hooks/{tenant}/{hook}", "get"),
+        ("/admin/hooks/{tenant}/{hook}/resend", "post"),
+        ("/admin/rows", "get"),
+        ("/admin/tenants/top", "get"),
+        ("/admin/sources", "get"),
+        ("/admin/sources/{tenant}/{source}", "get"),
+        ("/admin/sources/{tenant}/{source}", "put"),
+        ("/admin/sources/{tenant}/{source}", "delete"),
+    ] {
+        assert!(
+            doc["paths"][path][method]["security"].is_array(),
+            "{method} {path}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_top_shows_due_rows_lag_and_failing_sinks_per_tenant() {
+    let env = Env::tuned(|c| {
+        c.retry.initial_backoff_ms = 120_000;
+        c.retry.max_backoff_ms = 120_000;
+    })
+    .await;
+    env.http_source("acme", "orders", &["bad"]).await;
+    env.http_source("globex", "orders", &["good"]).await;
+    env.receiver.set("bad", Behavior::Status(503));
+    for _ in 0..3 {
+        env.commit("acme", "orders", "{}").await;
+    }
+    env.commit("globex", "orders", "{}").await;
+    let worker = env.worker().await;
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 4)
+            .await
+    );
+    let top = until(
+        "acme's three rows retrying",
+        || ankusa_json(&env, &["tenants", "top"]),
+        |v| v[0]["retrying_rows"] == 3,
+    )
+    .await;
+    assert_eq!(top[0]["tenant"], "acme");
+    assert_eq!(top[0]["due_rows"], 3);
+    assert_eq!(top[0]["failing_sinks"], json!(["orders/0"]));
+    assert!(
+        top.as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["tenant"] != "globex"),
+        "globex has nothing left: {top}"
+    );
+    let (code, out, _) = ankusa(&env, &["tenants", "top"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("acme") && out.contains("orders/0"), "{out}");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_producer_honours_idempotency_keys_per_hook() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let hooks = [
+        Hook::new("x").idempotency_key("k1"),
+        Hook::new("y"),
+        Hook::new("z").idempotency_key("k1"),
+    ];
+    let (r, ids) = env
+        .producer
+        .commit_ids("acme", "orders", &hooks)
+        .await
+        .unwrap();
+    assert_eq!(ids, [r.first_hook, r.first_hook + 1, r.first_hook]);
+    let (_, again) = env
+        .producer
+        .commit_ids("acme", "orders", &[Hook::new("x").idempotency_key("k1")])
+        .await
+        .unwrap();
+    assert_eq!(again, [r.first_hook]);
+    assert_eq!(env.store.totals().await.unwrap().committed, 2);
+    let too_long = Hook::new("x").idempotency_key("k".repeat(257));
+    assert!(env
+        .producer
+        .commit("acme", "orders", too_long)
+        .await
+        .is_err());
+}
