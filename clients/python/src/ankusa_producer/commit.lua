@@ -21,6 +21,11 @@ local K_STATS = P .. 'stats'
 local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
 local K_BLOB_GC = P .. 'blob_gc'
+-- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
+-- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
+-- the lease records the last token issued before the term in `claim_floor`.
+local K_CLAIM_SEQ = P .. 'claim_seq'
+local K_CLAIM_FLOOR = P .. 'claim_floor'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -68,6 +73,8 @@ end
 -- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
 --       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
+--       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
+--          (the delivery's own headers), refused here so every language's producer is covered
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
@@ -84,6 +91,18 @@ for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
 for i = 1, n do
   local size = #ARGV[4 + 2 * i]
   if size > max_bytes then return {'too_large', i, size} end
+  local headers = ARGV[5 + 2 * i]
+  if headers ~= '' then
+    -- Headers that are no JSON object are left to the attempt (dead-lettered unsent there).
+    local ok, h = pcall(cjson.decode, headers)
+    if not ok or type(h) ~= 'table' then h = {} end
+    for k, _ in pairs(h) do
+      local l = string.lower(tostring(k))
+      if string.sub(l, 1, 8) == 'webhook-' or string.sub(l, 1, 7) == 'ankusa-' then
+        return {'reserved_header', i, tostring(k)}
+      end
+    end
+  end
 end
 local lanes = nil
 if lanes_json then
