@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_ankusa");
 
 /// `ankusa <args>` against `env`'s Redis and instance, with `stdin` as input.
+/// The CLI, like the workers, delivers and checks sources against the test's loopback
+/// receiver: it opts in to loopback as the tests' config does (`http.allow_cidrs`).
+const ALLOW_LOOPBACK: (&str, &str) = ("ANKUSA_HTTP__ALLOW_CIDRS", r#"["127.0.0.0/8", "::1/128"]"#);
+
 fn run_in(env: &Env, args: &[&str], stdin: &[u8], vars: &[(&str, &str)]) -> Output {
     let mut child = Command::new(BIN)
         .args([
@@ -26,6 +30,7 @@ fn run_in(env: &Env, args: &[&str], stdin: &[u8], vars: &[(&str, &str)]) -> Outp
             &env.config.instance,
         ])
         .args(args)
+        .env(ALLOW_LOOPBACK.0, ALLOW_LOOPBACK.1)
         .envs(vars.iter().copied())
         .env_remove("ANKUSA_CONFIG")
         .stdin(Stdio::piped())
@@ -127,6 +132,7 @@ fn run_with_closed_stdout(env: Option<&Env>, args: &[&str]) -> Output {
     }
     let mut child = cmd
         .args(args)
+        .env(ALLOW_LOOPBACK.0, ALLOW_LOOPBACK.1)
         .env_remove("ANKUSA_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -141,7 +141,8 @@ async fn the_whole_pipeline_runs_over_mutual_tls_to_a_tls_only_redis() {
     // This process: register a source and commit 20 hooks over TLS.
     let store = Store::connect_config(&config.redis, &config.instance)
         .await
-        .expect("store connects over mutual TLS");
+        .expect("store connects over mutual TLS")
+        .with_edge(ankusa::testkit::loopback_edge());
     let sink = SinkEntry {
         module: "http".into(),
         opts: serde_json::json!({ "url": receiver.url("/tls") })
