@@ -12,6 +12,10 @@ local function k_dlq(tenant) return P .. 'dlq:' .. tenant end
 local function k_lane(lane) return P .. 'lane:' .. lane end
 local function k_lanehead(lane) return P .. 'lanehead:' .. lane end
 local function k_lanes(tenant) return P .. 'lanes:' .. tenant end
+local function k_idem(tenant, source, key) return P .. 'idem:' .. tenant .. ':' .. source .. ':' .. redis.sha1hex(key) end
+local function k_attempts(hook) return P .. 'attempts:' .. hook end
+local function k_kept(hook) return P .. 'kept:' .. hook end
+local function k_history(tenant) return P .. 'history:' .. tenant end
 local K_LANE_MEMBERS = P .. 'lane_members'
 local K_LANE_TENANTS = P .. 'lane_tenants'
 local K_TENANTS = P .. 'tenants'
@@ -71,7 +75,13 @@ end
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
 -- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes
 -- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
+--          then options, each a word and its values (docs/commit-protocol.md):
+--          'idem', ttl_ms, then n producer idempotency keys ('' none): a hook whose key was
+--                  committed to this tenant+source within ttl_ms is not written again;
+--          'sink', index: make the row of this sink entry only (resend).
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
+--          with 'idem': {'ok', first_hook_id, rows_per_hook, now_ms, id of hook 1 … hook n}
+--          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
 --       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
@@ -82,7 +92,21 @@ end
 local tenant, source = ARGV[2], ARGV[3]
 local max_bytes = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
-if not n or n < 1 or #ARGV ~= 5 + 2 * n then return {'bad_request', 'argument count'} end
+if not n or n < 1 or #ARGV < 5 + 2 * n then return {'bad_request', 'argument count'} end
+local idem_ttl, idem, only = nil, nil, nil
+local o = 6 + 2 * n
+while o <= #ARGV do
+  if ARGV[o] == 'idem' and tonumber(ARGV[o + 1]) and o + 1 + n <= #ARGV then
+    idem_ttl, idem = tonumber(ARGV[o + 1]), {}
+    for i = 1, n do idem[i] = ARGV[o + 1 + i] end
+    o = o + 2 + n
+  elseif ARGV[o] == 'sink' and tonumber(ARGV[o + 1]) then
+    only = tonumber(ARGV[o + 1])
+    o = o + 2
+  else
+    return {'bad_request', 'argument count'}
+  end
+end
 local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes')
 local modules, lanes_json = src[1], src[2]
 if not modules then return {'unknown_source'} end
@@ -111,7 +135,32 @@ if lanes_json then
   lanes = v
 end
 local now = now_ms()
+if only and (only < 0 or only >= sinks or only ~= math.floor(only)) then return {'bad_request', 'no sink entry ' .. only} end
 if sinks == 0 then return {'ok', 0, 0, now} end
+-- Idempotency: which hooks were committed already (by an earlier call or earlier in this one).
+local ids, fresh, alias = {}, {}, {}
+if idem then
+  local seen = {}
+  for i = 1, n do
+    local k = idem[i]
+    if k ~= '' then
+      if seen[k] then
+        alias[i] = seen[k]
+      else
+        ids[i] = tonumber(redis.call('GET', k_idem(tenant, source, k)))
+        if not ids[i] then seen[k] = i end
+      end
+    end
+    if not ids[i] and not alias[i] then fresh[#fresh + 1] = i end
+  end
+  if #fresh == 0 then
+    local out = {'ok', ids[1], only and 1 or sinks, now}
+    for i = 1, n do out[#out + 1] = ids[i] end
+    return out
+  end
+else
+  for i = 1, n do fresh[i] = i end
+end
 
 -- The lane key of a hook for one spec; a missing key is the default lane ''.
 local function scalar(v)
@@ -153,18 +202,22 @@ local function lane_key(spec, body, headers, cache)
   return scalar(v)
 end
 
-local last = redis.call('INCRBY', K_SEQ, n)
-local first = last - n + 1
+local last = redis.call('INCRBY', K_SEQ, #fresh)
+local first = last - #fresh + 1
 local due = k_due(tenant)
 local pending = {}
-for i = 1, n do
-  local hook = first + i - 1
+for f, i in ipairs(fresh) do
+  local hook = first + f - 1
+  ids[i] = hook
   local body, headers = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   local hk = k_hook(hook)
   redis.call('HSET', hk, 'b', body, 'h', headers, 't', now, 'tn', tenant,
-    's', source, 'k', modules, 'n', sinks, 'z', #body)
+    's', source, 'k', modules, 'n', only and 1 or sinks, 'z', #body)
+  if idem and idem[i] ~= '' then
+    redis.call('SET', k_idem(tenant, source, idem[i]), hook, 'PX', idem_ttl)
+  end
   local cache = {}
-  for idx = 0, sinks - 1 do
+  for idx = (only or 0), (only or sinks - 1) do
     local row = hook .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
@@ -190,7 +243,11 @@ for i = 1, n do
   end
 end
 if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
+for i, j in pairs(alias) do ids[i] = ids[j] end
 tenant_due(tenant, now)
 redis.call('PUBLISH', K_WAKE, tenant)
-redis.call('HINCRBY', K_STATS, 'committed', n)
-return {'ok', first, sinks, now}
+redis.call('HINCRBY', K_STATS, 'committed', #fresh)
+if not idem then return {'ok', first, only and 1 or sinks, now} end
+local out = {'ok', ids[1], only and 1 or sinks, now}
+for i = 1, n do out[#out + 1] = ids[i] end
+return out
