@@ -4,9 +4,13 @@
 -- ARGV[5]  default room (rows a tenant not listed below may take)
 -- ARGV[6]  s, then s tenant ids to skip (at their window)
 -- then     r, then r pairs: tenant id, room (tenants whose room is below the page)
+-- then     optionally the byte window (R5): 'bytes', global room (bytes), alone (1 when
+--          nothing is claimed), default tenant room (bytes), b, then b triples: tenant id,
+--          room (bytes), 1 when the tenant has nothing claimed else 0
 -- Returns  {'fenced'}
 --       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, lane members|-1 (no sweep ran),
---           lanes promoted by the sweep, claim token, then per claimed row:
+--           lanes promoted by the sweep, claim token, 1|0 (the byte window stopped a
+--           tenant or the page), then per claimed row:
 --           tenant, row id, attempts, first attempt ms|'' }
 -- Lane sweep (R12), only while the partition holds any lane member (one GET otherwise):
 -- a bounded random sample of lanes with members; a lane whose head is neither due nor
@@ -31,9 +35,39 @@ i = i + s + 1
 local room = {}
 local r = tonumber(ARGV[i])
 for j = 1, r do room[ARGV[i + 2 * j - 1]] = tonumber(ARGV[i + 2 * j]) end
+i = i + 2 * r + 1
+-- The byte window, row by row (R5, issue 17.1): a row is claimed only while its hook's
+-- size fits both the global room and its tenant's; the first row that does not fit stops
+-- its tenant (rows stay in order), and stops the page when it is the global room that is
+-- short. One hook larger than the window is claimed alone: globally when nothing is claimed
+-- at all, for its tenant when the tenant has nothing claimed.
+local brest, balone, bdefault = nil, false, 0
+local broom, bempty = {}, {}
+if ARGV[i] == 'bytes' then
+  brest = tonumber(ARGV[i + 1]) or 0
+  balone = ARGV[i + 2] == '1'
+  bdefault = tonumber(ARGV[i + 3]) or 0
+  local b = tonumber(ARGV[i + 4]) or 0
+  for j = 1, b do
+    local k = i + 4 + 3 * (j - 1)
+    broom[ARGV[k + 1]] = tonumber(ARGV[k + 2]) or 0
+    bempty[ARGV[k + 1]] = ARGV[k + 3] == '1'
+  end
+end
+local claimed_rows = 0
+-- The size a row's hook holds in the window: the hook's `z` (its body's length).
+local function row_bytes(row)
+  local hook = split_row(row)
+  if not hook then return 0 end
+  local z = redis.pcall('HGET', k_hook(hook), 'z')
+  if type(z) == 'table' then return 0 end
+  if z then return tonumber(z) or 0 end
+  local len = redis.pcall('HSTRLEN', k_hook(hook), 'b')
+  return tonumber(len) or 0
+end
 
 local now = now_ms()
-local out = {'ok', now, -1, -1, -1, 0, ctok}
+local out = {'ok', now, -1, -1, -1, 0, ctok, 0}
 local oldest = -1
 
 local members = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
@@ -67,17 +101,42 @@ end
 local taken = {}
 local left = page
 local hungry = active
-while left > 0 and #hungry > 0 do
+local page_full = false
+while left > 0 and #hungry > 0 and not page_full do
   local share = math.max(1, math.floor(left / #hungry))
   local next_hungry = {}
   for _, t in ipairs(hungry) do
-    if left <= 0 then break end
+    if left <= 0 or page_full then break end
     local got = taken[t] or 0
     local want = math.min(share, left, (room[t] or default_room) - got)
     if want > 0 then
       local due = k_due(t)
       local rows = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
       local n = #rows / 2
+      local stopped = false
+      if brest then
+        local tb = broom[t] or bdefault
+        local tempty = broom[t] == nil or bempty[t]
+        local fit = 0
+        for j = 1, n do
+          local z = row_bytes(rows[2 * j - 1])
+          local global_ok = z <= brest or (balone and claimed_rows == 0)
+          local tenant_ok = z <= tb or (tempty and got + fit == 0)
+          if not (global_ok and tenant_ok) then
+            stopped = true
+            out[8] = 1
+            if not global_ok then page_full = true end
+            break
+          end
+          brest = (z <= brest) and (brest - z) or 0
+          tb = (z <= tb) and (tb - z) or 0
+          claimed_rows = claimed_rows + 1
+          fit = fit + 1
+        end
+        broom[t] = tb
+        bempty[t] = false
+        n = fit
+      end
       if n > 0 then
         local first_score = tonumber(rows[2])
         if oldest < 0 or first_score < oldest then oldest = first_score end
@@ -111,7 +170,7 @@ while left > 0 and #hungry > 0 do
       end
       taken[t] = got + n
       left = left - n
-      if n == want and taken[t] < (room[t] or default_room) then
+      if n == want and not stopped and taken[t] < (room[t] or default_room) then
         next_hungry[#next_hungry + 1] = t
       end
     end

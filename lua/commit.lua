@@ -1,6 +1,7 @@
 -- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
--- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes
+-- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes (the caller's
+--          own limit: it can only lower the one kept server side, see below)
 -- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
 --          then options, each a word and its values (docs/commit-protocol.md):
 --          'idem', ttl_ms, then n producer idempotency keys ('' none): a hook whose key was
@@ -9,17 +10,39 @@
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
 --          with 'idem': {'ok', first_hook_id, rows_per_hook, now_ms, id of hook 1 … hook n}
 --          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
---       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
+--       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
+-- The script checks its input itself, trusting no caller (issue 17.10): KEYS[1] must be the
+-- lease key of the prefix ARGV[1] (`ankusa:{…}:`), tenant and source ids must match
+-- `[A-Za-z0-9_.-]{1,128}` (so they are valid UTF-8), and the size limit is the leader's
+-- `commit.max_hook_bytes` kept in `settings` (10 MiB until a leader wrote it), or ARGV[4]
+-- when that is lower.
+-- Fairness across a tenant's sources (R15, issue 17.2): a row's score in `due:<tenant>` is
+-- its virtual start time, not the commit time: max(the tenant's oldest due score or now,
+-- the source's last virtual time) plus 1 µs per row before it (`srcvt:<tenant>`, field
+-- source). A source with a backlog has its new rows queued behind its own backlog, while a
+-- source with none lands at the head of the tenant's line, so the claim, which takes a
+-- tenant's rows oldest first, interleaves the sources. Every score is still <= now unless
+-- one source has over a million rows waiting (a 1 s spread), so nothing waits for it.
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
 -- is idle, else it is appended behind it as a member (R10).
 local tenant, source = ARGV[2], ARGV[3]
-local max_bytes = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 if not n or n < 1 or #ARGV < 5 + 2 * n then return {'bad_request', 'argument count'} end
+if not string.match(P, '^ankusa:{[^{}]+}:$') or KEYS[1] ~= P .. 'lease' then
+  return {'bad_request', 'KEYS[1] must be the lease key of the prefix ARGV[1]'}
+end
+local function valid_id(id)
+  return #id >= 1 and #id <= 128 and not string.find(id, '[^A-Za-z0-9_.%-]')
+end
+if not valid_id(tenant) then return {'bad_request', 'tenant id must match [A-Za-z0-9_.-]{1,128}'} end
+if not valid_id(source) then return {'bad_request', 'source id must match [A-Za-z0-9_.-]{1,128}'} end
+local max_bytes = tonumber(redis.call('HGET', K_SETTINGS, 'max_hook_bytes') or '') or 10485760
+local asked = tonumber(ARGV[4])
+if asked and asked < max_bytes then max_bytes = asked end
 local idem_ttl, idem, only = nil, nil, nil
 local o = 6 + 2 * n
 while o <= #ARGV do
@@ -41,7 +64,7 @@ local sinks = 0
 for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
 for i = 1, n do
   local size = #ARGV[4 + 2 * i]
-  if size > max_bytes then return {'too_large', i, size} end
+  if size > max_bytes then return {'too_large', i, size, max_bytes} end
   local headers = ARGV[5 + 2 * i]
   if headers ~= '' then
     -- Headers that are no JSON object are left to the attempt (dead-lettered unsent there).
@@ -133,6 +156,17 @@ local last = redis.call('INCRBY', K_SEQ, #fresh)
 local first = last - #fresh + 1
 local due = k_due(tenant)
 local pending = {}
+local vt = now
+local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+if #head > 0 and tonumber(head[2]) < vt then vt = tonumber(head[2]) end
+local svt = tonumber(redis.call('HGET', k_srcvt(tenant), source) or '')
+if svt and svt > vt then vt = svt end
+-- The next row's score, as text: Lua would print a number with 14 digits only.
+local function next_score()
+  local s = string.format('%.3f', vt)
+  vt = vt + 0.001
+  return s
+end
 for f, i in ipairs(fresh) do
   local hook = first + f - 1
   ids[i] = hook
@@ -148,7 +182,7 @@ for f, i in ipairs(fresh) do
     local row = hook .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
-      pending[#pending + 1] = now
+      pending[#pending + 1] = next_score()
       pending[#pending + 1] = row
       if #pending >= 1000 then
         redis.call('ZADD', due, unpack(pending))
@@ -163,13 +197,14 @@ for f, i in ipairs(fresh) do
         redis.call('SADD', k_lanes(tenant), lane)
         redis.call('SADD', K_LANE_TENANTS, tenant)
       else
-        redis.call('SET', k_lanehead(lane), row)
-        redis.call('ZADD', due, now, row)
+        set_head(lane, row)
+        redis.call('ZADD', due, next_score(), row)
       end
     end
   end
 end
 if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
+redis.call('HSET', k_srcvt(tenant), source, string.format('%.3f', vt))
 for i, j in pairs(alias) do ids[i] = ids[j] end
 tenant_due(tenant, now)
 redis.call('PUBLISH', K_WAKE, tenant)

@@ -97,11 +97,14 @@ elseif phase == 'due' then
       if not h[1] then
         redis.call('ZREM', due, row)
         redis.call('DEL', k_row(row))
+        local lane = head_lane_of(row, nil)
+        if lane then promote(lane, tenant, now) end
         dropped = dropped + 1
       elseif h[1] == source then
         redis.call('ZREM', due, row)
         dead_letter(row, hook, idx, h[2])
-        if h[3] and redis.call('GET', k_lanehead(h[3])) == row then promote(h[3], tenant, now) end
+        local lane = head_lane_of(row, h[3])
+        if lane then promote(lane, tenant, now) end
       end
     end
   end

@@ -45,7 +45,7 @@ for i = 3, #ARGV do
         redis.call('SADD', k_lanes(tenant), lane)
         redis.call('SADD', K_LANE_TENANTS, tenant)
       else
-        if lane then redis.call('SET', k_lanehead(lane), row) end
+        if lane then set_head(lane, row) end
         redis.call('ZADD', due, now, row)
       end
       redis.call('HINCRBY', hk, 'n', 1)

@@ -16,6 +16,7 @@ local function k_idem(tenant, source, key) return P .. 'idem:' .. tenant .. ':' 
 local function k_attempts(hook) return P .. 'attempts:' .. hook end
 local function k_kept(hook) return P .. 'kept:' .. hook end
 local function k_history(tenant) return P .. 'history:' .. tenant end
+local function k_srcvt(tenant) return P .. 'srcvt:' .. tenant end
 local K_LANE_MEMBERS = P .. 'lane_members'
 local K_LANE_TENANTS = P .. 'lane_tenants'
 local K_TENANTS = P .. 'tenants'
@@ -25,6 +26,14 @@ local K_STATS = P .. 'stats'
 local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
 local K_BLOB_GC = P .. 'blob_gc'
+-- Claim-check blobs of finished hooks, scored by when they may be deleted: kept for the
+-- retention (`claim_check.retention_ms`), since a pointer may still wait on a queue (R18).
+local K_BLOB_RETAIN = P .. 'blob_retain'
+-- Settings kept server side, written by the leader (window.lua), read by the scripts:
+-- `max_hook_bytes` (commit), `cc_retention_ms` (settle). Not the caller's word (issue 17.10).
+local K_SETTINGS = P .. 'settings'
+-- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane (R11).
+local K_HEAD_LANE = P .. 'head_lane'
 -- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
 -- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
 -- the lease records the last token issued before the term in `claim_floor`.
@@ -50,21 +59,41 @@ end
 -- Make the next member of `lane` its head, due at `now`; with no member left the lane
 -- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
 -- this (R12: only the scheduler moves lane state).
+-- A tenant with no lane holding members left leaves `lane_tenants` (issue 17.5).
+local function lane_drained(lane, tenant)
+  redis.call('SREM', k_lanes(tenant), lane)
+  if redis.call('SCARD', k_lanes(tenant)) == 0 then redis.call('SREM', K_LANE_TENANTS, tenant) end
+end
+-- Make `row` the head of `lane` (and record which lane it heads).
+local function set_head(lane, row)
+  redis.call('SET', k_lanehead(lane), row)
+  redis.call('HSET', K_HEAD_LANE, row, lane)
+end
 local function promote(lane, tenant, now)
+  local old = redis.call('GET', k_lanehead(lane))
+  if old then redis.call('HDEL', K_HEAD_LANE, old) end
   local nxt = redis.call('LPOP', k_lane(lane))
   if not nxt then
     redis.call('DEL', k_lanehead(lane))
-    redis.call('SREM', k_lanes(tenant), lane)
+    lane_drained(lane, tenant)
     return nil
   end
   redis.call('DECR', K_LANE_MEMBERS)
-  redis.call('SET', k_lanehead(lane), nxt)
+  set_head(lane, nxt)
   redis.call('ZADD', k_due(tenant), now, nxt)
   redis.call('ZADD', K_TENANTS, 'LT', now, tenant)
   if redis.call('LLEN', k_lane(lane)) == 0 then
-    redis.call('SREM', k_lanes(tenant), lane)
+    lane_drained(lane, tenant)
   end
   return nxt
+end
+
+-- The lane `row` heads, if any: recorded at the head (so no hook is needed), else the
+-- hook's `L<idx>` field (`lane_hint`), checked against the lane's head (R11).
+local function head_lane_of(row, lane_hint)
+  local lane = redis.call('HGET', K_HEAD_LANE, row) or lane_hint
+  if lane and redis.call('GET', k_lanehead(lane)) == row then return lane end
+  return nil
 end
 
 -- Lower a tenant's score in the active-tenant index to `due` (never raises it).

@@ -16,11 +16,13 @@
 --          delivered hook is kept (as `kept:<hook>`) for resend; both expire after "age" and
 --          the tenant's `history` index keeps at most "max" hooks.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, claim-check refs…}
---          (the `cc` field of every hook this call deleted, and up to 100 refs a dead-letter
---          purge left in `blob_gc`: blobs for the caller to delete, R18)
+--          (up to 100 refs in `blob_retain` whose retention is over: blobs for the caller
+--          to delete, R18; the `cc` of every hook this call deleted, and the refs a
+--          dead-letter purge left in `blob_gc`, go to `blob_retain` first)
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
--- the next member becomes the head, due now (R11). (G has no hook to name its lane;
--- the claim's sweep heals that lane, R12.)
+-- the next member becomes the head, due now (R11). The lane is found from the row alone
+-- (`head_lane`, recorded when the row became the head), so G and a row whose hook is gone
+-- or malformed release their lane in this same call too (issue 17.5).
 -- An outcome applies only to the claim it answers (P6): one whose row is not claimed under
 -- its claim token (the token of the claim call that handed the row out, claim.lua) is
 -- skipped, so a batch re-sent after a lost reply (or a NOSCRIPT reload) is never applied
@@ -31,6 +33,14 @@ local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
 local released = 0
 local blobs = {}
+-- R18: a finished hook's claim-check blob is not deleted at once, since its pointer may
+-- still wait on a queue (the SQS Extended Client's consumer deletes the payload itself): it
+-- is kept for `cc_retention_ms` (settings, written by the leader; 7 days when unset; 0 =
+-- never deleted by ankusa, left to the consumer or a bucket lifecycle rule).
+local retention = tonumber(redis.call('HGET', K_SETTINGS, 'cc_retention_ms') or '') or 604800000
+local function retain(ref)
+  if retention > 0 then redis.call('ZADD', K_BLOB_RETAIN, now + retention, ref) end
+end
 
 -- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
 local W = 8
@@ -79,14 +89,22 @@ local function malformed(r)
   end
   return false
 end
+-- A terminal row that heads its lane releases it, hook or no hook (R11, issue 17.5).
+local function release_lane(row, hint, tenant)
+  local lane = head_lane_of(row, hint)
+  if lane then
+    promote(lane, tenant, now)
+    released = released + 1
+  end
+end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
   local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
-  if malformed(h) or not h[1] then return '', '' end
-  if h[3] and redis.call('GET', k_lanehead(h[3])) == row then
-    promote(h[3], tenant, now)
-    released = released + 1
+  if malformed(h) or not h[1] then
+    release_lane(row, nil, tenant)
+    return '', ''
   end
+  release_lane(row, h[3], tenant)
   local left = redis.pcall('HINCRBY', hk, 'n', -1)
   if malformed(left) then return h[4] or '', h[5] or '' end
   local dead_count = 0
@@ -97,7 +115,7 @@ local function finish_row(hook, idx, tenant, row, dead)
   end
   if left <= 0 and dead_count == 0 then
     local cc = redis.call('HGET', hk, 'cc')
-    if cc then blobs[#blobs + 1] = cc end
+    if cc then retain(cc) end
     if hist and hist.keep then
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)
@@ -182,10 +200,16 @@ end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end
 if counts.G > 0 then redis.call('HINCRBY', K_STATS, 'dropped', counts.G) end
--- Hand over up to 100 refs of hooks a dead-letter purge deleted (dlq_purge.lua).
+-- Refs of hooks a dead-letter purge deleted (dlq_purge.lua) are kept like any other.
 local gc = redis.call('LPOP', K_BLOB_GC, 100)
 if gc then
-  for _, b in ipairs(gc) do blobs[#blobs + 1] = b end
+  for _, b in ipairs(gc) do retain(b) end
+end
+-- Hand over up to 100 refs whose retention is over, for the caller to delete.
+local old = redis.call('ZRANGEBYSCORE', K_BLOB_RETAIN, '-inf', now, 'LIMIT', 0, 100)
+if #old > 0 then
+  redis.call('ZREM', K_BLOB_RETAIN, unpack(old))
+  for _, b in ipairs(old) do blobs[#blobs + 1] = b end
 end
 local out = {'ok', applied, skipped, released}
 for _, b in ipairs(blobs) do out[#out + 1] = b end

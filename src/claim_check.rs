@@ -3,19 +3,22 @@
 //!
 //! Life of a blob:
 //! 1. **Check-in, once per hook.** When a scan claims rows of a batching sink whose hook body
-//!    is larger than the sink's `inline_max_bytes` and the hook has no reference yet, the
+//!    is larger than the sink's inline limit and the hook has no reference yet, the
 //!    scheduler packs those bodies per tenant and uploads each pack in a background task
 //!    ([`check_in_pack`]); the reference (`s3://bucket/key` or `file:///dir/key`) is written
-//!    to the hook's hash (field `cc`) in one pipelined call. Every sink of the hook and every
+//!    to the hook's hash (field `cc`) in one call fenced by the leader's token (a deposed
+//!    leader's check-in writes nothing, issue 17.12). Every sink of the hook and every
 //!    retry reuses it: a later claim reads `cc` with the hook.
 //! 2. **Fallback.** If a pack fails, its rows still run: the first attempt of each hook checks
 //!    the body in on its own ([`check_in`]) inside its attempt deadline (R7); the other
 //!    attempts of the hook wait for that one. The store client does not retry by itself.
-//! 3. **Delete.** `settle.lua` deletes a hook when its last row is done and returns the `cc`
-//!    references of the hooks it deleted; the scheduler deletes those blobs in the background
-//!    ([`BlobStore::delete_later`]). A hook with dead letters keeps its blob until its dead
-//!    letters are purged. A delete that fails leaves an orphan blob: give the bucket a
-//!    lifecycle rule on the `ankusa/` prefix as a backstop.
+//! 3. **Retention, then delete.** A pointer may still wait on a queue after its hook is
+//!    finished (an SQS Extended Client consumer deletes the payload itself), so `settle.lua`
+//!    files the `cc` of every hook it deletes (and of hooks a dead-letter purge deleted) in
+//!    `blob_retain` for `claim_check.retention_ms`, and returns the references whose retention
+//!    is over; the scheduler deletes those blobs in the background
+//!    ([`BlobStore::delete_later`]). A delete that fails leaves an orphan blob: give the
+//!    bucket a lifecycle rule on the `ankusa/` prefix as a backstop (`docs/sinks.md`).
 //!
 //! What a sink sends for a checked-in body: SQS uses the Amazon SQS Extended Client pointer
 //! for `s3://` references, so standard consumers resolve it; otherwise (and for Pub/Sub) a
@@ -220,17 +223,24 @@ fn join(a: &str, b: &str) -> String {
 pub async fn check_in(
     blobs: &BlobStore,
     store: &Store,
+    token: &str,
     tenant: &str,
     hook: u64,
     body: Bytes,
 ) -> Result<String, String> {
     let r = async {
         let url = blobs.put(tenant, hook, body).await?;
-        store
-            .set_claim_refs(&[(hook, url.clone())])
-            .await
-            .map_err(|e| format!("claim check: recording the reference: {e}"))?;
-        Ok(url)
+        let recorded = store.set_claim_refs(token, &[(hook, url.clone())]).await;
+        match recorded {
+            Ok(gone) if gone.is_empty() => Ok(url),
+            Ok(gone) => {
+                blobs.delete_later(gone);
+                Err("claim check: the hook is gone".to_string())
+            }
+            // Not deleted: the reply may be what was lost, with the reference recorded (a
+            // dangling pointer is worse than an orphan, which the lifecycle rule removes).
+            Err(e) => Err(format!("claim check: recording the reference: {e}")),
+        }
     }
     .await;
     let result = if r.is_ok() { "ok" } else { "error" };
@@ -245,6 +255,7 @@ pub async fn check_in(
 pub async fn check_in_pack(
     blobs: &BlobStore,
     store: &Store,
+    token: &str,
     tenant: &str,
     bodies: Vec<(u64, Bytes)>,
     deadline: Duration,
@@ -272,11 +283,22 @@ pub async fn check_in_pack(
         .filter_map(|(h, r)| r.as_ref().ok().map(|u| (*h, u.clone())))
         .collect();
     if !refs.is_empty() {
-        if let Err(e) = store.set_claim_refs(&refs).await {
-            let e = format!("claim check: recording the references: {e}");
-            blobs.delete_later(refs.iter().map(|(_, u)| u.clone()).collect());
-            for (_, r) in results.iter_mut() {
-                *r = Err(e.clone());
+        match store.set_claim_refs(token, &refs).await {
+            Ok(gone) if !gone.is_empty() => {
+                for (_, r) in results.iter_mut() {
+                    if r.as_ref().is_ok_and(|u| gone.contains(u)) {
+                        *r = Err("claim check: the hook is gone".into());
+                    }
+                }
+                blobs.delete_later(gone);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // Not deleted: the lost part may be the reply, with the references recorded.
+                let e = format!("claim check: recording the references: {e}");
+                for (_, r) in results.iter_mut() {
+                    *r = Err(e.clone());
+                }
             }
         }
     }

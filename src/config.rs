@@ -82,7 +82,7 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Retention of dead letters and of the hook bodies they keep.
     pub dlq: DlqConfig,
-    /// Blob store for bodies over a sink's `inline_max_bytes` (R18).
+    /// Blob store for bodies over a sink's inline limit (R18).
     pub claim_check: ClaimCheckConfig,
     /// Guards of the requests made to tenants' URLs (SSRF guard; `docs/security.md`).
     pub http: HttpConfig,
@@ -347,9 +347,10 @@ pub struct HistoryConfig {
     pub metrics_tenants: Vec<String>,
 }
 
-/// The claim-check blob store (R18): where bodies larger than a sink's `inline_max_bytes`
-/// are checked in. Values may hold `${env:NAME}` secret references.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// The claim-check blob store (R18): where bodies larger than a sink's inline limit (SQS:
+/// its `max_message_bytes` less the attributes; Pub/Sub: about 7 MB) are checked in. Values
+/// may hold `${env:NAME}` secret references.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClaimCheckConfig {
     /// `file:///absolute/dir` (local filesystem) or `s3://bucket[/prefix]`; empty means a
@@ -365,6 +366,24 @@ pub struct ClaimCheckConfig {
     pub access_key_id: String,
     /// S3 secret access key (secret, redacted in dumps); set with `access_key_id`. Default empty.
     pub secret_access_key: String,
+    /// How long a finished hook's blob is kept before ankusa deletes it, ms: its pointer may
+    /// still wait on a queue, and an SQS Extended Client consumer deletes the payload itself.
+    /// 0 = ankusa never deletes blobs (the consumer or a bucket lifecycle rule does).
+    /// Default 604800000 (7 days).
+    pub retention_ms: u64,
+}
+
+impl Default for ClaimCheckConfig {
+    fn default() -> Self {
+        ClaimCheckConfig {
+            url: String::new(),
+            endpoint: String::new(),
+            region: String::new(),
+            access_key_id: String::new(),
+            secret_access_key: String::new(),
+            retention_ms: 7 * 24 * 3_600_000,
+        }
+    }
 }
 
 /// One invalid value: its dotted key path and what is wrong with it.

@@ -156,6 +156,31 @@ impl Keyspace {
     pub fn blob_gc(&self) -> String {
         self.key("blob_gc")
     }
+    /// Sorted set: claim-check references of finished hooks, scored by the time (ms) their
+    /// retention (`claim_check.retention_ms`) ends; `settle` hands the due ones over (R18).
+    pub fn blob_retain(&self) -> String {
+        self.key("blob_retain")
+    }
+    /// Hash: settings the scripts keep server side, written by the leader (`max_hook_bytes`,
+    /// `cc_retention_ms`; issue 17.10).
+    pub fn settings(&self) -> String {
+        self.key("settings")
+    }
+    /// Hash: row id of each lane head → its lane id, so a head releases its lane without
+    /// its hook (R11).
+    pub fn head_lane(&self) -> String {
+        self.key("head_lane")
+    }
+    /// Hash: a tenant's sources → the virtual time (ms) of their last committed row, for
+    /// fairness across the tenant's sources (R15).
+    pub fn source_vtime(&self, tenant: &str) -> String {
+        self.key(&format!("srcvt:{tenant}"))
+    }
+    /// Hash: sink key (`tenant\nsource\nindex\nmodule`) → snapshot of its open breaker
+    /// (`<until unix ms>:<opens>`), for the next term (R16).
+    pub fn breakers(&self) -> String {
+        self.key("breakers")
+    }
     /// Pub/sub channel: a commit publishes the tenant id here (R2).
     pub fn wake(&self) -> String {
         self.key("wake")

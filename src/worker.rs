@@ -98,17 +98,26 @@ impl Worker {
                 let _ = sub.quit().await;
             }));
         }
-        // Window state for pressure() from any process (R21), fenced by this term's token.
+        // Window state for pressure() from any process (R21), fenced by this term's token,
+        // with the settings the scripts keep server side (issue 17.10, R18).
         {
             let (store, mut state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
             let node = node_id.clone();
+            let cfg = config_rx.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     let st = state.borrow_and_update().clone();
                     if st.leading {
                         if let Ok(json) = serde_json::to_string(&st) {
                             let token = format!("{node}:{}", st.epoch);
-                            let _ = store.publish_window(&token, &json, 3_000).await;
+                            let settings = {
+                                let c = cfg.borrow();
+                                [
+                                    ("max_hook_bytes", c.commit.max_hook_bytes as u64),
+                                    ("cc_retention_ms", c.claim_check.retention_ms),
+                                ]
+                            };
+                            let _ = store.publish_window(&token, &json, 3_000, &settings).await;
                         }
                     }
                     tokio::select! {
@@ -242,6 +251,7 @@ impl Worker {
     }
 
     /// Block until nothing is claimed, running or due; the rows settled meanwhile (R23).
+    /// Rows waiting out a backoff are not due and are not waited for.
     pub async fn tick(&self) -> Result<u64, Error> {
         ops::tick(&self.store, Some(self.state.clone())).await
     }

@@ -154,43 +154,43 @@ async fn a_row_parked_past_its_retry_horizon_is_dead_lettered() {
     worker.shutdown().await;
 }
 
+/// Issue 17 point 4 (R16): a breaker survives a leader change. The leader dies with a
+/// breaker open on a sink that is still down; the new leader starts it open (the snapshot
+/// the old one wrote to Redis), parks the rows for what is left of the period, then sends
+/// exactly one probe, which fails and opens it again for twice as long. Before, the new
+/// leader started every breaker closed and sent a burst of requests at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_leader_starts_with_every_breaker_closed() {
-    let env = Env::with(Default::default(), breaker_env(60_000, 60_000)).await;
-    env.receiver.set(
-        "e",
-        Behavior::Sequence(vec![
-            Reply::status(500),
-            Reply::status(500),
-            Reply::status(500),
-        ]),
-    );
+async fn a_new_leader_starts_an_open_breaker_open_and_sends_one_probe() {
+    let env = Env::with(Default::default(), breaker_env(3_000, 60_000)).await;
+    env.receiver.set("e", Behavior::Status(503));
     env.http_source("acme", "s", &["e"]).await;
-    env.commit_n("acme", "s", 3).await;
+    env.commit_n("acme", "s", 20).await;
+    let breakers = env.key("breakers");
+    let snapshot = || {
+        let v = env.redis_cmd(&["HVALS", &breakers]);
+        v.lines().next().map(str::to_string).unwrap_or_default()
+    };
     let worker = env.worker().await;
     assert!(
-        env.receiver
-            .wait_until_async(LIVENESS, |r| r.len() >= 3)
-            .await
+        common::procs::poll_until(LIVENESS, || async { snapshot().ends_with(":1") }).await,
+        "the open breaker is kept in Redis"
     );
-    worker.tick().await.unwrap(); // the three rows wait out a 60 s park: not due
-    let id = env.commit("acme", "s", "{}").await;
-    worker.tick().await.unwrap();
+    let state = worker.watch_state();
+    assert!(common::procs::poll_until(LIVENESS, || async { state.borrow().running == 0 }).await);
+    let before = env.receiver.count_for("e");
+    assert!(before >= 3);
+    worker.abort(); // the leader dies with the breaker open
+
+    let worker = env.worker().await;
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { snapshot().ends_with(":2") }).await,
+        "the new leader's probe failed and reopened the breaker"
+    );
     assert_eq!(
         env.receiver.count_for("e"),
-        3,
-        "the open breaker parked the new row"
+        before + 1,
+        "the new leader sent one probe, nothing else"
     );
-    worker.shutdown().await;
-    let worker = env.worker().await;
-    let id2 = env.commit("acme", "s", "{}").await;
-    assert!(
-        env.receiver
-            .wait_until_async(LIVENESS, |r| r
-                .iter()
-                .any(|r| r.header("ankusa-hook-id") == Some(&id2.to_string())))
-            .await
-    );
-    assert!(id2 > id);
-    worker.shutdown().await;
+    assert_eq!(env.store.totals().await.unwrap().delivered, 0);
+    worker.abort();
 }

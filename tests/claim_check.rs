@@ -63,6 +63,20 @@ fn s3_puts(p: &Proxy) -> Vec<u16> {
         .collect()
 }
 
+/// Whether `bucket/key` exists, asked with boto3 (a signed HEAD), outside ankusa.
+fn s3_exists(endpoint: &str, bucket: &str, key: &str) -> bool {
+    let code = "import sys, boto3\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+            aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+        try:\n    s3.head_object(Bucket=sys.argv[2], Key=sys.argv[3]); print('yes')\n\
+        except Exception:\n    print('no')\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", code, endpoint, bucket, key])
+        .output()
+        .expect("python3 runs");
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
+}
+
 fn consume(endpoint: &str, queues: &[&str]) -> Vec<serde_json::Value> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/extended_consumer.py");
@@ -172,24 +186,17 @@ async fn a_2_mib_body_is_uploaded_once_for_three_sinks_and_their_retries_and_rea
     let got0 = receive_n(&sqs, &queues[0], 1).await;
     assert_eq!(got0[0].attrs["ExtendedPayloadSize"], (2 << 20).to_string());
     assert_eq!(got0[0].attrs["ankusa-delivery-id"], format!("{hook}.0"));
-    // The hook is finished: its blob is deleted.
+    // The hook is finished, but its blob is kept for the retention (R18): the pointer of a
+    // message still on a queue resolves.
     let key = read[0]["key"].as_str().unwrap().to_string();
-    let gone = async {
-        for _ in 0..500 {
-            let r = reqwest::get(format!("{}/claims/{key}", moto.url))
-                .await
-                .unwrap();
-            if r.status() == 404 {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
-    };
-    assert!(gone.await, "the blob of a finished hook is deleted");
     assert_eq!(
         env.redis_cmd(&["EXISTS", &format!("ankusa:{{test.p0}}:hook:{hook}")]),
         "0"
+    );
+    assert_eq!(env.redis_cmd(&["ZCARD", &env.key("blob_retain")]), "1");
+    assert!(
+        s3_exists(&moto.url, "claims", &key),
+        "the blob of a finished hook is kept"
     );
     worker.shutdown().await;
 }
@@ -279,11 +286,13 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     let moto = Moto::start().await;
     let d = dir.path().display().to_string();
     let env = Env::with(Default::default(), |c| {
-        c.claim_check.url = format!("file://{d}")
+        c.claim_check.url = format!("file://{d}");
+        c.claim_check.retention_ms = 1;
     })
     .await;
     let sqs = sqs_client(&moto.url);
     let q = create_queue(&sqs, "q").await;
+    env.http_source("acme", "small", &["/small"]).await;
     env.store
         .put_source(
             "acme",
@@ -305,7 +314,11 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     assert_eq!(got[0].attrs["ankusa-claim-check"], url);
     let path = url.strip_prefix("file://").unwrap().to_string();
     assert!(path.starts_with(&d), "{path} in {d}");
-    // Delivered means finished: the file goes.
+    // Finished, the blob is kept for the retention (1 ms here); a later settle hands it over
+    // for deletion, and the file goes.
+    assert!(std::path::Path::new(&path).exists());
+    env.commit("acme", "small", "x").await;
+    assert_eq!(worker.tick().await.unwrap(), 1);
     let gone = async {
         for _ in 0..500 {
             if !std::path::Path::new(&path).exists() {
@@ -338,7 +351,8 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
     let moto = Moto::start().await;
     let d = dir.path().display().to_string();
     let env = Env::with(Default::default(), |c| {
-        c.claim_check.url = format!("file://{d}")
+        c.claim_check.url = format!("file://{d}");
+        c.claim_check.retention_ms = 1;
     })
     .await;
     let sqs = sqs_client(&moto.url);
@@ -387,7 +401,11 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
     .await
     .unwrap();
     assert_eq!(report.purged, 1);
-    // The next settle hands the purged hook's reference to the leader, which deletes it.
+    // The next settle files the purged hook's reference for the retention (1 ms here); the
+    // one after hands it to the leader, which deletes it.
+    env.commit("acme", "ok", "small").await;
+    assert_eq!(worker.tick().await.unwrap(), 1);
+    assert_eq!(files_under(dir.path()).len(), 1, "kept for the retention");
     env.commit("acme", "ok", "small").await;
     assert_eq!(worker.tick().await.unwrap(), 1);
     let gone = async {
@@ -400,5 +418,84 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
         false
     };
     assert!(gone.await, "blob deleted after the purge");
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 13 (R18): a source with an `sqs` and an `http` sink, 300 KiB bodies. After
+/// every row is delivered (each hook finished and gone from Redis, and a later settle has
+/// run), every Extended Client pointer still on the queue resolves to its exact body: the
+/// blobs are kept for `claim_check.retention_ms`, never deleted under a queued pointer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pointer_still_on_the_queue_resolves_after_every_row_is_delivered() {
+    let moto = Moto::start().await;
+    create_bucket(&moto.url, "claims").await;
+    let moto_url = moto.url.clone();
+    let env = Env::with(Default::default(), |c| {
+        c.claim_check.url = "s3://claims".into();
+        c.claim_check.endpoint = moto_url;
+        c.claim_check.region = REGION.into();
+        c.claim_check.access_key_id = KEY.into();
+        c.claim_check.secret_access_key = KEY.into();
+    })
+    .await;
+    let sqs = sqs_client(&moto.url);
+    let q = create_queue(&sqs, "mixed").await;
+    env.store
+        .put_source(
+            "acme",
+            "s",
+            &SourceSpec {
+                sinks: vec![sqs_sink(&moto.url, &q), env.http_sink("/hook")],
+            },
+        )
+        .await
+        .unwrap();
+    env.http_source("acme", "later", &["/later"]).await;
+    let mut shas = std::collections::BTreeMap::new();
+    let mut hooks = Vec::new();
+    for i in 0..5u8 {
+        let mut body = big_body(300 * 1024);
+        body[0] = b'0' + i; // five distinct bodies
+        let hook = env.commit("acme", "s", body.clone()).await;
+        shas.insert(format!("{hook}.0"), hex::encode(Sha256::digest(&body)));
+        hooks.push(hook);
+    }
+    let worker = env.worker().await;
+    assert_eq!(until_ended(&worker, &env.store, 10).await, 10);
+    for h in &hooks {
+        assert_eq!(
+            env.redis_cmd(&["EXISTS", &env.key(&format!("hook:{h}"))]),
+            "0"
+        );
+    }
+    assert_eq!(
+        env.receiver.count_for("/hook"),
+        5,
+        "the http sink got every hook"
+    );
+    // A later settle runs: any delete handed over by the first would have gone out by now.
+    env.commit("acme", "later", "x").await;
+    assert_eq!(until_ended(&worker, &env.store, 11).await, 11);
+    assert_eq!(env.redis_cmd(&["ZCARD", &env.key("blob_retain")]), "5");
+    let now_ms = env.store.now_ms().await.unwrap();
+    let first = env.redis_cmd(&["ZRANGE", &env.key("blob_retain"), "0", "0", "WITHSCORES"]);
+    let at: i64 = first.lines().nth(1).and_then(|s| s.parse().ok()).unwrap();
+    assert!(
+        at >= now_ms + 6 * 24 * 3_600_000,
+        "kept for the default retention (7 days): {at} vs now {now_ms}"
+    );
+
+    let read = consume(&moto.url, &[&q]);
+    assert_eq!(read.len(), 5, "{read:?}");
+    for m in &read {
+        let id = m["delivery"].as_str().unwrap();
+        assert_eq!(m["size"], 300 * 1024, "{m}");
+        assert_eq!(m["len"], 300 * 1024, "{m}");
+        assert_eq!(
+            m["sha256"].as_str(),
+            shas.get(id).map(String::as_str),
+            "{id}"
+        );
+    }
     worker.shutdown().await;
 }

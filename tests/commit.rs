@@ -195,7 +195,7 @@ async fn the_commit_script_itself_refuses_an_over_size_hook_from_a_producer_in_a
         8,
         &[("fits", ""), ("far too large", "")],
     );
-    assert_eq!(reply, ["too_large", "2", "13"]);
+    assert_eq!(reply, ["too_large", "2", "13", "8"]);
     assert_eq!(env.keys(), before);
     let reply = eval_commit(&env, "acme", "payments", 8, &[("fits", "")]);
     assert_eq!(reply, ["unknown_source"]);

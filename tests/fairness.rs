@@ -227,3 +227,49 @@ async fn reconfigure_under_load_changes_the_cap_and_drops_nothing() {
     assert_eq!(env.store.totals().await.unwrap().delivered, 400);
     worker.shutdown().await;
 }
+
+/// Issue 17 point 2 (R15): fairness across a tenant's sources holds inside the claim, not
+/// only among claimed rows. Tenant window 50, source A with 1 000 hooks to a slow sink
+/// (200 ms), then 5 hooks on source B of the same tenant: B's hooks are delivered while most
+/// of A is still pending, not behind A's backlog (commit scores a source's rows by virtual
+/// time, so the claim's oldest-first order interleaves the sources).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_source_of_a_tenant_is_claimed_before_the_first_ones_backlog() {
+    let env = Env::with(Default::default(), |c| {
+        c.dispatch.tenants.insert(
+            "default".into(),
+            TenantLimits {
+                max_inflight: Some(50),
+                max_inflight_bytes: None,
+                concurrency: None,
+            },
+        );
+    })
+    .await;
+    env.receiver.set("slow", Behavior::Delay { ms: 200 });
+    env.http_source("acme", "a", &["slow"]).await;
+    env.http_source("acme", "b", &["b"]).await;
+    env.commit_n("acme", "a", 1_000).await;
+    let worker = env.worker().await;
+    // A's backlog is being worked on (its window is full of A's rows) before B commits.
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.iter().any(|r| r.path == "slow"))
+            .await
+    );
+    env.commit_n("acme", "b", 5).await;
+    let ok = env
+        .receiver
+        .wait_until_async(LIVENESS, |r| {
+            r.iter().filter(|r| r.path == "b").count() >= 5
+        })
+        .await;
+    assert!(ok, "B's hooks were delivered");
+    let a_done = env.receiver.count_for("slow");
+    assert!(
+        a_done < 500,
+        "B waited behind A's backlog: {a_done} of A's 1000 were delivered first"
+    );
+    assert!(env.pending_rows() >= 500, "most of A is still pending");
+    worker.abort();
+}

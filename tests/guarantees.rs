@@ -461,7 +461,7 @@ async fn a_zombie_leaders_window_state_is_refused() {
     let state = |epoch: u64, full: bool| {
         serde_json::json!({ "leading": true, "epoch": epoch, "window_full": full }).to_string()
     };
-    s.publish_window(&old, &state(old_epoch, true), 60_000)
+    s.publish_window(&old, &state(old_epoch, true), 60_000, &[])
         .await
         .expect("the leader publishes");
     // node-a is paused past its lease; node-b takes over and publishes.
@@ -473,12 +473,12 @@ async fn a_zombie_leaders_window_state_is_refused() {
     else {
         panic!("lease free")
     };
-    s.publish_window(&new, &state(new_epoch, false), 60_000)
+    s.publish_window(&new, &state(new_epoch, false), 60_000, &[])
         .await
         .expect("the new leader publishes");
     // node-a wakes and writes its stale state at once: refused, nothing overwritten.
     assert!(matches!(
-        s.publish_window(&old, &state(old_epoch, true), 60_000)
+        s.publish_window(&old, &state(old_epoch, true), 60_000, &[])
             .await,
         Err(StoreError::Fenced)
     ));
@@ -491,4 +491,310 @@ async fn a_zombie_leaders_window_state_is_refused() {
         }
         other => panic!("pressure unavailable: {other:?}"),
     }
+}
+
+/// Issue 17 point 12 (R18, R25): a claim-check reference is recorded through a fenced script,
+/// so a zombie leader's check-in writes nothing into a hook its successor handles; a hook
+/// that is gone is not recreated by the write (its reference comes back to be deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_leaders_claim_check_reference_is_refused() {
+    use ankusa::store::{LeaseAcquire, StoreError};
+    let env = Env::new().await;
+    env.http_source("acme", "s", &["/a"]).await;
+    let hook = env.commit("acme", "s", "body").await;
+    let s = &env.store;
+    let LeaseAcquire::Acquired { token: old, .. } =
+        s.lease_acquire("node-a", 60_000).await.unwrap()
+    else {
+        panic!("lease free")
+    };
+    // node-a is paused past its lease; node-b takes over.
+    env.redis_cmd(&["DEL", &s.keyspace().lease()]);
+    let LeaseAcquire::Acquired { token: new, .. } =
+        s.lease_acquire("node-b", 60_000).await.unwrap()
+    else {
+        panic!("lease free")
+    };
+    let cc = env.key(&format!("hook:{hook}"));
+    assert!(matches!(
+        s.set_claim_refs(&old, &[(hook, "s3://b/stale".into())])
+            .await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(
+        env.redis_cmd(&["HEXISTS", &cc, "cc"]),
+        "0",
+        "the zombie wrote nothing"
+    );
+    assert_eq!(
+        s.set_claim_refs(&new, &[(hook, "s3://b/live".into())])
+            .await
+            .unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(env.redis_cmd(&["HGET", &cc, "cc"]), "s3://b/live");
+    // A hook that is gone is not made again by the write.
+    assert_eq!(
+        s.set_claim_refs(&new, &[(hook + 1000, "s3://b/orphan".into())])
+            .await
+            .unwrap(),
+        vec!["s3://b/orphan".to_string()]
+    );
+    assert_eq!(
+        env.redis_cmd(&["EXISTS", &env.key(&format!("hook:{}", hook + 1000))]),
+        "0"
+    );
+}
+
+/// One raw RESP command on a fresh connection (any bytes, any size); the reply flattened to
+/// lines, each bulk string or integer one line, an error `ERR: …`.
+fn raw_cmd(port: u16, args: &[&[u8]]) -> Vec<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(LIVENESS)).unwrap();
+    let mut req = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        req.extend(format!("${}\r\n", a.len()).as_bytes());
+        req.extend(*a);
+        req.extend(b"\r\n");
+    }
+    s.write_all(&req).expect("write");
+    let mut r = BufReader::new(s);
+    fn read(r: &mut BufReader<std::net::TcpStream>, out: &mut Vec<String>) {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("reply");
+        let line = line.trim_end();
+        let (kind, rest) = line.split_at(1);
+        match kind {
+            "*" => {
+                for _ in 0..rest.parse::<i64>().unwrap_or(0).max(0) {
+                    read(r, out);
+                }
+            }
+            "$" => {
+                let n: i64 = rest.parse().unwrap();
+                if n >= 0 {
+                    let mut b = vec![0; n as usize + 2];
+                    r.read_exact(&mut b).unwrap();
+                    b.truncate(n as usize);
+                    out.push(String::from_utf8_lossy(&b).into_owned());
+                }
+            }
+            "-" => out.push(format!("ERR: {rest}")),
+            _ => out.push(rest.to_string()),
+        }
+    }
+    let mut out = Vec::new();
+    read(&mut r, &mut out);
+    out
+}
+
+/// Issue 17 point 10 (R1): the commit script checks what a raw `EVALSHA` brings by itself: a
+/// non-UTF-8 tenant id, an 11 MiB body against the leader's 10 MiB limit (the caller claiming
+/// a 20 MiB one), a lease key that is not the prefix's: each refused, nothing stored, and the
+/// pool keeps delivering (no row stuck claimed, `tick` returns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_commit_with_bad_bytes_or_over_the_limit_is_refused_and_the_pool_never_jams() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["/o"]).await;
+    let worker = env.worker().await;
+    let settings = env.key("settings");
+    assert!(
+        common::procs::poll_until(LIVENESS, || async {
+            env.redis_cmd(&["HGET", &settings, "max_hook_bytes"]) == "10485760"
+        })
+        .await,
+        "the leader keeps the limit server side"
+    );
+    let port = env.redis.port();
+    let commit = ankusa::store::Scripts::default().commit;
+    let sha = raw_cmd(
+        port,
+        &[
+            b"SCRIPT",
+            b"LOAD",
+            ankusa::store::scripts::COMMIT.as_bytes(),
+        ],
+    );
+    assert_eq!(sha, [commit.script.sha1().to_string()]);
+    let sha = sha[0].clone();
+    let lease = env.store.keyspace().lease();
+    let prefix = env.store.keyspace().prefix().to_string();
+    let hooks_stored = || env.redis_cmd(&["KEYS", &env.key("hook:*")]).lines().count();
+    let call = |lease: &[u8], tenant: &[u8], max: &[u8], body: &[u8]| {
+        raw_cmd(
+            port,
+            &[
+                b"EVALSHA",
+                sha.as_bytes(),
+                b"1",
+                lease,
+                prefix.as_bytes(),
+                tenant,
+                b"orders",
+                max,
+                b"1",
+                body,
+                b"",
+            ],
+        )
+    };
+    let bad = call(lease.as_bytes(), b"ac\xffme", b"10485760", b"{}");
+    assert_eq!(bad[0], "bad_request", "{bad:?}");
+    assert!(bad[1].starts_with("tenant id"), "{bad:?}");
+    let big = vec![b'x'; 11 << 20];
+    let over = call(
+        lease.as_bytes(),
+        b"acme",
+        (20u64 << 20).to_string().as_bytes(),
+        &big,
+    );
+    assert_eq!(
+        over,
+        ["too_large", "1", &(11u64 << 20).to_string(), "10485760"]
+    );
+    let wrong = call(b"ankusa:{other.p0}:lease", b"acme", b"10485760", b"{}");
+    assert_eq!(wrong[0], "bad_request", "{wrong:?}");
+    assert_eq!(hooks_stored(), 0, "nothing stored");
+    assert_eq!(env.store.totals().await.unwrap().committed, 0);
+
+    // A good raw commit right after is delivered; nothing is left claimed.
+    let ok = call(lease.as_bytes(), b"acme", b"10485760", b"{\"ok\":1}");
+    assert_eq!(ok[0], "ok", "{ok:?}");
+    assert_eq!(
+        tokio::time::timeout(LIVENESS, worker.tick())
+            .await
+            .expect("tick returns")
+            .unwrap(),
+        1
+    );
+    assert_eq!(env.receiver.count_for("/o"), 1);
+    assert_eq!(env.store.claimed_count().await.unwrap(), 0);
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 1 (R5): the byte window holds row by row inside the claim. 400 hooks of
+/// 64 KiB to a sink that never answers, `max_inflight_bytes` = 1 MiB: the bytes the worker
+/// holds claimed, and the hook bytes of Redis's claimed set, never pass 1 MiB plus one hook,
+/// over several windows' worth of attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_window_holds_row_by_row_inside_the_claim() {
+    const HOOK: u64 = 64 << 10;
+    const WINDOW: u64 = 1 << 20;
+    let env = Env::tuned(|c| {
+        c.dispatch.max_inflight_bytes = WINDOW;
+        c.dispatch.attempt_timeout_ms = 300;
+        c.dispatch.breaker_failures = 0;
+    })
+    .await;
+    env.receiver.set("/hang", Behavior::Hang);
+    env.http_source("acme", "big", &["/hang"]).await;
+    let body = vec![b'x'; HOOK as usize];
+    for _ in 0..4 {
+        let hooks: Vec<ankusa::Hook> = (0..100).map(|_| ankusa::Hook::new(body.clone())).collect();
+        env.producer
+            .commit_many("acme", "big", &hooks)
+            .await
+            .unwrap();
+    }
+    let worker = env.worker().await;
+    let state = worker.watch_state();
+    let claimed = env.key("claimed");
+    let (mut max_held, mut max_redis) = (0u64, 0u64);
+    let deadline = std::time::Instant::now() + LIVENESS;
+    // Three windows' worth of attempts (16 rows each) have timed out and been claimed again.
+    while env.receiver.requests_for("/hang").len() < 48 {
+        assert!(std::time::Instant::now() < deadline, "attempts stalled");
+        max_held = max_held.max(state.borrow().claimed_bytes);
+        let rows = env.redis_cmd(&["ZRANGE", &claimed, "0", "-1"]);
+        let mut bytes = 0;
+        for m in rows.lines().filter(|l| !l.is_empty()) {
+            let hook = m.rsplit('/').next().unwrap().split('.').next().unwrap();
+            let z = env.redis_cmd(&["HGET", &env.key(&format!("hook:{hook}")), "z"]);
+            bytes += z.parse::<u64>().unwrap_or(0);
+        }
+        max_redis = max_redis.max(bytes);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        max_held >= HOOK && max_redis >= HOOK,
+        "rows were claimed at all"
+    );
+    assert!(
+        max_held <= WINDOW + HOOK,
+        "held {max_held} bytes over the window"
+    );
+    assert!(
+        max_redis <= WINDOW + HOOK,
+        "Redis held {max_redis} bytes claimed"
+    );
+    worker.shutdown().await;
+}
+
+/// Issue 17 point 5 (R11): a lane head whose hook is gone still releases its lane in the same
+/// settle call (its lane is recorded with the head, not only in the hook), and a drained
+/// partition keeps no tenant in `lane_tenants`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_hook_is_gone_releases_its_lane_in_the_same_batch() {
+    use ankusa::model::{SinkEntry, SourceSpec};
+    use ankusa::store::{LeaseAcquire, Outcome, SettleOp};
+    let env = Env::new().await;
+    let sink = SinkEntry {
+        ordered: true,
+        key: Some("json:/lane".into()),
+        ..env.http_sink("/o")
+    };
+    env.store
+        .put_source("acme", "orders", &SourceSpec { sinks: vec![sink] })
+        .await
+        .unwrap();
+    let head = env.commit("acme", "orders", r#"{"lane":"a","n":0}"#).await;
+    let next = env.commit("acme", "orders", r#"{"lane":"a","n":1}"#).await;
+    let LeaseAcquire::Acquired { token, epoch } =
+        env.store.lease_acquire("t", 60_000).await.unwrap()
+    else {
+        panic!("lease")
+    };
+    let c = env
+        .store
+        .claim(&token, epoch, 10, 10, &[], &[])
+        .await
+        .unwrap();
+    assert_eq!(c.rows.len(), 1, "only the head is due");
+    assert_eq!(c.rows[0].row, format!("{head}.0"));
+    // The head's hook is gone (deleted by other means): the worker would drop the row.
+    env.redis_cmd(&["DEL", &env.key(&format!("hook:{head}"))]);
+    let gone = Outcome {
+        tenant: "acme".into(),
+        row: c.rows[0].row.clone(),
+        attempts: 0,
+        first_attempt_ms: c.now_ms,
+        claim: c.rows[0].claim,
+        op: SettleOp::Drop,
+    };
+    env.store.settle(&token, epoch, &[gone]).await.unwrap();
+    // Released in that very call: the next member is the head and due now.
+    let lanehead = env.redis_cmd(&["KEYS", &env.key("lanehead:*")]);
+    assert_eq!(
+        env.redis_cmd(&["GET", lanehead.trim()]),
+        format!("{next}.0")
+    );
+    assert!(env
+        .redis_cmd(&["ZSCORE", &env.key("due:acme"), &format!("{next}.0")])
+        .parse::<i64>()
+        .is_ok());
+    env.redis_cmd(&["DEL", &env.key("lease")]);
+
+    // Drained: no tenant left in lane_tenants, no head recorded.
+    for n in 2..6 {
+        env.commit("acme", "orders", format!(r#"{{"lane":"a","n":{n}}}"#))
+            .await;
+    }
+    let worker = env.worker().await;
+    worker.tick().await.unwrap();
+    assert_eq!(env.receiver.count_for("/o"), 5);
+    assert_eq!(env.redis_cmd(&["SCARD", &env.key("lane_tenants")]), "0");
+    assert_eq!(env.redis_cmd(&["HLEN", &env.key("head_lane")]), "0");
+    assert_eq!(env.redis_cmd(&["GET", &env.key("lane_members")]), "0");
+    worker.shutdown().await;
 }

@@ -293,6 +293,7 @@ impl Session {
         for (tenant, items) in std::mem::take(&mut self.batched.pack) {
             let blobs = self.batched.blobs.clone();
             let store = self.ctx.store.clone();
+            let token = self.ctx.token.clone();
             tokio::spawn(async move {
                 let mut senders = HashMap::new();
                 let mut bodies = Vec::with_capacity(items.len());
@@ -302,7 +303,10 @@ impl Session {
                 }
                 let n = bodies.len();
                 let results = match &blobs {
-                    Ok(b) => claim_check::check_in_pack(b, &store, &tenant, bodies, deadline).await,
+                    Ok(b) => {
+                        claim_check::check_in_pack(b, &store, &token, &tenant, bodies, deadline)
+                            .await
+                    }
                     Err(e) => bodies
                         .into_iter()
                         .map(|(h, _)| (h, Err(e.clone())))
@@ -389,7 +393,7 @@ impl Session {
                 None
             };
             let blobs = self.batched.blobs.clone();
-            let store = self.ctx.store.clone();
+            let store = (self.ctx.store.clone(), self.ctx.token.clone());
             let tx = self.tx.clone();
             let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
                 module = %job.key.module, row = %job.row, attempt = job.attempts + 1, outcome = tracing::field::Empty);
@@ -532,7 +536,7 @@ async fn run_attempt(
     resolved: &Resolved,
     check: Option<Arc<SharedCheck>>,
     blobs: Result<BlobStore, String>,
-    store: crate::store::Store,
+    (store, token): (crate::store::Store, String),
     batcher: Batcher,
     deadline: tokio::time::Instant,
 ) -> Reply {
@@ -569,6 +573,7 @@ async fn run_attempt(
                         claim_check::check_in(
                             blobs,
                             &store,
+                            &token,
                             &job.tenant,
                             job.hook_id,
                             job.hook.body.clone(),

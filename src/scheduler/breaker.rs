@@ -3,8 +3,10 @@
 //! Closed → (N consecutive retryable failures) → Open for `open_ms × 2^k` (capped at
 //! `max_open_ms`) → HalfOpen: one attempt runs as a probe, rows arriving meanwhile are
 //! parked for `open_ms` → success closes it; failure opens it again for twice as long.
-//! `permanent` errors neither count nor reset. Breakers live in the leader's memory: a
-//! new term starts with every breaker closed.
+//! `permanent` errors neither count nor reset. Breakers decide in the leader's memory; the
+//! leader writes a [`Snapshot`] to Redis when one opens or closes, so a new term starts a
+//! breaker that was open as open (for what is left of its period) or half-open with one
+//! probe, never closed (issue 17.4).
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +57,37 @@ pub struct Settings {
     pub open: Duration,
     /// Longest open period.
     pub max_open: Duration,
+}
+
+/// What a new term needs of an open breaker (R16, issue 17.4): kept in Redis (`breakers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// When the open period ends, Unix ms (wall clock); at or before now: half-open.
+    pub until_unix_ms: u64,
+    /// Consecutive opens (the doubling exponent).
+    pub opens: u32,
+}
+
+impl Snapshot {
+    /// `"<until_unix_ms>:<opens>"`, as stored.
+    pub fn encode(&self) -> String {
+        format!("{}:{}", self.until_unix_ms, self.opens)
+    }
+    /// The stored form back; `None` when it is not one.
+    pub fn decode(s: &str) -> Option<Snapshot> {
+        let (u, o) = s.split_once(':')?;
+        Some(Snapshot {
+            until_unix_ms: u.parse().ok()?,
+            opens: o.parse().ok()?,
+        })
+    }
+}
+
+/// Wall-clock Unix time, ms.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One sink key's breaker.
@@ -161,11 +194,72 @@ impl Breaker {
     pub fn is_open(&self) -> bool {
         !matches!(self.state, State::Closed { .. })
     }
+
+    /// The breaker as a new term should start it; `None` when closed. `now` and `unix_now`
+    /// are the same instant on the two clocks.
+    pub fn snapshot(&self, now: Instant, unix_now: u64) -> Option<Snapshot> {
+        let left = match self.state {
+            State::Closed { .. } => return None,
+            State::Open { until } => until.saturating_duration_since(now).as_millis() as u64,
+            State::HalfOpen { .. } => 0,
+        };
+        Some(Snapshot {
+            until_unix_ms: unix_now + left,
+            opens: self.opens,
+        })
+    }
+
+    /// A breaker restored from its snapshot: open for what is left of its period, or
+    /// half-open with its one probe not yet taken when the period is over.
+    pub fn restore(s: Snapshot, now: Instant, unix_now: u64) -> Breaker {
+        let left = s.until_unix_ms.saturating_sub(unix_now);
+        let state = if left > 0 {
+            State::Open {
+                until: now + Duration::from_millis(left),
+            }
+        } else {
+            State::HalfOpen { probing: false }
+        };
+        Breaker {
+            state,
+            opens: s.opens,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restored_breaker_is_open_for_what_is_left_then_takes_one_probe() {
+        let (now, unix) = (Instant::now(), 1_000_000);
+        let mut b = Breaker::default();
+        for _ in 0..3 {
+            b.record(&s(), now, Result::Failure, false);
+        }
+        let snap = b.snapshot(now, unix).expect("open");
+        assert_eq!(
+            snap,
+            Snapshot {
+                until_unix_ms: unix + 100,
+                opens: 1
+            }
+        );
+        assert_eq!(Snapshot::decode(&snap.encode()), Some(snap));
+        // A new term 40 ms later: open for the 60 ms left.
+        let later = now + Duration::from_millis(40);
+        let mut r = Breaker::restore(snap, later, unix + 40);
+        assert_eq!(r.admit(&s(), later), Admit::Park(Duration::from_millis(60)));
+        // After the period: one probe, the rest parked.
+        let end = later + Duration::from_millis(60);
+        assert_eq!(r.admit(&s(), end), Admit::Probe);
+        assert_eq!(r.admit(&s(), end), Admit::Park(s().open));
+        // Past the period at restore: half-open at once.
+        let mut h = Breaker::restore(snap, later, unix + 500);
+        assert_eq!(h.admit(&s(), later), Admit::Probe);
+        assert!(Breaker::default().snapshot(now, unix).is_none());
+    }
 
     fn s() -> Settings {
         Settings {

@@ -116,6 +116,8 @@ struct Immediate {
 /// What one claim task brings back.
 struct Prepared {
     claim: ClaimResult,
+    /// The claim script's round trip (issue 17.11).
+    script_time: Duration,
     jobs: Vec<Job>,
     immediate: Vec<Immediate>,
     page: usize,
@@ -220,10 +222,65 @@ struct Session {
     settled_total: u64,
     /// Breakers by sink key; absent means closed with no failures (R16).
     breakers: HashMap<SinkKey, Breaker>,
+    /// Rows per claim and outcomes per settle call, adapted so each call stays under
+    /// [`slots::SCRIPT_BUDGET`] (issue 17.11); written by the call tasks.
+    claim_page: Arc<std::sync::atomic::AtomicUsize>,
+    settle_page: Arc<std::sync::atomic::AtomicUsize>,
     /// Batching sinks' destinations and the claim check (R17, R18).
     batched: batched::Batched,
     /// A claim failed in a way that leaves its rows uncertain: the term winds down.
     store_failed: Option<String>,
+}
+
+/// A sink key as stored with its breaker snapshot: `tenant\nsource\nindex\nmodule` (ids and
+/// module names hold no newline).
+fn breaker_field(k: &SinkKey) -> String {
+    format!("{}\n{}\n{}\n{}", k.tenant, k.source, k.index, k.module)
+}
+
+/// The breakers the last term left open (R16, issue 17.4): each starts open for what is left
+/// of its period, or half-open with one probe. A snapshot that cannot be read is ignored
+/// (that breaker starts closed, as before snapshots existed).
+async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
+    let stored = match store.load_breakers().await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "could not read the breaker snapshots; every breaker starts closed");
+            return HashMap::new();
+        }
+    };
+    let (now, unix) = (Instant::now(), breaker::unix_ms());
+    let mut out = HashMap::new();
+    for (field, snap) in stored {
+        let mut parts = field.split('\n');
+        let (Some(t), Some(s), Some(i), Some(m), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            continue;
+        };
+        let (Ok(index), Some(snap)) = (i.parse(), breaker::Snapshot::decode(&snap)) else {
+            continue;
+        };
+        let key = SinkKey {
+            tenant: t.into(),
+            source: s.into(),
+            index,
+            module: m.into(),
+        };
+        out.insert(key, Breaker::restore(snap, now, unix));
+    }
+    if !out.is_empty() {
+        info!(
+            open = out.len(),
+            "breakers restored from the last term's snapshots"
+        );
+    }
+    metrics::gauge!("ankusa_breakers_open").set(out.len() as f64);
+    out
 }
 
 /// Run one leadership term until shutdown or loss of the lease.
@@ -232,6 +289,17 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
     let batched = batched::Batched::new(&cfg);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let settled_total = ctx.state.borrow().settled_total;
+    let breakers = restore_breakers(&ctx.store).await;
+    let (claim_page, settle_page) = (cfg.dispatch.batch, cfg.dispatch.settle_batch);
+    // The settings the scripts keep server side, in force before this term's first claim
+    // and settle (issue 17.10, R18); the window task keeps them current afterwards.
+    let settings = [
+        ("max_hook_bytes", cfg.commit.max_hook_bytes as u64),
+        ("cc_retention_ms", cfg.claim_check.retention_ms),
+    ];
+    if let Err(e) = ctx.store.publish_window(&ctx.token, "", 0, &settings).await {
+        warn!(error = %e, "could not publish the settings; the scripts use the last ones");
+    }
     let mut s = Session {
         slots: Slots::new(&cfg.dispatch),
         cfg,
@@ -245,7 +313,9 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         settle_backoff: Duration::from_millis(50),
         settle_retry_at: None,
         settled_total,
-        breakers: HashMap::new(),
+        breakers,
+        claim_page: Arc::new(claim_page.into()),
+        settle_page: Arc::new(settle_page.into()),
         batched,
         store_failed: None,
         ctx,
@@ -348,7 +418,10 @@ impl Session {
         if self.settling || self.pending.is_empty() || self.settle_retry_at.is_some() {
             return;
         }
-        let n = self.pending.len().min(self.cfg.dispatch.settle_batch);
+        let max = self.cfg.dispatch.settle_batch;
+        let page_size = self.settle_page.load(std::sync::atomic::Ordering::Relaxed);
+        let n = self.pending.len().min(page_size.clamp(1, max));
+        let settle_page = self.settle_page.clone();
         let batch: Vec<Pending> = self.pending.drain(..n).collect();
         self.settling = true;
         let store = self.ctx.store.clone();
@@ -365,7 +438,12 @@ impl Session {
         let health = self.ctx.health.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
+            let started = Instant::now();
             let settled = store.settle_with(&token, epoch, &outcomes, history).await;
+            if settled.is_ok() {
+                let next = slots::adapt_page(page_size, outcomes.len(), started.elapsed(), max);
+                settle_page.store(next, std::sync::atomic::Ordering::Relaxed);
+            }
             health.record_write("settle", &settled);
             let r = match settled {
                 Ok((applied, skipped, finished_blobs)) => {
@@ -410,7 +488,12 @@ impl Session {
         if self.cfg.leader.test_wedge_claim_loop {
             return; // TEST ONLY: a wedged claim loop, for the leader's self-check
         }
-        let page = self.slots.claim_room();
+        let max_page = self.cfg.dispatch.batch;
+        let page_size = self
+            .claim_page
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .clamp(1, max_page.max(1));
+        let page = self.slots.claim_room().min(page_size);
         if page == 0 {
             return; // an outcome settling frees room and asks again
         }
@@ -428,15 +511,31 @@ impl Session {
             .map(|(t, r)| (t.to_string(), *r))
             .collect();
         let default_room = self.slots.default_room();
+        let bytes = self.slots.byte_rooms();
         let store = self.ctx.store.clone();
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         let health = self.ctx.health.clone();
+        let claim_page = self.claim_page.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let r =
-                claim_and_prepare(&store, &token, epoch, page, default_room, &skip, &tight).await;
+            let r = claim_and_prepare(
+                &store,
+                &token,
+                epoch,
+                page,
+                default_room,
+                &skip,
+                &tight,
+                &bytes,
+            )
+            .await;
             health.record_write("claim", &r);
+            if let Ok(p) = &r {
+                let got = p.claim.rows.len();
+                let next = slots::adapt_page(page_size, got, p.script_time, max_page);
+                claim_page.store(next, std::sync::atomic::Ordering::Relaxed);
+            }
             metrics::histogram!("ankusa_scan_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
             if matches!(r, Err(StoreError::Fenced)) {
@@ -571,7 +670,12 @@ impl Session {
                 }
                 self.pack_scan();
                 // More may be due right away when the page came back full.
-                if got >= p.page {
+                if p.claim.bytes_full {
+                    // R5: a due hook does not fit the byte window; an outcome settling frees
+                    // room and asks again (the poll is the liveness bound).
+                    self.next_scan = tokio::time::Instant::now()
+                        + Duration::from_millis(self.cfg.dispatch.poll_ms);
+                } else if got >= p.page {
                     self.claim_wanted = true;
                 } else {
                     let wait = match p.claim.next_due_ms {
@@ -664,7 +768,21 @@ impl Session {
         let now = Instant::now();
         let b = self.breakers.entry(job.key.clone()).or_default();
         let t = b.record(&settings, now, r, job.probe);
+        let snapshot = b.snapshot(now, breaker::unix_ms());
         let closed_clean = !b.is_open() && r == breaker::Result::Success;
+        if t.is_some() {
+            // Kept for the next term (issue 17.4), fenced like every write.
+            let (store, token) = (self.ctx.store.clone(), self.ctx.token.clone());
+            let change = (
+                breaker_field(&job.key),
+                snapshot.map(|s| s.encode()).unwrap_or_default(),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = store.save_breakers(&token, &[change]).await {
+                    warn!(error = %e, "could not keep a breaker snapshot for the next term");
+                }
+            });
+        }
         match t {
             Some(breaker::Transition::Opened(d)) => {
                 warn!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, open_ms = d.as_millis() as u64, "breaker opened");
@@ -960,6 +1078,7 @@ impl Session {
 }
 
 /// One claim call plus the reads that bind its rows (hooks and sources, pipelined).
+#[allow(clippy::too_many_arguments)]
 async fn claim_and_prepare(
     store: &Store,
     token: &str,
@@ -968,13 +1087,24 @@ async fn claim_and_prepare(
     default_room: usize,
     skip: &[String],
     rooms: &[(String, usize)],
+    bytes: &crate::store::ByteRooms,
 ) -> Result<Prepared, StoreError> {
     let skip_refs: Vec<&str> = skip.iter().map(String::as_str).collect();
     let room_refs: Vec<(&str, usize)> = rooms.iter().map(|(t, r)| (t.as_str(), *r)).collect();
+    let called = Instant::now();
     let claim = store
-        .claim(token, epoch, page, default_room, &skip_refs, &room_refs)
+        .claim_within(
+            token,
+            epoch,
+            page,
+            default_room,
+            &skip_refs,
+            &room_refs,
+            Some(bytes),
+        )
         .await?;
     let claimed_at = Instant::now();
+    let script_time = claimed_at - called;
     let now = claim.now_ms;
 
     let ids: Vec<Option<RowId>> = claim.rows.iter().map(|r| RowId::parse(&r.row)).collect();
@@ -1119,6 +1249,7 @@ async fn claim_and_prepare(
         });
     }
     Ok(Prepared {
+        script_time,
         claim,
         jobs,
         immediate,

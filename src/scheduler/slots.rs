@@ -10,6 +10,28 @@ use crate::config::{DispatchConfig, ResolvedLimits};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
+/// The Redis time one script call should stay under (issue 17.11): a claim or settle call
+/// blocks every other client of Redis while it runs.
+pub const SCRIPT_BUDGET: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The next page (rows per claim, outcomes per settle) after a call of `asked` items took
+/// `took` (its round trip, an upper bound of its Redis time): over 4/5 of
+/// [`SCRIPT_BUDGET`] the page shrinks in proportion, aiming at 4/5 of it; under 2/5 with the
+/// whole page used it doubles; always within `16..=max` (`max` when below 16).
+pub fn adapt_page(page: usize, asked: usize, took: std::time::Duration, max: usize) -> usize {
+    let min = 16.min(max).max(1);
+    let target = SCRIPT_BUDGET.as_micros() * 4 / 5;
+    let us = took.as_micros().max(1);
+    let next = if us > target {
+        ((asked.max(1) as u128 * target / us) as usize).min(page)
+    } else if us < SCRIPT_BUDGET.as_micros() * 2 / 5 && asked >= page {
+        page.saturating_mul(2)
+    } else {
+        page
+    };
+    next.clamp(min, max.max(min))
+}
+
 /// What the slot machinery needs to know of a queued job.
 pub trait Slotted {
     /// The unit of isolation: `(tenant, source, sink index, module)` (R15).
@@ -123,6 +145,36 @@ impl<J: Slotted> Slots<J> {
                 (room < page).then_some((id.as_str(), room))
             })
             .collect()
+    }
+
+    /// The byte window for the next claim, row by row (R5): the global room, whether nothing
+    /// is claimed, the room of a tenant with nothing in flight, and the room of every tenant
+    /// in flight or with limits of its own (`dispatch.tenants`).
+    pub fn byte_rooms(&self) -> crate::store::ByteRooms {
+        let default_tenant = self.cfg.tenant_limits("default").max_inflight_bytes;
+        let mut tenants: Vec<(String, u64, bool)> = self
+            .tenants
+            .iter()
+            .map(|(id, t)| {
+                let room = t.limits.max_inflight_bytes.saturating_sub(t.bytes);
+                (id.clone(), room, t.rows == 0)
+            })
+            .collect();
+        for id in self.cfg.tenants.keys() {
+            if id == "default" || self.tenants.contains_key(id) {
+                continue;
+            }
+            let own = self.cfg.tenant_limits(id).max_inflight_bytes;
+            if own != default_tenant {
+                tenants.push((id.clone(), own, true));
+            }
+        }
+        crate::store::ByteRooms {
+            global: self.global.max_inflight_bytes.saturating_sub(self.bytes),
+            alone: self.rows == 0,
+            default_tenant,
+            tenants,
+        }
     }
 
     /// The room a tenant with nothing in flight has.
@@ -301,6 +353,23 @@ impl<J: Slotted> Slots<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_page_shrinks_over_the_budget_and_grows_back_under_it() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        // 500 rows took 10 ms: aim at 4 ms -> 200 rows.
+        assert_eq!(adapt_page(500, 500, ms(10), 500), 200);
+        // Within the budget: unchanged; fast with the whole page used: doubled, capped.
+        assert_eq!(adapt_page(200, 200, ms(3), 500), 200);
+        assert_eq!(adapt_page(200, 200, ms(1), 500), 400);
+        assert_eq!(adapt_page(400, 400, ms(1), 500), 500);
+        // Fast but the page was not used up: no reason to grow.
+        assert_eq!(adapt_page(200, 10, ms(1), 500), 200);
+        // Never below 16 (nor above max when max is smaller).
+        assert_eq!(adapt_page(20, 20, ms(100), 500), 16);
+        assert_eq!(adapt_page(5, 5, ms(100), 5), 5);
+    }
     use proptest::prelude::*;
 
     #[derive(Debug, Clone, PartialEq)]

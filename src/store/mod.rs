@@ -187,8 +187,24 @@ pub struct ClaimResult {
     pub lanes_promoted: u64,
     /// This call's claim token (P6): above every token issued before it in the partition.
     pub claim_token: u64,
+    /// The byte window stopped the claim short (R5): a due row's hook did not fit, so the
+    /// next claim waits for an outcome to free room rather than for the next due time.
+    pub bytes_full: bool,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
+}
+
+/// The byte window a claim respects row by row (R5, issue 17.1), in bytes of hook bodies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ByteRooms {
+    /// Room left in the global window (`dispatch.max_inflight_bytes` less what is claimed).
+    pub global: u64,
+    /// Nothing is claimed: one hook larger than the whole window may be claimed alone.
+    pub alone: bool,
+    /// The room of a tenant not in `tenants` (its `max_inflight_bytes`, nothing claimed).
+    pub default_tenant: u64,
+    /// `(tenant, room, nothing claimed)` of the tenants in flight or with their own limits.
+    pub tenants: Vec<(String, u64, bool)>,
 }
 
 /// The outcome of one finished attempt, as `settle.lua` takes it.
@@ -543,7 +559,11 @@ impl Store {
             "too_large" => Err(CommitError::TooLarge {
                 index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
                 size: v.get(2).and_then(Value::int).unwrap_or(0) as usize,
-                max: max_hook_bytes,
+                // The limit the script enforced (kept server side, issue 17.10).
+                max: v
+                    .get(3)
+                    .and_then(Value::int)
+                    .map_or(max_hook_bytes, |m| m.max(0) as usize),
             }),
             "bad_request" => Err(CommitError::BadRequest(
                 v.get(1).map(Value::text).unwrap_or_default(),
@@ -617,6 +637,24 @@ impl Store {
         skip: &[&str],
         rooms: &[(&str, usize)],
     ) -> Result<ClaimResult, StoreError> {
+        self.claim_within(token, epoch, page, default_room, skip, rooms, None)
+            .await
+    }
+
+    /// [`Store::claim`] inside a byte window: no row is claimed whose hook would pass its
+    /// tenant's or the global byte room, except one hook alone where nothing is claimed
+    /// (R5, issue 17.1). Errors: [`StoreError::Fenced`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn claim_within(
+        &self,
+        token: &str,
+        epoch: u64,
+        page: usize,
+        default_room: usize,
+        skip: &[&str],
+        rooms: &[(&str, usize)],
+        bytes: Option<&ByteRooms>,
+    ) -> Result<ClaimResult, StoreError> {
         let mut args = Vec::with_capacity(8 + skip.len() + 2 * rooms.len());
         args.extend([
             self.prefix(),
@@ -632,6 +670,21 @@ impl Store {
             args.push(Value::from(*t));
             args.push((*r as i64).into());
         }
+        if let Some(b) = bytes {
+            let n = |x: u64| Value::from(x.min(i64::MAX as u64) as i64);
+            args.extend([
+                "bytes".into(),
+                n(b.global),
+                (if b.alone { "1" } else { "0" }).into(),
+                n(b.default_tenant),
+                (b.tenants.len() as i64).into(),
+            ]);
+            for (t, room, empty) in &b.tenants {
+                args.push(t.as_str().into());
+                args.push(n(*room));
+                args.push((if *empty { "1" } else { "0" }).into());
+            }
+        }
         let v = self.call(&self.scripts.claim, args).await?;
         match status(&v) {
             "ok" => {}
@@ -646,9 +699,10 @@ impl Store {
             lane_members: opt(v.get(4)).map(|n| n as u64),
             lanes_promoted: opt(v.get(5)).unwrap_or(0) as u64,
             claim_token: opt(v.get(6)).unwrap_or(0) as u64,
-            rows: Vec::with_capacity((v.len().saturating_sub(7)) / 4),
+            bytes_full: opt(v.get(7)).unwrap_or(0) == 1,
+            rows: Vec::with_capacity((v.len().saturating_sub(8)) / 4),
         };
-        for c in v[7.min(v.len())..].chunks_exact(4) {
+        for c in v[8.min(v.len())..].chunks_exact(4) {
             res.rows.push(ClaimedRow {
                 tenant: c[0].text(),
                 row: c[1].text(),
@@ -843,18 +897,33 @@ impl Store {
             .collect())
     }
 
-    /// Record claim-check references with their hooks (field `cc`, R18) in one pipelined
-    /// call. Only call it while a row of each hook is claimed, so the hook exists.
-    pub async fn set_claim_refs(&self, refs: &[(u64, String)]) -> Result<(), StoreError> {
+    /// Record claim-check references with their hooks (field `cc`, R18) in one call of
+    /// `lua/claim_refs.lua`, fenced by the lease `token` (issue 17.12). Returns the references
+    /// whose hook is gone (not recorded: the caller deletes those blobs).
+    /// Errors: [`StoreError::Fenced`] for a deposed leader.
+    pub async fn set_claim_refs(
+        &self,
+        token: &str,
+        refs: &[(u64, String)],
+    ) -> Result<Vec<String>, StoreError> {
         if refs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let pipe = self.client().pipeline();
+        let mut args = Vec::with_capacity(2 + 2 * refs.len());
+        args.extend([self.prefix(), token.into()]);
         for (hook, url) in refs {
-            let _: () = pipe.hset(self.ks.hook(*hook), ("cc", url.as_str())).await?;
+            args.push((*hook as i64).into());
+            args.push(url.as_str().into());
         }
-        let _: Vec<Value> = pipe.all().await?;
-        Ok(())
+        let v = self.call(&self.scripts.claim_refs, args).await?;
+        match status(&v) {
+            "ok" => Ok(v.iter().skip(1).map(Value::text).collect()),
+            "fenced" => Err(StoreError::Fenced),
+            other => Err(StoreError::protocol(
+                "claim_refs",
+                format!("status {other:?}"),
+            )),
+        }
     }
 
     /// The lane id of an ordered row (hook field `L<sink index at commit>`), if any (R10).
@@ -1051,21 +1120,61 @@ impl Store {
         }))
     }
 
+    /// Write breaker snapshots for the next term (`lua/breakers.lua`, R16, issue 17.4):
+    /// `(sink key, snapshot)`, an empty snapshot deleting the key's entry; fenced by the lease
+    /// `token`. Errors: [`StoreError::Fenced`].
+    pub async fn save_breakers(
+        &self,
+        token: &str,
+        changes: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        let mut args = vec![self.prefix(), token.into()];
+        for (k, v) in changes {
+            args.push(k.as_str().into());
+            args.push(v.as_str().into());
+        }
+        let v = self.call(&self.scripts.breakers, args).await?;
+        match status(&v) {
+            "ok" => Ok(()),
+            "fenced" => Err(StoreError::Fenced),
+            other => Err(StoreError::protocol(
+                "breakers",
+                format!("status {other:?}"),
+            )),
+        }
+    }
+
+    /// Every breaker snapshot kept for a new term: `(sink key, snapshot)`.
+    pub async fn load_breakers(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let m: std::collections::HashMap<String, String> =
+            self.client().hgetall(self.ks.breakers()).await?;
+        Ok(m.into_iter().collect())
+    }
+
     /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere
     /// (R21), fenced by the lease `token` like every write (`lua/window.lua`), so a deposed
-    /// leader cannot overwrite its successor's state. Errors: [`StoreError::Fenced`].
+    /// leader cannot overwrite its successor's state; an empty `json` writes the settings
+    /// only. `settings` (name, value) go to the
+    /// partition's `settings` hash, which the scripts read instead of trusting their callers
+    /// (`max_hook_bytes` for commit, `cc_retention_ms` for settle; issue 17.10, R18).
+    /// Errors: [`StoreError::Fenced`].
     pub async fn publish_window(
         &self,
         token: &str,
         json: &str,
         ttl_ms: u64,
+        settings: &[(&str, u64)],
     ) -> Result<(), StoreError> {
-        let args = vec![
+        let mut args = vec![
             self.prefix(),
             token.into(),
             json.into(),
             (ttl_ms as i64).into(),
         ];
+        for (name, value) in settings {
+            args.push((*name).into());
+            args.push((*value as i64).into());
+        }
         let v = self.call(&self.scripts.window, args).await?;
         match status(&v) {
             "ok" => Ok(()),

@@ -56,6 +56,10 @@ pub const PRESSURE: &str = lua!("pressure.lua");
 pub const DLQ_REPLAY: &str = lua!("dlq_replay.lua");
 /// The source of `window.lua` (the leader's window state, R21).
 pub const WINDOW: &str = lua!(allow_oom "window.lua");
+/// The source of `breakers.lua` (breaker snapshots for the next term, R16).
+pub const BREAKERS: &str = lua!("breakers.lua");
+/// The source of `claim_refs.lua` (claim-check references, R18).
+pub const CLAIM_REFS: &str = lua!("claim_refs.lua");
 /// The source of `dlq_purge.lua` (dead-letter purge and retention).
 pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
 
@@ -102,6 +106,10 @@ pub struct Scripts {
     pub dlq_purge: LuaScript,
     /// `window.lua`.
     pub window: LuaScript,
+    /// `claim_refs.lua`.
+    pub claim_refs: LuaScript,
+    /// `breakers.lua`.
+    pub breakers: LuaScript,
 }
 
 impl Default for Scripts {
@@ -118,13 +126,15 @@ impl Default for Scripts {
             dlq_replay: LuaScript::new("dlq_replay", DLQ_REPLAY),
             dlq_purge: LuaScript::new("dlq_purge", DLQ_PURGE),
             window: LuaScript::new("window", WINDOW),
+            claim_refs: LuaScript::new("claim_refs", CLAIM_REFS),
+            breakers: LuaScript::new("breakers", BREAKERS),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 11] {
+    pub fn all(&self) -> [&LuaScript; 13] {
         [
             &self.commit,
             &self.claim,
@@ -137,6 +147,8 @@ impl Scripts {
             &self.dlq_replay,
             &self.dlq_purge,
             &self.window,
+            &self.claim_refs,
+            &self.breakers,
         ]
     }
 }

@@ -133,7 +133,9 @@ class Producer:
 
     ``client`` is a ``redis.Redis`` (any connection options: TLS, a password, a unix socket).
     ``instance`` is the pipeline's instance name (the config's ``instance``, default
-    ``"default"``). ``max_hook_bytes`` must match the workers' ``commit.max_hook_bytes``.
+    ``"default"``). ``max_hook_bytes`` is checked here before sending; the commit script
+    enforces the leader's ``commit.max_hook_bytes`` itself (kept in Redis), so this can only
+    lower the limit, never raise it.
     ``script`` overrides the shipped commit script (e.g. the output of ``ankusa
     commit-script`` of the binary you run). The script is called by SHA and loaded again
     when Redis answers ``NOSCRIPT`` (a restart, a failover).
@@ -193,7 +195,8 @@ class Producer:
         if status == "unknown_source":
             raise UnknownSource(tenant, source)
         if status == "too_large":
-            raise TooLarge(int(reply[1]) - 1, int(reply[2]), self._max)
+            limit = int(reply[3]) if len(reply) > 3 else self._max
+            raise TooLarge(int(reply[1]) - 1, int(reply[2]), limit)
         if status == "bad_request":
             raise BadRequest(_text(reply[1]) if len(reply) > 1 else "bad request")
         raise CommitError(f"unexpected reply from the commit script: {reply!r}")

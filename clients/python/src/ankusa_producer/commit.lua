@@ -16,6 +16,7 @@ local function k_idem(tenant, source, key) return P .. 'idem:' .. tenant .. ':' 
 local function k_attempts(hook) return P .. 'attempts:' .. hook end
 local function k_kept(hook) return P .. 'kept:' .. hook end
 local function k_history(tenant) return P .. 'history:' .. tenant end
+local function k_srcvt(tenant) return P .. 'srcvt:' .. tenant end
 local K_LANE_MEMBERS = P .. 'lane_members'
 local K_LANE_TENANTS = P .. 'lane_tenants'
 local K_TENANTS = P .. 'tenants'
@@ -25,6 +26,14 @@ local K_STATS = P .. 'stats'
 local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
 local K_BLOB_GC = P .. 'blob_gc'
+-- Claim-check blobs of finished hooks, scored by when they may be deleted: kept for the
+-- retention (`claim_check.retention_ms`), since a pointer may still wait on a queue (R18).
+local K_BLOB_RETAIN = P .. 'blob_retain'
+-- Settings kept server side, written by the leader (window.lua), read by the scripts:
+-- `max_hook_bytes` (commit), `cc_retention_ms` (settle). Not the caller's word (issue 17.10).
+local K_SETTINGS = P .. 'settings'
+-- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane (R11).
+local K_HEAD_LANE = P .. 'head_lane'
 -- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
 -- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
 -- the lease records the last token issued before the term in `claim_floor`.
@@ -50,21 +59,41 @@ end
 -- Make the next member of `lane` its head, due at `now`; with no member left the lane
 -- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
 -- this (R12: only the scheduler moves lane state).
+-- A tenant with no lane holding members left leaves `lane_tenants` (issue 17.5).
+local function lane_drained(lane, tenant)
+  redis.call('SREM', k_lanes(tenant), lane)
+  if redis.call('SCARD', k_lanes(tenant)) == 0 then redis.call('SREM', K_LANE_TENANTS, tenant) end
+end
+-- Make `row` the head of `lane` (and record which lane it heads).
+local function set_head(lane, row)
+  redis.call('SET', k_lanehead(lane), row)
+  redis.call('HSET', K_HEAD_LANE, row, lane)
+end
 local function promote(lane, tenant, now)
+  local old = redis.call('GET', k_lanehead(lane))
+  if old then redis.call('HDEL', K_HEAD_LANE, old) end
   local nxt = redis.call('LPOP', k_lane(lane))
   if not nxt then
     redis.call('DEL', k_lanehead(lane))
-    redis.call('SREM', k_lanes(tenant), lane)
+    lane_drained(lane, tenant)
     return nil
   end
   redis.call('DECR', K_LANE_MEMBERS)
-  redis.call('SET', k_lanehead(lane), nxt)
+  set_head(lane, nxt)
   redis.call('ZADD', k_due(tenant), now, nxt)
   redis.call('ZADD', K_TENANTS, 'LT', now, tenant)
   if redis.call('LLEN', k_lane(lane)) == 0 then
-    redis.call('SREM', k_lanes(tenant), lane)
+    lane_drained(lane, tenant)
   end
   return nxt
+end
+
+-- The lane `row` heads, if any: recorded at the head (so no hook is needed), else the
+-- hook's `L<idx>` field (`lane_hint`), checked against the lane's head (R11).
+local function head_lane_of(row, lane_hint)
+  local lane = redis.call('HGET', K_HEAD_LANE, row) or lane_hint
+  if lane and redis.call('GET', k_lanehead(lane)) == row then return lane end
+  return nil
 end
 
 -- Lower a tenant's score in the active-tenant index to `due` (never raises it).
@@ -73,7 +102,8 @@ local function tenant_due(tenant, due)
 end
 -- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
--- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes
+-- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes (the caller's
+--          own limit: it can only lower the one kept server side, see below)
 -- ARGV[5]  n (hooks in this call), then n pairs: body, headers (JSON object text or '')
 --          then options, each a word and its values (docs/commit-protocol.md):
 --          'idem', ttl_ms, then n producer idempotency keys ('' none): a hook whose key was
@@ -82,17 +112,39 @@ end
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
 --          with 'idem': {'ok', first_hook_id, rows_per_hook, now_ms, id of hook 1 … hook n}
 --          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
---       |  {'unknown_source'} | {'too_large', index, size} | {'bad_request', detail}
+--       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
+-- The script checks its input itself, trusting no caller (issue 17.10): KEYS[1] must be the
+-- lease key of the prefix ARGV[1] (`ankusa:{…}:`), tenant and source ids must match
+-- `[A-Za-z0-9_.-]{1,128}` (so they are valid UTF-8), and the size limit is the leader's
+-- `commit.max_hook_bytes` kept in `settings` (10 MiB until a leader wrote it), or ARGV[4]
+-- when that is lower.
+-- Fairness across a tenant's sources (R15, issue 17.2): a row's score in `due:<tenant>` is
+-- its virtual start time, not the commit time: max(the tenant's oldest due score or now,
+-- the source's last virtual time) plus 1 µs per row before it (`srcvt:<tenant>`, field
+-- source). A source with a backlog has its new rows queued behind its own backlog, while a
+-- source with none lands at the head of the tenant's line, so the claim, which takes a
+-- tenant's rows oldest first, interleaves the sources. Every score is still <= now unless
+-- one source has over a million rows waiting (a 1 s spread), so nothing waits for it.
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
 -- is idle, else it is appended behind it as a member (R10).
 local tenant, source = ARGV[2], ARGV[3]
-local max_bytes = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 if not n or n < 1 or #ARGV < 5 + 2 * n then return {'bad_request', 'argument count'} end
+if not string.match(P, '^ankusa:{[^{}]+}:$') or KEYS[1] ~= P .. 'lease' then
+  return {'bad_request', 'KEYS[1] must be the lease key of the prefix ARGV[1]'}
+end
+local function valid_id(id)
+  return #id >= 1 and #id <= 128 and not string.find(id, '[^A-Za-z0-9_.%-]')
+end
+if not valid_id(tenant) then return {'bad_request', 'tenant id must match [A-Za-z0-9_.-]{1,128}'} end
+if not valid_id(source) then return {'bad_request', 'source id must match [A-Za-z0-9_.-]{1,128}'} end
+local max_bytes = tonumber(redis.call('HGET', K_SETTINGS, 'max_hook_bytes') or '') or 10485760
+local asked = tonumber(ARGV[4])
+if asked and asked < max_bytes then max_bytes = asked end
 local idem_ttl, idem, only = nil, nil, nil
 local o = 6 + 2 * n
 while o <= #ARGV do
@@ -114,7 +166,7 @@ local sinks = 0
 for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
 for i = 1, n do
   local size = #ARGV[4 + 2 * i]
-  if size > max_bytes then return {'too_large', i, size} end
+  if size > max_bytes then return {'too_large', i, size, max_bytes} end
   local headers = ARGV[5 + 2 * i]
   if headers ~= '' then
     -- Headers that are no JSON object are left to the attempt (dead-lettered unsent there).
@@ -206,6 +258,17 @@ local last = redis.call('INCRBY', K_SEQ, #fresh)
 local first = last - #fresh + 1
 local due = k_due(tenant)
 local pending = {}
+local vt = now
+local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+if #head > 0 and tonumber(head[2]) < vt then vt = tonumber(head[2]) end
+local svt = tonumber(redis.call('HGET', k_srcvt(tenant), source) or '')
+if svt and svt > vt then vt = svt end
+-- The next row's score, as text: Lua would print a number with 14 digits only.
+local function next_score()
+  local s = string.format('%.3f', vt)
+  vt = vt + 0.001
+  return s
+end
 for f, i in ipairs(fresh) do
   local hook = first + f - 1
   ids[i] = hook
@@ -221,7 +284,7 @@ for f, i in ipairs(fresh) do
     local row = hook .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
-      pending[#pending + 1] = now
+      pending[#pending + 1] = next_score()
       pending[#pending + 1] = row
       if #pending >= 1000 then
         redis.call('ZADD', due, unpack(pending))
@@ -236,13 +299,14 @@ for f, i in ipairs(fresh) do
         redis.call('SADD', k_lanes(tenant), lane)
         redis.call('SADD', K_LANE_TENANTS, tenant)
       else
-        redis.call('SET', k_lanehead(lane), row)
-        redis.call('ZADD', due, now, row)
+        set_head(lane, row)
+        redis.call('ZADD', due, next_score(), row)
       end
     end
   end
 end
 if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
+redis.call('HSET', k_srcvt(tenant), source, string.format('%.3f', vt))
 for i, j in pairs(alias) do ids[i] = ids[j] end
 tenant_due(tenant, now)
 redis.call('PUBLISH', K_WAKE, tenant)

@@ -1,0 +1,16 @@
+-- breakers.lua — keep the leader's breaker snapshots for the next term (R16), fenced (R25).
+-- KEYS[1]  lease key (fencing, R25)
+-- ARGV[1]  prefix  ARGV[2] token  then pairs: sink key, snapshot ('<until unix ms>:<opens>',
+--          or '' when the breaker closed: the field is deleted)
+-- Returns  {'fenced'} | {'ok'}
+-- The hash `breakers` holds one field per open breaker; a new leader reads it at the start
+-- of its term and starts those breakers open or half-open with one probe (issue 17.4).
+if fenced(ARGV[2]) then return {'fenced'} end
+for i = 3, #ARGV - 1, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', P .. 'breakers', ARGV[i])
+  else
+    redis.call('HSET', P .. 'breakers', ARGV[i], ARGV[i + 1])
+  end
+end
+return {'ok'}
