@@ -856,7 +856,7 @@ pub struct StateView {
     pub node_id: String,
     /// The scheduler's state: leading, epoch, claimed rows and bytes, running, window_full.
     #[schema(value_type = Object)]
-    pub state: crate::scheduler::SchedulerState,
+    pub state: crate::dispatch::SchedulerState,
     /// The limits in force (R22).
     pub limits: Limits,
 }

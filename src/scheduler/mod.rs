@@ -1,0 +1,7 @@
+//! The scheduler's pure decisions: windows and slots, circuit breakers, backoff
+//! (R5–R9, R13–R16). No I/O and no clock of their own: the dispatch loop
+//! ([`crate::dispatch`]) feeds them instants and applies what they decide.
+
+pub mod backoff;
+pub mod breaker;
+pub mod slots;
