@@ -47,16 +47,9 @@ impl Session {
                     };
                     let result = match tokio::time::timeout(timeout, fut).await {
                         Ok(r) => r.map(|status| job.status = status),
-                        Err(_) => Err(AttemptError::Retry {
-                            error: format!("attempt_timeout({}ms)", timeout.as_millis()),
-                            retry_after: None,
-                        }),
+                        Err(_) => Err(AttemptError::Timeout(timeout)),
                     };
-                    let outcome = match &result {
-                        Ok(()) => "ok",
-                        Err(AttemptError::Retry { .. }) => "retry",
-                        Err(AttemptError::Permanent(_)) => "permanent",
-                    };
+                    let outcome = result.as_ref().err().map_or("ok", AttemptError::outcome);
                     tracing::Span::current().record("outcome", outcome);
                     debug!(
                         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -94,7 +87,7 @@ impl Session {
         let r = match result {
             Ok(()) => breaker::Result::Success,
             Err(AttemptError::Permanent(_)) => breaker::Result::Permanent,
-            Err(AttemptError::Retry { .. }) => breaker::Result::Failure,
+            Err(AttemptError::Retry { .. } | AttemptError::Timeout(_)) => breaker::Result::Failure,
         };
         if r == breaker::Result::Success && !job.probe && !self.breakers.contains_key(&job.key) {
             return; // the common case: closed, nothing to count
@@ -149,7 +142,7 @@ impl Session {
                     metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
                     // No error of its own: settle keeps the row's last attempt error.
                     SettleOp::DeadLetter {
-                        reason: DeadReason::RetryHorizon(module.clone()).to_string(),
+                        reason: DeadReason::RetryHorizon(module.clone()),
                         error: String::new(),
                     }
                 } else {
@@ -174,6 +167,38 @@ impl Session {
             op,
             job.bytes,
         );
+    }
+
+    /// A retryable failure's settle operation: retry after backoff, or dead-letter at the
+    /// retry horizon or after `retry.max_attempts` (R7, R9).
+    fn retry_op(
+        &self,
+        module: &'static str,
+        attempts: u32,
+        first: i64,
+        now: i64,
+        retry_after: Option<Duration>,
+        error: String,
+    ) -> SettleOp {
+        let error = truncate(error, ERROR_MAX_BYTES);
+        let decision = backoff::decide(
+            &self.cfg.retry,
+            attempts,
+            first,
+            now,
+            retry_after,
+            rand::random::<f64>(),
+        );
+        let reason = match decision {
+            backoff::RetryDecision::RetryIn(delay_ms) => {
+                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "retry").increment(1);
+                return SettleOp::Retry { delay_ms, error };
+            }
+            backoff::RetryDecision::Horizon => DeadReason::RetryHorizon(module.into()),
+            backoff::RetryDecision::MaxAttempts => DeadReason::MaxAttempts(module.into()),
+        };
+        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
+        SettleOp::DeadLetter { reason, error }
     }
 
     pub(super) fn record_attempt(
@@ -204,45 +229,18 @@ impl Session {
                 metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
                 let reason = truncate(reason, ERROR_MAX_BYTES);
                 SettleOp::DeadLetter {
-                    reason: DeadReason::Permanent(reason.clone()).to_string(),
+                    reason: DeadReason::Permanent(reason.clone()),
                     error: reason,
                 }
             }
+            Err(AttemptError::Timeout(after)) => {
+                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "timeout").record(elapsed.as_secs_f64());
+                let error = format!("attempt_timeout({}ms)", after.as_millis());
+                self.retry_op(module, attempts, first, now, None, error)
+            }
             Err(AttemptError::Retry { error, retry_after }) => {
-                let result = if error.starts_with("attempt_timeout") {
-                    "timeout"
-                } else {
-                    "error"
-                };
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => result).record(elapsed.as_secs_f64());
-                let error = truncate(error, ERROR_MAX_BYTES);
-                match backoff::decide(
-                    &self.cfg.retry,
-                    attempts,
-                    first,
-                    now,
-                    retry_after,
-                    rand::random::<f64>(),
-                ) {
-                    backoff::RetryDecision::RetryIn(delay_ms) => {
-                        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "retry").increment(1);
-                        SettleOp::Retry { delay_ms, error }
-                    }
-                    backoff::RetryDecision::Horizon => {
-                        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
-                        SettleOp::DeadLetter {
-                            reason: DeadReason::RetryHorizon(module.into()).to_string(),
-                            error,
-                        }
-                    }
-                    backoff::RetryDecision::MaxAttempts => {
-                        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
-                        SettleOp::DeadLetter {
-                            reason: DeadReason::MaxAttempts(module.into()).to_string(),
-                            error,
-                        }
-                    }
-                }
+                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
+                self.retry_op(module, attempts, first, now, retry_after, error)
             }
         };
         let record = attempt_record(&job, attempts, now, elapsed, &op);
@@ -289,7 +287,7 @@ pub(super) fn attempt_record(
             ..base.failed("retry", error)
         },
         SettleOp::DeadLetter { reason, error } => crate::visibility::AttemptRecord {
-            reason: Some(reason.clone()),
+            reason: Some(reason.to_string()),
             ..base.failed("dead_lettered", error)
         },
         _ => base,

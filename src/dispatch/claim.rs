@@ -103,7 +103,7 @@ pub(super) async fn claim_and_prepare(
             now_ms: now,
         };
         let dead = |reason: DeadReason| SettleOp::DeadLetter {
-            reason: reason.to_string(),
+            reason,
             error: String::new(),
         };
         // Every row that cannot be read is counted, whatever its fate.
@@ -179,7 +179,7 @@ pub(super) async fn claim_and_prepare(
             Ok(t) => t,
             Err(e) => {
                 immediate.push(imm(SettleOp::DeadLetter {
-                    reason: DeadReason::Permanent(format!("invalid sink options: {e}")).to_string(),
+                    reason: DeadReason::Permanent(format!("invalid sink options: {e}")),
                     error: e,
                 }));
                 continue;

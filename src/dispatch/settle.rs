@@ -75,9 +75,8 @@ impl Session {
         bytes: u64,
     ) {
         if let SettleOp::DeadLetter { reason, .. } = &op {
-            let kind = reason.split('(').next().unwrap_or("unknown").to_string();
-            metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => kind.clone())
-                .increment(1);
+            let kind = reason.kind();
+            metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => kind).increment(1);
             metrics::counter!("ankusa_dead_letters_total", "reason" => kind).increment(1);
         }
         self.pending.push(Pending {

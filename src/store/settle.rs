@@ -22,7 +22,7 @@ pub enum SettleOp {
     /// Dead-letter with a reason.
     DeadLetter {
         /// `permanent(…)`, `retry_horizon(…)`, …
-        reason: String,
+        reason: crate::model::DeadReason,
         /// Error text, truncated.
         error: String,
     },
@@ -80,7 +80,7 @@ impl Store {
                 SettleOp::Delivered => ("D", "".into(), ""),
                 SettleOp::Retry { delay_ms, error } => ("R", (*delay_ms as i64).into(), error),
                 SettleOp::Park { delay_ms } => ("P", (*delay_ms as i64).into(), ""),
-                SettleOp::DeadLetter { reason, error } => ("X", reason.as_str().into(), error),
+                SettleOp::DeadLetter { reason, error } => ("X", reason.to_string().into(), error),
                 SettleOp::Drop => ("G", "".into(), ""),
             };
             args.extend([

@@ -225,10 +225,7 @@ mod tests {
     use super::*;
 
     fn kind(e: &AttemptError) -> &'static str {
-        match e {
-            AttemptError::Retry { .. } => "retry",
-            AttemptError::Permanent(_) => "permanent",
-        }
+        e.outcome()
     }
 
     #[test]
