@@ -90,6 +90,49 @@ pub struct Config {
     pub secrets: SecretsConfig,
     /// Attempt history, resend retention and per-tenant metrics (`docs/operations.md`).
     pub history: HistoryConfig,
+    /// Optional OpenTelemetry trace export of attempts (`docs/operations.md`).
+    pub telemetry: TelemetryConfig,
+}
+
+/// OpenTelemetry: one span per attempt, exported over OTLP/HTTP (protobuf) when
+/// `otlp_endpoint` is set; a child of the producer's `traceparent` when the hook carries one.
+/// Read at start (SIGHUP does not change it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP collector base URL, e.g. `http://otel-collector:4318` (spans are posted to
+    /// `<url>/v1/traces`; a URL already ending in `/v1/traces` is used as is); `http` or
+    /// `https`. Empty: no export, and no cost per attempt. Default empty.
+    pub otlp_endpoint: String,
+    /// The `service.name` resource attribute of the exported spans; 1..=255 characters.
+    /// Default `"ankusa"`.
+    pub service_name: String,
+    /// Fraction of attempts of hooks without a `traceparent` that are exported, 0.0..=1.0; a
+    /// hook with one follows its producer's sampled flag. Default 1.0.
+    pub sample_ratio: f64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: String::new(),
+            service_name: "ankusa".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
+impl TelemetryConfig {
+    /// The URL spans are posted to: `otlp_endpoint` + `/v1/traces` (unless it ends so already);
+    /// `None` when export is off.
+    pub fn traces_url(&self) -> Option<String> {
+        let base = self.otlp_endpoint.trim_end_matches('/');
+        match base {
+            "" => None,
+            b if b.ends_with("/v1/traces") => Some(b.to_string()),
+            b => Some(format!("{b}/v1/traces")),
+        }
+    }
 }
 
 /// Guards of every HTTP request made to a URL a tenant chose (`docs/security.md`).
@@ -429,6 +472,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             secrets: SecretsConfig::default(),
             history: HistoryConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -784,6 +828,33 @@ impl Config {
             );
         }
 
+        let t = &self.telemetry;
+        if !t.otlp_endpoint.is_empty() {
+            let ok = url::Url::parse(&t.otlp_endpoint).is_ok_and(|u| {
+                matches!(u.scheme(), "http" | "https")
+                    && u.host_str().is_some_and(|h| !h.is_empty())
+                    && u.query().is_none()
+                    && u.username().is_empty()
+                    && u.password().is_none()
+            });
+            p.check(
+                ok,
+                "telemetry.otlp_endpoint",
+                "must be empty or an http(s) URL such as http://otel-collector:4318 \
+                 (no query, no credentials: set OTEL_EXPORTER_OTLP_HEADERS for auth)",
+            );
+        }
+        p.check(
+            !t.service_name.is_empty() && t.service_name.len() <= 255,
+            "telemetry.service_name",
+            "must be 1..=255 characters",
+        );
+        p.check(
+            (0.0..=1.0).contains(&t.sample_ratio),
+            "telemetry.sample_ratio",
+            "must be between 0.0 and 1.0",
+        );
+
         let a = &self.admin;
         p.check(
             a.listen.parse::<SocketAddr>().is_ok(),
@@ -1061,6 +1132,44 @@ mod tests {
                 None => assert!(keys.contains_key(section), "{section} missing"),
             }
         }
+    }
+
+    #[test]
+    fn telemetry_is_off_by_default_and_its_keys_are_checked() {
+        let c = Config::default();
+        assert_eq!(c.telemetry.traces_url(), None);
+        let ok = |url: &str| {
+            let toml = format!("[telemetry]\notlp_endpoint = {url:?}\n");
+            let c = Config::from_toml_str(&toml).expect("valid");
+            c.telemetry.traces_url().expect("on")
+        };
+        assert_eq!(
+            ok("http://collector:4318"),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(
+            ok("https://c.example/otlp/"),
+            "https://c.example/otlp/v1/traces"
+        );
+        assert_eq!(ok("http://c:4318/v1/traces"), "http://c:4318/v1/traces");
+        for bad in [
+            "collector:4318",
+            "ftp://c/",
+            "http://u:p@c:4318",
+            "http://c/?a=1",
+        ] {
+            let got = problems(&format!("[telemetry]\notlp_endpoint = {bad:?}\n"));
+            assert_eq!(got.len(), 1, "{bad}: {got:?}");
+            assert!(got[0].starts_with("telemetry.otlp_endpoint: "), "{got:?}");
+        }
+        let got = problems("[telemetry]\nservice_name = \"\"\nsample_ratio = 1.5\n");
+        assert_eq!(
+            got,
+            vec![
+                "telemetry.service_name: must be 1..=255 characters",
+                "telemetry.sample_ratio: must be between 0.0 and 1.0"
+            ]
+        );
     }
 
     #[test]

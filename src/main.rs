@@ -298,7 +298,10 @@ enum DlqCmd {
     },
 }
 
-fn init_logs(format: LogFormat, default: &str) {
+/// The log subscriber: stderr (`format`, `ANKUSA_LOG` or `RUST_LOG`, else `default`), plus the
+/// export of attempt spans when `telemetry` runs (then the log filter is the fmt layer's own,
+/// so attempt spans are exported whatever the log level).
+fn init_logs(format: LogFormat, default: &str, telemetry: Option<&ankusa::telemetry::Telemetry>) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ANKUSA_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
@@ -307,6 +310,23 @@ fn init_logs(format: LogFormat, default: &str) {
     // set (https://no-color.org: any value but the empty string).
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty());
+    if let Some(t) = telemetry {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::Layer;
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_ansi(colour)
+            .with_writer(std::io::stderr);
+        let fmt = match format {
+            LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+            LogFormat::Pretty => fmt.compact().with_filter(filter).boxed(),
+        };
+        tracing_subscriber::registry()
+            .with(fmt)
+            .with(t.layer())
+            .init();
+        return;
+    }
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
@@ -878,9 +898,29 @@ async fn main() {
     } else {
         cli.log_format
     };
-    init_logs(format, default);
+    // The worker's [telemetry] export is part of the log subscriber, so its config is read
+    // first (a config that does not load is reported by the command itself).
+    let telemetry = match &cli.cmd {
+        Cmd::Worker { .. } => load_config(&cli)
+            .ok()
+            .map(|c| ankusa::telemetry::Telemetry::start(&c.telemetry)),
+        _ => None,
+    };
+    let (telemetry, refused) = match telemetry {
+        Some(Ok(t)) => (t, None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
+    init_logs(format, default, telemetry.as_ref());
     let json = cli.json;
-    let result = run(cli).await;
+    let result = match refused {
+        Some(e) => Err(e),
+        None => run(cli).await,
+    };
+    if let Some(t) = telemetry {
+        // Export the attempt spans still queued.
+        t.shutdown().await;
+    }
     cli::out::flush();
     if let Err(e) = result {
         let e = cli::redis_words::plain(e);

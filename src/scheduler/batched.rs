@@ -391,8 +391,10 @@ impl Session {
             let blobs = self.batched.blobs.clone();
             let store = self.ctx.store.clone();
             let tx = self.tx.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
-                module = %job.key.module, row = %job.row, attempt = job.attempts + 1, outcome = tracing::field::Empty);
+            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
+                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
+                status = tracing::field::Empty, error = tracing::field::Empty);
+            crate::telemetry::link(&span, &job.hook.headers);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -407,14 +409,12 @@ impl Session {
                         })),
                     };
                     let ev = match answer {
-                        Reply::Withdrawn => BatchedEvent::Withdrawn { job, dest },
+                        Reply::Withdrawn => {
+                            tracing::Span::current().record("outcome", "withdrawn");
+                            BatchedEvent::Withdrawn { job, dest }
+                        }
                         Reply::Done(result) => {
-                            let outcome = match &result {
-                                Ok(()) => "ok",
-                                Err(AttemptError::Retry { .. }) => "retry",
-                                Err(AttemptError::Permanent(_)) => "permanent",
-                            };
-                            tracing::Span::current().record("outcome", outcome);
+                            super::record_outcome(&result, None);
                             BatchedEvent::Finished {
                                 job,
                                 result,

@@ -466,8 +466,11 @@ impl Session {
             }
             let tx = self.tx.clone();
             let http = self.ctx.http.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
-                module = %job.key.module, row = %job.row, attempt = job.attempts + 1, outcome = tracing::field::Empty);
+            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
+                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
+                status = tracing::field::Empty, error = tracing::field::Empty);
+            // A child of the producer's traceparent when spans are exported (crate::telemetry).
+            crate::telemetry::link(&span, &job.hook.headers);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -494,12 +497,7 @@ impl Session {
                             retry_after: None,
                         }),
                     };
-                    let outcome = match &result {
-                        Ok(()) => "ok",
-                        Err(AttemptError::Retry { .. }) => "retry",
-                        Err(AttemptError::Permanent(_)) => "permanent",
-                    };
-                    tracing::Span::current().record("outcome", outcome);
+                    record_outcome(&result, job.status);
                     debug!(
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "attempt finished"
@@ -1124,6 +1122,24 @@ async fn claim_and_prepare(
         immediate,
         page,
     })
+}
+
+/// Record an attempt's end on its span: `outcome` (`ok`, `retry`, `permanent`), the HTTP
+/// `status` when one answered, the `error` of a failure (exported with the span, `telemetry`).
+fn record_outcome(result: &Result<(), AttemptError>, status: Option<u16>) {
+    let span = tracing::Span::current();
+    let (outcome, error) = match result {
+        Ok(()) => ("ok", None),
+        Err(AttemptError::Retry { error, .. }) => ("retry", Some(error.as_str())),
+        Err(AttemptError::Permanent(error)) => ("permanent", Some(error.as_str())),
+    };
+    span.record("outcome", outcome);
+    if let Some(status) = status {
+        span.record("status", i64::from(status));
+    }
+    if let Some(error) = error {
+        span.record("error", error);
+    }
 }
 
 /// The history record of a finished attempt (`now`: Redis time at its end, ms).
