@@ -403,10 +403,7 @@ impl Session {
                         run_attempt(&job, &resolved, check, blobs, store, batcher, deadline);
                     let answer = match tokio::time::timeout_at(deadline, attempt).await {
                         Ok(a) => a,
-                        Err(_) => Reply::Done(Err(AttemptError::Retry {
-                            error: format!("attempt_timeout({}ms)", timeout.as_millis()),
-                            retry_after: None,
-                        })),
+                        Err(_) => Reply::Done(Err(AttemptError::Timeout(timeout))),
                     };
                     let ev = match answer {
                         Reply::Withdrawn => {
@@ -414,7 +411,7 @@ impl Session {
                             BatchedEvent::Withdrawn { job, dest }
                         }
                         Reply::Done(result) => {
-                            super::record_outcome(&result, None);
+                            super::attempt::record_outcome(&result, None);
                             BatchedEvent::Finished {
                                 job,
                                 result,
