@@ -26,6 +26,7 @@
 //! | [`visibility`] | attempt history, `hooks show`, `rows list`, resend, `tenants top` |
 //! | [`admin`] | admin HTTP: metrics, health, ingest, operations |
 //! | [`metrics`] | the Prometheus recorder (R27) |
+//! | [`telemetry`] | optional OpenTelemetry (OTLP/HTTP) export of attempt spans |
 //! | [`testkit`] | real `redis-server` and webhook receiver for tests, demo and bench |
 //! | [`demo`], [`bench`] | the end-to-end demo and the benchmark |
 //!
@@ -57,6 +58,7 @@ pub mod scheduler;
 pub mod secrets;
 pub mod sinks;
 pub mod store;
+pub mod telemetry;
 pub mod testkit;
 pub mod visibility;
 pub mod worker;

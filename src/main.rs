@@ -15,7 +15,7 @@ mod cli;
 
 use clap::Parser;
 use cli::args::{Cli, Cmd, LogFormat};
-use cli::run::{init_logs, run};
+use cli::run::{init_logs, load_config, run};
 
 /// Whether the raw arguments ask for JSON (for errors raised before clap has parsed them).
 fn wants_json(args: &[std::ffi::OsString]) -> bool {
@@ -46,9 +46,29 @@ async fn main() {
     } else {
         cli.log_format
     };
-    init_logs(format, default);
+    // The worker's [telemetry] export is part of the log subscriber, so its config is read
+    // first (a config that does not load is reported by the command itself).
+    let telemetry = match &cli.cmd {
+        Cmd::Worker { .. } => load_config(&cli)
+            .ok()
+            .map(|c| ankusa::telemetry::Telemetry::start(&c.telemetry)),
+        _ => None,
+    };
+    let (telemetry, refused) = match telemetry {
+        Some(Ok(t)) => (t, None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
+    init_logs(format, default, telemetry.as_ref());
     let json = cli.json;
-    let result = run(cli).await;
+    let result = match refused {
+        Some(e) => Err(e),
+        None => run(cli).await,
+    };
+    if let Some(t) = telemetry {
+        // Export the attempt spans still queued.
+        t.shutdown().await;
+    }
     cli::out::flush();
     if let Err(e) = result {
         let e = cli::redis_words::plain(e);

@@ -10,7 +10,14 @@ use ankusa::{Error, Hook, Producer};
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
-pub fn init_logs(format: LogFormat, default: &str) {
+/// The log subscriber: stderr (`format`, `ANKUSA_LOG` or `RUST_LOG`, else `default`), plus the
+/// export of attempt spans when `telemetry` runs (then the log filter is the fmt layer's own,
+/// so attempt spans are exported whatever the log level).
+pub fn init_logs(
+    format: LogFormat,
+    default: &str,
+    telemetry: Option<&ankusa::telemetry::Telemetry>,
+) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ANKUSA_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
@@ -19,6 +26,23 @@ pub fn init_logs(format: LogFormat, default: &str) {
     // set (https://no-color.org: any value but the empty string).
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty());
+    if let Some(t) = telemetry {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::Layer;
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_ansi(colour)
+            .with_writer(std::io::stderr);
+        let fmt = match format {
+            LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+            LogFormat::Pretty => fmt.compact().with_filter(filter).boxed(),
+        };
+        tracing_subscriber::registry()
+            .with(fmt)
+            .with(t.layer())
+            .init();
+        return;
+    }
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)

@@ -35,7 +35,7 @@ use env::{parse_error, EnvOverrides};
 pub use sections::{
     AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
     HttpConfig, LeaderConfig, RedisConfig, ResolvedLimits, RetryConfig, SecretsConfig,
-    TenantLimits,
+    TelemetryConfig, TenantLimits,
 };
 
 /// The default configuration: every key with its default value and a comment.
@@ -100,6 +100,8 @@ pub struct Config {
     pub secrets: SecretsConfig,
     /// Attempt history, resend retention and per-tenant metrics (`docs/operations.md`).
     pub history: HistoryConfig,
+    /// Optional OpenTelemetry trace export of attempts (`docs/operations.md`).
+    pub telemetry: TelemetryConfig,
 }
 
 /// One invalid value: its dotted key path and what is wrong with it.
@@ -164,6 +166,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             secrets: SecretsConfig::default(),
             history: HistoryConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -342,6 +345,33 @@ impl Config {
                 "must match [A-Za-z0-9_.-]{1,128}",
             );
         }
+
+        let t = &self.telemetry;
+        if !t.otlp_endpoint.is_empty() {
+            let ok = url::Url::parse(&t.otlp_endpoint).is_ok_and(|u| {
+                matches!(u.scheme(), "http" | "https")
+                    && u.host_str().is_some_and(|h| !h.is_empty())
+                    && u.query().is_none()
+                    && u.username().is_empty()
+                    && u.password().is_none()
+            });
+            p.check(
+                ok,
+                "telemetry.otlp_endpoint",
+                "must be empty or an http(s) URL such as http://otel-collector:4318 \
+                 (no query, no credentials: set OTEL_EXPORTER_OTLP_HEADERS for auth)",
+            );
+        }
+        p.check(
+            !t.service_name.is_empty() && t.service_name.len() <= 255,
+            "telemetry.service_name",
+            "must be 1..=255 characters",
+        );
+        p.check(
+            (0.0..=1.0).contains(&t.sample_ratio),
+            "telemetry.sample_ratio",
+            "must be between 0.0 and 1.0",
+        );
 
         let a = &self.admin;
         p.check(

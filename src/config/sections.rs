@@ -259,6 +259,47 @@ pub struct HistoryConfig {
     pub metrics_tenants: Vec<String>,
 }
 
+/// OpenTelemetry: one span per attempt, exported over OTLP/HTTP (protobuf) when
+/// `otlp_endpoint` is set; a child of the producer's `traceparent` when the hook carries one.
+/// Read at start (SIGHUP does not change it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP collector base URL, e.g. `http://otel-collector:4318` (spans are posted to
+    /// `<url>/v1/traces`; a URL already ending in `/v1/traces` is used as is); `http` or
+    /// `https`. Empty: no export, and no cost per attempt. Default empty.
+    pub otlp_endpoint: String,
+    /// The `service.name` resource attribute of the exported spans; 1..=255 characters.
+    /// Default `"ankusa"`.
+    pub service_name: String,
+    /// Fraction of attempts of hooks without a `traceparent` that are exported, 0.0..=1.0; a
+    /// hook with one follows its producer's sampled flag. Default 1.0.
+    pub sample_ratio: f64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: String::new(),
+            service_name: "ankusa".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
+impl TelemetryConfig {
+    /// The URL spans are posted to: `otlp_endpoint` + `/v1/traces` (unless it ends so already);
+    /// `None` when export is off.
+    pub fn traces_url(&self) -> Option<String> {
+        let base = self.otlp_endpoint.trim_end_matches('/');
+        match base {
+            "" => None,
+            b if b.ends_with("/v1/traces") => Some(b.to_string()),
+            b => Some(format!("{b}/v1/traces")),
+        }
+    }
+}
+
 /// The claim-check blob store (R18): where bodies larger than a sink's inline limit (SQS:
 /// its `max_message_bytes` less the attributes; Pub/Sub: about 7 MB) are checked in. Values
 /// may hold `${env:NAME}` secret references.

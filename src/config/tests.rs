@@ -49,6 +49,44 @@ fn the_default_file_lists_every_key() {
 }
 
 #[test]
+fn telemetry_is_off_by_default_and_its_keys_are_checked() {
+    let c = Config::default();
+    assert_eq!(c.telemetry.traces_url(), None);
+    let ok = |url: &str| {
+        let toml = format!("[telemetry]\notlp_endpoint = {url:?}\n");
+        let c = Config::from_toml_str(&toml).expect("valid");
+        c.telemetry.traces_url().expect("on")
+    };
+    assert_eq!(
+        ok("http://collector:4318"),
+        "http://collector:4318/v1/traces"
+    );
+    assert_eq!(
+        ok("https://c.example/otlp/"),
+        "https://c.example/otlp/v1/traces"
+    );
+    assert_eq!(ok("http://c:4318/v1/traces"), "http://c:4318/v1/traces");
+    for bad in [
+        "collector:4318",
+        "ftp://c/",
+        "http://u:p@c:4318",
+        "http://c/?a=1",
+    ] {
+        let got = problems(&format!("[telemetry]\notlp_endpoint = {bad:?}\n"));
+        assert_eq!(got.len(), 1, "{bad}: {got:?}");
+        assert!(got[0].starts_with("telemetry.otlp_endpoint: "), "{got:?}");
+    }
+    let got = problems("[telemetry]\nservice_name = \"\"\nsample_ratio = 1.5\n");
+    assert_eq!(
+        got,
+        vec![
+            "telemetry.service_name: must be 1..=255 characters",
+            "telemetry.sample_ratio: must be between 0.0 and 1.0"
+        ]
+    );
+}
+
+#[test]
 fn a_partial_file_keeps_the_other_defaults() {
     let config = Config::from_toml_str("[dispatch]\nconcurrency = 8\n").expect("valid");
     assert_eq!(config.dispatch.concurrency, 8);

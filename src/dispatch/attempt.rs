@@ -24,8 +24,11 @@ impl Session {
             }
             let tx = self.tx.clone();
             let http = self.ctx.http.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
-                module = %job.key.module, row = %job.row, attempt = job.attempts + 1, outcome = tracing::field::Empty);
+            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
+                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
+                status = tracing::field::Empty, error = tracing::field::Empty);
+            // A child of the producer's traceparent when spans are exported (crate::telemetry).
+            crate::telemetry::link(&span, &job.hook.headers);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -49,8 +52,7 @@ impl Session {
                         Ok(r) => r.map(|status| job.status = status),
                         Err(_) => Err(AttemptError::Timeout(timeout)),
                     };
-                    let outcome = result.as_ref().err().map_or("ok", AttemptError::outcome);
-                    tracing::Span::current().record("outcome", outcome);
+                    record_outcome(&result, job.status);
                     debug!(
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "attempt finished"
@@ -305,5 +307,30 @@ pub(super) fn attempt_record(
             ..base.failed("dead_lettered", error)
         },
         _ => base,
+    }
+}
+
+/// Record an attempt's end on its span: `outcome` (`ok`, `retry`, `permanent`), the HTTP
+/// `status` when one answered, the `error` of a failure (exported with the span, `telemetry`).
+pub(super) fn record_outcome(result: &Result<(), AttemptError>, status: Option<u16>) {
+    let span = tracing::Span::current();
+    span.record(
+        "outcome",
+        result.as_ref().err().map_or("ok", AttemptError::outcome),
+    );
+    if let Some(status) = status {
+        span.record("status", i64::from(status));
+    }
+    match result {
+        Ok(()) => {}
+        Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent(error)) => {
+            span.record("error", error.as_str());
+        }
+        Err(AttemptError::Timeout(d)) => {
+            span.record(
+                "error",
+                tracing::field::display(format_args!("attempt_timeout({}ms)", d.as_millis())),
+            );
+        }
     }
 }

@@ -395,8 +395,10 @@ impl Session {
             let blobs = self.batched.blobs.clone();
             let store = (self.ctx.store.clone(), self.ctx.token.clone());
             let tx = self.tx.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
-                module = %job.key.module, row = %job.row, attempt = job.attempts + 1, outcome = tracing::field::Empty);
+            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
+                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
+                status = tracing::field::Empty, error = tracing::field::Empty);
+            crate::telemetry::link(&span, &job.hook.headers);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -408,10 +410,12 @@ impl Session {
                         Err(_) => Reply::Done(Err(AttemptError::Timeout(timeout))),
                     };
                     let ev = match answer {
-                        Reply::Withdrawn => BatchedEvent::Withdrawn { job, dest },
+                        Reply::Withdrawn => {
+                            tracing::Span::current().record("outcome", "withdrawn");
+                            BatchedEvent::Withdrawn { job, dest }
+                        }
                         Reply::Done(result) => {
-                            let outcome = result.as_ref().err().map_or("ok", AttemptError::outcome);
-                            tracing::Span::current().record("outcome", outcome);
+                            super::attempt::record_outcome(&result, None);
                             BatchedEvent::Finished {
                                 job,
                                 result,
