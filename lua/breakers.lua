@@ -8,9 +8,9 @@
 if fenced(ARGV[2]) then return {'fenced'} end
 for i = 3, #ARGV - 1, 2 do
   if ARGV[i + 1] == '' then
-    redis.call('HDEL', P .. 'breakers', ARGV[i])
+    redis.call('HDEL', K_BREAKERS, ARGV[i])
   else
-    redis.call('HSET', P .. 'breakers', ARGV[i], ARGV[i + 1])
+    redis.call('HSET', K_BREAKERS, ARGV[i], ARGV[i + 1])
   end
 end
 return {'ok'}

@@ -32,7 +32,7 @@
 local tenant, source = ARGV[2], ARGV[3]
 local n = tonumber(ARGV[5])
 if not n or n < 1 or #ARGV < 5 + 2 * n then return {'bad_request', 'argument count'} end
-if not string.match(P, '^ankusa:{[^{}]+}:$') or KEYS[1] ~= P .. 'lease' then
+if not string.match(P, '^ankusa:{[^{}]+}:$') or KEYS[1] ~= K_LEASE then
   return {'bad_request', 'KEYS[1] must be the lease key of the prefix ARGV[1]'}
 end
 local function valid_id(id)

@@ -25,7 +25,7 @@
 -- resumed at the same cursor.
 local token = redis.call('GET', KEYS[1])
 if not token then return {'unavailable'} end
-local window = redis.call('GET', P .. 'window')
+local window = redis.call('GET', K_WINDOW)
 local ok, st = pcall(cjson.decode, window or '')
 if not window or not ok or type(st) ~= 'table' or not st.leading
   or tonumber(st.epoch) ~= tonumber(string.match(token, ':(%d+)$')) then

@@ -16,7 +16,6 @@
 -- Release publishes on a channel named like the lease key, so standbys take over
 -- at once instead of waiting out the ttl.
 local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local K_EPOCH = P .. 'epoch'
 local holder = redis.call('GET', KEYS[1])
 if op == 'acquire' then
   if holder and string.sub(holder, 1, #node + 1) ~= node .. ':' then

@@ -9,7 +9,7 @@
 local token = redis.call('GET', KEYS[1])
 if not token then return {'unavailable', 'no live leader: nobody holds the lease'} end
 local epoch = tonumber(string.match(token, ':(%d+)$'))
-local raw = redis.call('GET', P .. 'window')
+local raw = redis.call('GET', K_WINDOW)
 if not raw then return {'unavailable', 'the leader has not published its window state'} end
 local ok, st = pcall(cjson.decode, raw)
 if not ok or type(st) ~= 'table' then return {'unavailable', 'unreadable window state'} end

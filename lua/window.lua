@@ -9,7 +9,7 @@
 -- never overwrite the live leader's state with its stale one (issue 17.12).
 if fenced(ARGV[2]) then return {'fenced'} end
 -- An empty state writes the settings only (the start of a term, before its first claim).
-if ARGV[3] ~= '' then redis.call('SET', P .. 'window', ARGV[3], 'PX', tonumber(ARGV[4]) or 3000) end
+if ARGV[3] ~= '' then redis.call('SET', K_WINDOW, ARGV[3], 'PX', tonumber(ARGV[4]) or 3000) end
 for i = 5, #ARGV - 1, 2 do
   redis.call('HSET', K_SETTINGS, ARGV[i], ARGV[i + 1])
 end
