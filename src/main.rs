@@ -24,6 +24,12 @@ mod cli_vis;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The allocator of the binary: mimalloc, with per-thread heaps. Under glibc `malloc` the
+/// worker spent ~16 % of its CPU in `malloc`/`free`, much of it in futex waits on the
+/// arena locks its runtime threads share (issue 12; profile in BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Heading of the options every command takes, so `--help` shows them apart.
 const GLOBAL: &str = "Global options";
 
