@@ -27,11 +27,11 @@
 //! [`LeaderConfig::stall_limit_ms`]: crate::config::LeaderConfig::stall_limit_ms
 
 use crate::config::Config;
-use crate::scheduler::{run_session, SchedulerState, SessionCtx, SessionEnd};
+use crate::dispatch::{run_session, Progress, SchedulerState, SessionCtx, SessionEnd};
+pub use crate::health::Health;
 use crate::sinks::http::HttpSink;
 use crate::store::{LeaseAcquire, Store};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
@@ -56,124 +56,6 @@ pub fn node_id(name: Option<&str>) -> String {
         std::process::id(),
         rand::random::<u32>()
     )
-}
-
-/// The scheduler's heartbeat: the session calls [`Progress::tick`] whenever it moves
-/// (rows claimed, an attempt finished, outcomes settled); the self-check reads its age.
-#[derive(Debug)]
-pub struct Progress {
-    base: Instant,
-    /// Milliseconds from `base` to the last tick.
-    last_ms: AtomicU64,
-}
-
-impl Default for Progress {
-    fn default() -> Self {
-        Progress {
-            base: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Progress {
-    /// Record progress now.
-    pub fn tick(&self) {
-        self.last_ms
-            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    /// Time since the last tick (or since creation).
-    pub fn age(&self) -> Duration {
-        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
-        self.base.elapsed().saturating_sub(last)
-    }
-}
-
-/// What `/healthz` and `/readyz` report beyond "the process answers" (R25).
-#[derive(Debug, Default)]
-pub struct Health {
-    inner: Mutex<HealthInner>,
-}
-
-#[derive(Debug, Default)]
-struct HealthInner {
-    /// Why the last self-check failed; cleared when this process leads again.
-    unhealthy: Option<String>,
-    /// No election before this instant (the self-check's hold-off).
-    hold_off_until: Option<Instant>,
-    /// A graceful shutdown has begun.
-    draining: bool,
-    /// The last write this node needed (lease, claim, settle) failed, and why; cleared by
-    /// the next one that succeeds (issue 17.8: a full Redis turns health red).
-    write_error: Option<String>,
-    /// Redis may evict keys (its `maxmemory-policy` changed at run time), and why.
-    evicting: Option<String>,
-}
-
-impl Health {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HealthInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// `None` when healthy; else why not: a failed self-check, or Redis refusing the writes
-    /// this node needs (a lease acquisition, a claim, a settle) until one succeeds again.
-    pub fn problem(&self) -> Option<String> {
-        let h = self.lock();
-        h.unhealthy
-            .clone()
-            .or_else(|| h.evicting.clone())
-            .or_else(|| h.write_error.clone())
-    }
-
-    /// Record the eviction check (issue 17.9): `Some(why)` while Redis may evict keys and
-    /// that is not allowed (`redis.allow_evicting = false`), which keeps health red.
-    pub fn set_evicting(&self, why: Option<String>) {
-        self.lock().evicting = why;
-    }
-
-    /// Record the result of a write this node needed (`what`: `lease`, `claim`, `settle`):
-    /// an error turns health red until the next success. Fencing is not a failure.
-    pub fn record_write<T>(&self, what: &str, r: &Result<T, crate::store::StoreError>) {
-        let mut h = self.lock();
-        match r {
-            Err(e) if !matches!(e, crate::store::StoreError::Fenced) => {
-                h.write_error = Some(format!("redis refuses writes ({what}): {e}"));
-            }
-            _ => h.write_error = None,
-        }
-    }
-
-    /// Whether a graceful shutdown has begun.
-    pub fn draining(&self) -> bool {
-        self.lock().draining
-    }
-
-    /// Mark the start of a graceful shutdown (readiness turns false).
-    pub fn set_draining(&self) {
-        self.lock().draining = true;
-    }
-
-    fn fail(&self, reason: String, hold_off: Duration) {
-        let mut h = self.lock();
-        h.unhealthy = Some(reason);
-        h.hold_off_until = Some(Instant::now() + hold_off);
-    }
-
-    fn leading_again(&self) {
-        let mut h = self.lock();
-        h.unhealthy = None;
-        h.hold_off_until = None;
-    }
-
-    fn hold_off(&self) -> Option<Duration> {
-        let h = self.lock();
-        h.hold_off_until
-            .and_then(|t| t.checked_duration_since(Instant::now()))
-            .filter(|d| !d.is_zero())
-    }
 }
 
 /// What a node needs to run.

@@ -11,8 +11,8 @@
 //! | dead letters | [`crate::dlq`] | `/admin/dlq…` | `ankusa dlq list\|show\|replay\|purge` |
 
 use crate::config::{Config, ConfigError};
+use crate::dispatch::SchedulerState;
 use crate::error::Error;
-use crate::scheduler::SchedulerState;
 use crate::store::{PressureRead, SourcePage, SourcePhase, Store, StoreError};
 use std::time::Duration;
 use tokio::sync::watch;

@@ -4,10 +4,10 @@
 //! wake channel and runs the node loop ([`crate::leader`]) in the background.
 
 use crate::config::Config;
+use crate::dispatch::SchedulerState;
 use crate::error::Error;
 use crate::leader::{node_id, run_node, Health, Node};
 use crate::ops::{self, Pressure};
-use crate::scheduler::SchedulerState;
 use crate::sinks::http::HttpSink;
 use crate::store::Store;
 use fred::prelude::*;

@@ -395,15 +395,22 @@ async fn two_workers_started_with_one_name_never_share_the_lease() {
     check_exact(&env, &hooks, 1, WINDOW).await;
 }
 
-/// Clock skew is tested with libfaketime (`faketime`, installed by `.ci/run`): the worker's
+/// Clock skew is tested with libfaketime (preloaded, installed by `.ci/run`): the worker's
 /// wall clock runs 6 hours ahead. Due times come from Redis `TIME` only, so a retry due in
 /// 2 s must still wait 2 s; a worker trusting its own clock would send it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due() {
-    assert!(
-        std::process::Command::new("faketime").arg("--version").output().is_ok(),
-        "this test needs libfaketime's `faketime` (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)"
-    );
+    // The `faketime` wrapper forks and waits, so stopping it would leave the worker running:
+    // the worker preloads libfaketime itself and is the child the test stops.
+    let libfaketime = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("this test needs libfaketime (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)");
     let backoff_ms = 2_000;
     let env = pool_env(|c| {
         c.retry.initial_backoff_ms = backoff_ms;
@@ -418,7 +425,13 @@ async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due()
     );
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(&env, &dir, "skewed.toml", |_| {});
-    let w = spawn_worker(&cfg, &dir, "skewed", &["faketime", "-f", "+6h"], &[]);
+    let w = spawn_worker(
+        &cfg,
+        &dir,
+        "skewed",
+        &[],
+        &[("LD_PRELOAD", libfaketime), ("FAKETIME", "+6h")],
+    );
     wait_leader(&w).await;
 
     // The worker really runs 6 h ahead: its log lines carry its (fake) wall clock.

@@ -2,9 +2,14 @@
 //! closed pipe ([`out`]), Redis errors in plain words ([`redis_words`]), signals
 //! ([`signals`]) and argument errors as JSON ([`usage_error`]).
 
+pub mod args;
+pub mod ops;
 pub mod out;
 pub mod redis_words;
+pub mod run;
 pub mod signals;
+pub mod vis;
+pub mod worker;
 
 /// End the process on a clap error: help and version as clap prints them (exit 0); an
 /// argument error as clap prints it on stderr, or with `--json` as

@@ -322,6 +322,7 @@ impl HttpSink {
                         retry_after,
                     },
                     AttemptError::Permanent(r) => AttemptError::Permanent(with_body(r, &body)),
+                    timeout @ AttemptError::Timeout(_) => timeout,
                 })
             }
         }
@@ -501,8 +502,7 @@ mod tests {
         for (status, want) in table {
             let got = match classify(*status, None, now) {
                 Ok(()) => "ok",
-                Err(AttemptError::Retry { .. }) => "retry",
-                Err(AttemptError::Permanent(_)) => "permanent",
+                Err(e) => e.outcome(),
             };
             assert_eq!(got, *want, "status {status}");
         }

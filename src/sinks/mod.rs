@@ -63,6 +63,20 @@ pub enum AttemptError {
     },
     /// Retrying cannot help: dead-letter now as `permanent(reason)`; does not count for breakers (R16).
     Permanent(String),
+    /// The attempt outran `dispatch.attempt_timeout_ms` (the bound it had): retried like
+    /// [`AttemptError::Retry`] without a `retry_after`, its error recorded as
+    /// `attempt_timeout(<ms>ms)` and its duration labelled `result="timeout"`.
+    Timeout(Duration),
+}
+
+impl AttemptError {
+    /// The label of an attempt's outcome on its tracing span: `retry` or `permanent`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            AttemptError::Retry { .. } | AttemptError::Timeout(_) => "retry",
+            AttemptError::Permanent(_) => "permanent",
+        }
+    }
 }
 
 /// One attempt's input: what to deliver and to where.

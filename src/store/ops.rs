@@ -3,8 +3,7 @@
 //! reads and writes in one atomic step and carries no state from before the call, so any
 //! process may run them (see `docs/operations.md`).
 
-use super::{status, Store, StoreError, ValueExt};
-use fred::types::Value;
+use super::*;
 
 /// The two walks of [`Store::dead_letter_source`], in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

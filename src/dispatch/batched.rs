@@ -401,19 +401,12 @@ impl Session {
                         run_attempt(&job, &resolved, check, blobs, store, batcher, deadline);
                     let answer = match tokio::time::timeout_at(deadline, attempt).await {
                         Ok(a) => a,
-                        Err(_) => Reply::Done(Err(AttemptError::Retry {
-                            error: format!("attempt_timeout({}ms)", timeout.as_millis()),
-                            retry_after: None,
-                        })),
+                        Err(_) => Reply::Done(Err(AttemptError::Timeout(timeout))),
                     };
                     let ev = match answer {
                         Reply::Withdrawn => BatchedEvent::Withdrawn { job, dest },
                         Reply::Done(result) => {
-                            let outcome = match &result {
-                                Ok(()) => "ok",
-                                Err(AttemptError::Retry { .. }) => "retry",
-                                Err(AttemptError::Permanent(_)) => "permanent",
-                            };
+                            let outcome = result.as_ref().err().map_or("ok", AttemptError::outcome);
                             tracing::Span::current().record("outcome", outcome);
                             BatchedEvent::Finished {
                                 job,

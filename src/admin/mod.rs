@@ -13,7 +13,15 @@
 
 use crate::config::AdminConfig;
 
+mod ingest;
+mod operations;
 mod visibility;
+
+pub use ingest::Committed;
+pub use operations::{
+    ConfigOk, DeadLetterSourceRequest, DlqQuery, Limits, PurgeRequest, ReplayRequest, StateView,
+    Ticked,
+};
 
 use crate::config::Config;
 use crate::dlq::{
@@ -65,46 +73,6 @@ pub struct AdminState {
     /// `no_config_source`.
     pub reload: Option<Reload>,
 }
-
-/// Headers of an ingest request kept with the hook besides `x-*` ones (an allowlist: every
-/// other header is the transport's or the caller's own, see [`hook_headers`]); the W3C trace
-/// context follows the hook to its deliveries.
-const KEPT_HEADERS: &[&str] = &["content-type", "user-agent", "traceparent", "tracestate"];
-
-/// `x-*` headers that are never kept: credentials and what proxies add about the caller.
-const DROPPED_X_HEADERS: &[&str] = &[
-    "x-api-key",
-    "x-real-ip",
-    "x-client-ip",
-    "x-cluster-client-ip",
-    "x-csrf-token",
-    "x-xsrf-token",
-    "x-amz-security-token",
-];
-
-/// Prefixes of `x-*` headers that are never kept: proxy and cloud-edge headers.
-const DROPPED_X_PREFIXES: &[&str] = &["x-forwarded-", "x-original-", "x-envoy-", "x-amzn-"];
-
-/// Words that make an `x-*` header a credential, never kept (`x-auth-token`, `x-session-id`…).
-const CREDENTIAL_WORDS: &[&str] = &[
-    "auth",
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "cookie",
-    "session",
-    "signature",
-    "credential",
-    "api-key",
-    "apikey",
-];
-
-/// Prefixes of the headers the product sets on a delivery; a producer may not set them.
-const RESERVED_PREFIXES: &[&str] = &["webhook-", "ankusa-"];
-
-/// Deadline of `POST /admin/dead_letter_source` unless the request gives one, ms.
-const DEAD_LETTER_SOURCE_TIMEOUT_MS: u64 = 30_000;
 
 /// An error answer: `{"error": {"code", "message", "problems"?}}`.
 ///
@@ -333,21 +301,12 @@ fn api() -> OpenApiRouter<AdminState> {
 
 fn protected() -> OpenApiRouter<AdminState> {
     api()
-        .routes(routes!(pressure))
-        .routes(routes!(tick))
-        .routes(routes!(reconfigure))
-        .routes(routes!(dead_letter_source))
-        .routes(routes!(config_check))
-        .routes(routes!(dlq_list))
-        .routes(routes!(dlq_show))
-        .routes(routes!(dlq_replay))
-        .routes(routes!(dlq_purge))
-        .routes(routes!(state))
+        .merge(operations::routes())
         .merge(visibility::routes())
 }
 
 fn ingesting() -> OpenApiRouter<AdminState> {
-    api().routes(routes!(ingest))
+    api().merge(ingest::routes())
 }
 
 fn open() -> OpenApiRouter<AdminState> {
@@ -487,392 +446,6 @@ async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
     }
 }
 
-/// A committed hook.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Committed {
-    /// Its id.
-    pub hook_id: u64,
-    /// Rows made (one per sink entry).
-    pub rows: u32,
-    /// Set when `rows` is 0: the source has no sinks, so the hook is stored and goes nowhere.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
-}
-
-/// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent`, the W3C trace context (`traceparent`, `tracestate`) and `x-*` headers are
-/// kept with the hook, except credentials and proxy headers (`x-api-key`, `x-forwarded-*`,
-/// `x-real-ip`, any `x-*` naming a token, key, secret, session or cookie) and headers the
-/// `Connection` header names. A `webhook-*` or `ankusa-*` header is refused (400). A body
-/// over `commit.max_hook_bytes` is 413 `too_large`. A source with no sinks still answers
-/// 202, with `rows: 0` and a `warning` saying the hook goes nowhere. With an
-/// `Idempotency-Key` header, a repeat within `commit.idempotency_ms` answers the first
-/// hook's id and writes nothing.
-#[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
-    params(("tenant" = String, Path), ("source" = String, Path)),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 202, body = Committed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn ingest(
-    State(st): State<AdminState>,
-    Path((tenant, source)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<Committed>), ApiError> {
-    let kept = hook_headers(&headers)?;
-    let body = body.map_err(|r| match r {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            ApiError::too_large(st.max_body_bytes)
-        }
-        other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
-    })?;
-    let mut hook = Hook::new(body);
-    if let Some(k) = headers.get("idempotency-key") {
-        let k = k.to_str().map_err(|_| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "Idempotency-Key is not visible ASCII",
-            )
-        })?;
-        hook = hook.idempotency_key(k);
-    }
-    for (name, value) in kept {
-        hook = hook.header(name, value);
-    }
-    match st.producer.commit(&tenant, &source, hook).await {
-        Ok(r) => Ok((
-            StatusCode::ACCEPTED,
-            Json(Committed {
-                hook_id: r.first_hook,
-                rows: r.rows_per_hook,
-                warning: (r.rows_per_hook == 0).then(|| {
-                    format!("{tenant}/{source} has no sinks: the hook is stored and goes nowhere")
-                }),
-            }),
-        )),
-        Err(e @ CommitError::Store(_)) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )),
-        Err(e) => Err(Error::Commit(e).into()),
-    }
-}
-
-/// The headers of an ingest request that become the hook's headers (an allowlist, see
-/// `docs/operations.md` "Ingest"): `content-type`, `user-agent` and `x-*`, minus credentials,
-/// proxy headers and the hop-by-hop headers its `Connection` header names. A reserved
-/// `webhook-*` / `ankusa-*` header is a 400 `bad_request` naming it; a kept header whose
-/// value is not visible ASCII is a 400 too, so nothing is dropped silently.
-fn hook_headers(headers: &HeaderMap) -> Result<Vec<(&str, &str)>, ApiError> {
-    let hop_by_hop: Vec<String> = headers
-        .get_all("connection")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase())
-        .collect();
-    let mut kept = Vec::new();
-    for (name, value) in headers {
-        let n = name.as_str();
-        if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| n.starts_with(*p)) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("header {n} is reserved: the product sets {prefix}* headers itself"),
-            ));
-        }
-        let wanted = KEPT_HEADERS.contains(&n) || (n.starts_with("x-") && !credential_or_proxy(n));
-        if !wanted || hop_by_hop.iter().any(|h| h == n) {
-            continue;
-        }
-        let v = value.to_str().map_err(|_| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("header {n}: the value is not visible ASCII"),
-            )
-        })?;
-        kept.push((n, v));
-    }
-    Ok(kept)
-}
-
-/// Whether an `x-*` header carries a credential or what a proxy says about the caller.
-fn credential_or_proxy(name: &str) -> bool {
-    DROPPED_X_HEADERS.contains(&name)
-        || DROPPED_X_PREFIXES.iter().any(|p| name.starts_with(p))
-        || CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
-}
-
-/// The answer of `tick`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Ticked {
-    /// Rows settled (delivered, dead-lettered or dropped) during the call.
-    pub settled: u64,
-}
-
-/// tick (R23): block until nothing is claimed, running or due; the rows settled meanwhile.
-#[utoipa::path(post, path = "/admin/tick", tag = "operations",
-    responses((status = 200, body = Ticked), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn tick(State(st): State<AdminState>) -> Result<Json<Ticked>, ApiError> {
-    Ok(Json(Ticked {
-        settled: st.worker.tick().await?,
-    }))
-}
-
-/// pressure (R21): lag of the oldest due row and whether the leader's window is full.
-/// `unavailable` (503) when no leader is live or Redis cannot answer.
-#[utoipa::path(get, path = "/admin/pressure", tag = "operations",
-    responses((status = 200, body = Pressure), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn pressure(State(st): State<AdminState>) -> Result<Json<Pressure>, ApiError> {
-    Ok(Json(st.worker.pressure().await?))
-}
-
-/// The limits in force after `reconfigure`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Limits {
-    /// `dispatch.concurrency`.
-    pub concurrency: usize,
-    /// `dispatch.sink_concurrency`.
-    pub sink_concurrency: usize,
-    /// `dispatch.tenants`: tenant id → `{max_inflight, max_inflight_bytes, concurrency}`.
-    #[schema(value_type = Object)]
-    pub tenants: BTreeMap<String, crate::config::TenantLimits>,
-}
-
-impl Limits {
-    fn of(c: &Config) -> Limits {
-        Limits {
-            concurrency: c.dispatch.concurrency,
-            sink_concurrency: c.dispatch.sink_concurrency,
-            tenants: c.dispatch.tenants.clone(),
-        }
-    }
-}
-
-/// reconfigure (R22): re-read this worker's config file and take `dispatch.concurrency`,
-/// `dispatch.sink_concurrency` and `dispatch.tenants` from it without a restart. Each worker
-/// of a pool holds its own config: call every worker. An invalid file changes nothing
-/// (`invalid_config`, naming each key).
-#[utoipa::path(post, path = "/admin/reconfigure", tag = "operations",
-    responses((status = 200, body = Limits), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 409, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn reconfigure(State(st): State<AdminState>) -> Result<Json<Limits>, ApiError> {
-    let Some(reload) = &st.reload else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "no_config_source",
-            "this server has no config to re-read",
-        ));
-    };
-    let config = reload()?;
-    st.worker.reconfigure(&config)?;
-    Ok(Json(Limits::of(&st.worker.config())))
-}
-
-/// The body of `dead_letter_source`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeadLetterSourceRequest {
-    /// Tenant id.
-    pub tenant: String,
-    /// Source id.
-    pub source: String,
-    /// Deadline of the call, ms (default 30000): past it, `unavailable`.
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-}
-
-/// dead_letter_source (R20): dead-letter every pending row of the source as
-/// `source_gone(<source>)`; `count` is R20's count, `dropped` the rows whose hook was gone.
-#[utoipa::path(post, path = "/admin/dead_letter_source", tag = "operations",
-    request_body = DeadLetterSourceRequest,
-    responses((status = 200, body = SourceDeadLettered), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn dead_letter_source(
-    State(st): State<AdminState>,
-    body: Result<Json<DeadLetterSourceRequest>, JsonRejection>,
-) -> Result<Json<SourceDeadLettered>, ApiError> {
-    let Json(req) = body?;
-    let deadline = Duration::from_millis(req.timeout_ms.unwrap_or(DEAD_LETTER_SOURCE_TIMEOUT_MS));
-    Ok(Json(
-        ops::dead_letter_source(st.worker.store(), &req.tenant, &req.source, deadline).await?,
-    ))
-}
-
-/// The answer of a valid config.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ConfigOk {
-    /// Always true.
-    pub ok: bool,
-}
-
-/// validate_config (R24): check a config file (TOML, the request body; defaults for missing
-/// keys). An invalid one answers `invalid_config` with one problem per bad key.
-#[utoipa::path(post, path = "/admin/config/check", tag = "operations",
-    request_body(content = String, content_type = "application/toml"),
-    responses((status = 200, body = ConfigOk), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn config_check(body: Bytes) -> Result<Json<ConfigOk>, ApiError> {
-    let text = std::str::from_utf8(&body).map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "the body is not UTF-8 TOML",
-        )
-    })?;
-    ops::validate_config_toml(text).map_err(Error::Config)?;
-    Ok(Json(ConfigOk { ok: true }))
-}
-
-/// Query of `GET /admin/dlq`: the [`Filter`] fields and a limit.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema, utoipa::IntoParams)]
-#[serde(default, deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct DlqQuery {
-    /// Only this tenant.
-    pub tenant: Option<String>,
-    /// Only this source.
-    pub source: Option<String>,
-    /// Only this sink: index or module.
-    pub sink: Option<String>,
-    /// Only this reason: kind or whole text.
-    pub reason: Option<String>,
-    /// At or after: ms since the epoch, or a duration ago (`15m`).
-    pub since: Option<String>,
-    /// At or before: ms since the epoch, or a duration ago.
-    pub until: Option<String>,
-    /// At most this many (default 100).
-    pub limit: Option<u64>,
-}
-
-/// List dead letters, filtered by tenant, source, sink, reason and time.
-#[utoipa::path(get, path = "/admin/dlq", tag = "dead letters", params(DlqQuery),
-    responses((status = 200, body = DlqPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn dlq_list(
-    State(st): State<AdminState>,
-    q: Result<Query<DlqQuery>, QueryRejection>,
-) -> Result<Json<DlqPage>, ApiError> {
-    let Query(q) = q?;
-    let filter = Filter {
-        tenant: q.tenant,
-        source: q.source,
-        sink: q.sink,
-        reason: q.reason,
-        since: q.since,
-        until: q.until,
-    };
-    Ok(Json(
-        dlq::browse(st.worker.store(), &filter, q.limit.unwrap_or(100)).await?,
-    ))
-}
-
-/// One dead letter with its hook (body, headers).
-#[utoipa::path(get, path = "/admin/dlq/{tenant}/{id}", tag = "dead letters",
-    params(("tenant" = String, Path), ("id" = String, Path, description = "stream entry id `<ms>-<n>`")),
-    responses((status = 200, body = DeadLetterDetail), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn dlq_show(
-    State(st): State<AdminState>,
-    Path((tenant, id)): Path<(String, String)>,
-) -> Result<Json<DeadLetterDetail>, ApiError> {
-    Ok(Json(dlq::show(st.worker.store(), &tenant, &id).await?))
-}
-
-/// The body of `replay`.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct ReplayRequest {
-    /// Which dead letters (all when empty).
-    pub filter: Filter,
-    /// Pacing and limit.
-    pub options: ReplayOptions,
-}
-
-/// Replay dead letters: each selected one becomes a new due row (attempts reset, retry
-/// horizon restarted), paced by `pressure` (pauses while the window is full or the lag is
-/// over `max_lag_ms`). Answers when done; `unavailable` after pausing `max_pause_ms`.
-#[utoipa::path(post, path = "/admin/dlq/replay", tag = "dead letters", request_body = ReplayRequest,
-    responses((status = 200, body = ReplayReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn dlq_replay(
-    State(st): State<AdminState>,
-    body: Result<Json<ReplayRequest>, JsonRejection>,
-) -> Result<Json<ReplayReport>, ApiError> {
-    let Json(req) = body?;
-    Ok(Json(
-        dlq::replay(st.worker.store(), &req.filter, &req.options, |_| {}).await?,
-    ))
-}
-
-/// The body of `purge`.
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct PurgeRequest {
-    /// Which dead letters to delete. Empty (and `all` false): apply the retention of
-    /// `[dlq]` (`max_age_ms`, `max_per_tenant`) instead.
-    pub filter: Filter,
-    /// Delete every dead letter.
-    pub all: bool,
-}
-
-/// Purge dead letters and the hook bodies only they kept: by filter, everything (`all`),
-/// or what the configured retention does not keep (an empty request).
-#[utoipa::path(post, path = "/admin/dlq/purge", tag = "dead letters", request_body = PurgeRequest,
-    responses((status = 200, body = PurgeReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn dlq_purge(
-    State(st): State<AdminState>,
-    body: Result<Json<PurgeRequest>, JsonRejection>,
-) -> Result<Json<PurgeReport>, ApiError> {
-    let Json(req) = body?;
-    let scope = if req.filter.is_empty() && !req.all {
-        PurgeScope::Retention {
-            retention: (&st.worker.config().dlq).into(),
-            tenant: None,
-        }
-    } else {
-        PurgeScope::Matching(req.filter)
-    };
-    Ok(Json(dlq::purge(st.worker.store(), &scope).await?))
-}
-
-/// What `GET /admin/state` shows.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct StateView {
-    /// This process's node id.
-    pub node_id: String,
-    /// The scheduler's state: leading, epoch, claimed rows and bytes, running, window_full.
-    #[schema(value_type = Object)]
-    pub state: crate::scheduler::SchedulerState,
-    /// The limits in force (R22).
-    pub limits: Limits,
-}
-
-/// This worker's scheduler state and limits.
-#[utoipa::path(get, path = "/admin/state", tag = "operations",
-    responses((status = 200, body = StateView), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn state(State(st): State<AdminState>) -> Json<StateView> {
-    Json(StateView {
-        node_id: st.worker.node_id().to_string(),
-        state: st.worker.state(),
-        limits: Limits::of(&st.worker.config()),
-    })
-}
-
 /// Bounds of the admin server's connections (from `[admin]`).
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
@@ -946,6 +519,7 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
+    use super::ingest::hook_headers;
     use super::*;
 
     #[test]

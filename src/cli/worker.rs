@@ -1,0 +1,127 @@
+//! `ankusa worker` and `ankusa receiver`: the long-running commands.
+
+use super::args::Cli;
+use super::run::load_config;
+use ankusa::config::Config;
+use ankusa::{Error, Producer, Worker};
+use std::sync::Arc;
+
+/// `ankusa worker`: serve until a signal (see [`crate::cli::signals`]).
+pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Result<(), Error> {
+    let mut cfg = load_config(cli)?;
+    if let Some(l) = listen {
+        cfg.admin.listen = l.to_string();
+        cfg.validate()?;
+    }
+    // A listener beyond loopback needs admin.token (exit 2 naming it).
+    cfg.admin.check_exposure()?;
+    let handle = ankusa::metrics::install(&cfg.instance);
+    ankusa::metrics::describe();
+    ankusa::metrics::init_series();
+    let listener = tokio::net::TcpListener::bind(&cfg.admin.listen)
+        .await
+        .map_err(|e| Error::Other(format!("admin.listen {}: {e}", cfg.admin.listen)))?;
+    // Signals are taken from here on, so a Ctrl-C while starting is not lost.
+    let mut signals = crate::cli::signals::Signals::install()?;
+    let worker = Arc::new(Worker::start(cfg.clone(), name).await?);
+    let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes)
+        .with_idempotency_ms(cfg.commit.idempotency_ms);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let reload: ankusa::admin::Reload = {
+        let (path, instance) = (cli.config.clone(), cfg.instance.clone());
+        Arc::new(move || {
+            let mut c = Config::load(path.as_deref())?;
+            c.instance = instance.clone();
+            Ok(c)
+        })
+    };
+    let st = ankusa::admin::AdminState {
+        worker: worker.clone(),
+        producer,
+        metrics: handle,
+        token: cfg.admin.token.clone(),
+        ingest_token: cfg.admin.ingest_token.clone(),
+        max_body_bytes: cfg.commit.max_hook_bytes,
+        request_timeout: std::time::Duration::from_millis(cfg.admin.request_timeout_ms),
+        reload: Some(reload.clone()),
+    };
+    let bound = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let limits = ankusa::admin::ServeLimits::from(&cfg.admin);
+    let admin = tokio::spawn(ankusa::admin::serve(listener, st, limits, stop.clone()));
+    tracing::info!(listen = %bound, node = worker.node_id(), "admin server up");
+    signals
+        .until_stop(|| match reload().and_then(|c| worker.reconfigure(&c)) {
+            Ok(()) => tracing::info!("SIGHUP: limits reloaded"),
+            Err(e) => tracing::error!(error = %e, "SIGHUP: config refused; limits unchanged"),
+        })
+        .await;
+    tracing::info!(
+        grace_ms = cfg.leader.shutdown_grace_ms,
+        "shutting down: draining running attempts; a second SIGINT/SIGTERM stops at once"
+    );
+    tokio::spawn(signals.second_stops_at_once());
+    // Drain first (the admin server keeps answering /readyz meanwhile), then stop it.
+    worker.shutdown().await;
+    stop.cancel();
+    let _ = admin.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `--fail PATH=FRACTION` of `ankusa receiver`; a bad value is a usage error (exit 2).
+pub fn parse_fail(s: &str) -> Result<(String, f64), String> {
+    let (path, fraction) = s.split_once('=').ok_or("expected PATH=FRACTION")?;
+    let fraction: f64 = fraction
+        .parse()
+        .map_err(|e| format!("FRACTION {fraction:?}: {e}"))?;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(format!("FRACTION {fraction} is not in 0.0..=1.0"));
+    }
+    Ok((path.trim_start_matches('/').to_string(), fraction))
+}
+
+/// `ankusa receiver`: serve until SIGTERM/SIGINT, logging what arrived every 10 s and then
+/// forgetting it, so a long-running demo receiver holds no growing record.
+pub async fn receiver(listen: std::net::SocketAddr, fail: &[(String, f64)]) -> Result<(), Error> {
+    use ankusa::testkit::{Behavior, Receiver, ReceiverOptions};
+    let rx = Receiver::bind(
+        listen,
+        ReceiverOptions {
+            record_bodies: false,
+            threads: 2,
+        },
+    )
+    .map_err(|e| Error::Other(format!("--listen {listen}: {e}")))?;
+    for (i, (path, fraction)) in fail.iter().enumerate() {
+        rx.set(
+            path,
+            Behavior::FailFraction {
+                status: 503,
+                fraction: *fraction,
+                seed: i as u64,
+            },
+        );
+    }
+    tracing::info!(listen = %rx.addr(), ?fail, "receiver up");
+    let mut signals = crate::cli::signals::Signals::install()?;
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
+    let report = async {
+        loop {
+            every.tick().await;
+            let mut counts: std::collections::BTreeMap<(String, u16), u64> = Default::default();
+            for r in rx.take() {
+                *counts.entry((r.path, r.status)).or_default() += 1;
+            }
+            for ((path, status), n) in counts {
+                tracing::info!(%path, status, requests = n, "received in the last 10 s");
+            }
+        }
+    };
+    tokio::select! {
+        _ = signals.until_stop(|| {}) => Ok(()),
+        _ = report => Ok(()),
+    }
+}

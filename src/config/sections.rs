@@ -1,0 +1,456 @@
+//! The config sections: `[redis]`, `[leader]`, `[dispatch]`, `[retry]`, `[commit]`,
+//! `[admin]`, `[dlq]`, `[history]`, `[claim_check]`, `[http]`, `[secrets]`, with their defaults
+//! and the per-tenant limits (R14, R24).
+
+use super::*;
+
+/// Guards of every HTTP request made to a URL a tenant chose (`docs/security.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Refuse to connect to non-public addresses (loopback, private, link-local, CGNAT, ULA,
+    /// multicast, documentation, …): every resolved address is checked and only checked
+    /// addresses are connected to. A refused attempt is a permanent dead letter. Default `true`.
+    pub deny_private: bool,
+    /// CIDR blocks exempt from `deny_private`, e.g. `["10.1.0.0/16", "::1/128"]`. Default empty.
+    pub allow_cidrs: Vec<String>,
+}
+
+/// Which secret references (`${env:NAME}`, `${file:/path}`) sink options may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// `${env:NAME}` resolves only names starting with this prefix; `[A-Z0-9_]+`, and under
+    /// `ANKUSA_` only `ANKUSA_SECRET_…` (the worker's own settings are never readable).
+    /// Default `"ANKUSA_SECRET_"`.
+    pub env_prefix: String,
+    /// `${file:/path}` resolves only files under this absolute directory (after following
+    /// symlinks); empty disables file references. Default `"/run/secrets"`.
+    pub file_dir: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            deny_private: true,
+            allow_cidrs: Vec::new(),
+        }
+    }
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        SecretsConfig {
+            env_prefix: crate::secrets::DEFAULT_ENV_PREFIX.into(),
+            file_dir: "/run/secrets".into(),
+        }
+    }
+}
+
+/// Redis connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://`, `rediss://` (TLS) or `unix://` URL, possibly with `user:password@`.
+    /// Default `"redis://127.0.0.1:6379"`.
+    pub url: String,
+    /// Start even when Redis may evict keys (a `maxmemory-policy` other than `noeviction`);
+    /// eviction silently loses queued hooks. Default `false`.
+    pub allow_evicting: bool,
+    /// Deadline of one Redis command, ms; > 0. Default 5000.
+    pub command_timeout_ms: u64,
+    /// PEM file of the CA certificates that verify the server of a `rediss://` URL; empty
+    /// means the system's trust store. Certificates are always verified (there is no way
+    /// to turn verification off). Needs a `rediss://` URL. Default empty.
+    pub tls_ca_file: String,
+    /// PEM file of this client's certificate chain for mutual TLS (Redis'
+    /// `tls-auth-clients yes`); set together with `tls_key_file`. Needs a `rediss://` URL.
+    /// Default empty (no client certificate).
+    pub tls_cert_file: String,
+    /// PEM file of the private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Default empty.
+    pub tls_key_file: String,
+}
+
+/// Leader election through a lease key (R25).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaderConfig {
+    /// Lifetime of the lease, ms: a standby takes over this long after the leader stops
+    /// renewing; >= 1000. Default 10000.
+    pub lease_ms: u64,
+    /// Renewal interval, ms; 0 means `lease_ms / 3`, otherwise < `lease_ms / 2` so that one
+    /// missed renewal does not lose the lease. Default 0. Read it through
+    /// [`LeaderConfig::renew_interval_ms`].
+    pub renew_ms: u64,
+    /// On shutdown, how long in-flight attempts may finish before the lease is released, ms.
+    /// Default 10000.
+    pub shutdown_grace_ms: u64,
+    /// Self-check: a leader whose scheduler made no progress (no rows claimed, no attempt
+    /// finished, no outcome settled) for this many lease intervals while rows are due or
+    /// claimed gives its lease up and reports unhealthy. The stall bound is never shorter than
+    /// `dispatch.attempt_timeout_ms + lease_ms`, so a window full of hanging attempts is not a
+    /// stall. 0 disables the check; otherwise >= 2. Default 3 (R25).
+    pub selfcheck_intervals: u32,
+    /// TEST ONLY: the scheduler never claims, as if its claim loop were wedged, so the
+    /// self-check can be exercised. Never set it in production. Default `false`.
+    pub test_wedge_claim_loop: bool,
+}
+
+/// Scheduler limits (R5, R7, R13–R16).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// Attempts running at once across all tenants; > 0. Default 256 (R5).
+    pub concurrency: usize,
+    /// Window: claimed-but-unfinished rows, so a dead sink cannot exhaust memory; > 0.
+    /// Default 10000 (R5).
+    pub max_inflight: usize,
+    /// Window: bytes of stored hooks claimed but unfinished; > 0. Default 268435456 (256 MiB) (R5).
+    pub max_inflight_bytes: u64,
+    /// Rows claimed per scan page, shared between tenants by deficit round-robin; 1..=10000.
+    /// Default 500 (R13).
+    pub batch: usize,
+    /// An attempt still running after this is cancelled and counts as failed, ms; > 0.
+    /// Default 30000 (R7).
+    pub attempt_timeout_ms: u64,
+    /// Attempts running at once per sink key; > 0. Default 8 (R15).
+    pub sink_concurrency: usize,
+    /// Consecutive failures of a sink key that open its breaker; 0 disables breakers.
+    /// Default 5 (R16).
+    pub breaker_failures: u32,
+    /// First open period of a breaker, ms, doubled per consecutive open; > 0. Default 5000 (R16).
+    pub breaker_open_ms: u64,
+    /// Longest open period of a breaker, ms; >= `breaker_open_ms`. Default 300000 (R16).
+    pub breaker_max_open_ms: u64,
+    /// Safety poll for due rows when no wake-up arrives, ms; > 0. Default 1000.
+    pub poll_ms: u64,
+    /// Most outcomes written in one settle batch (one script call); > 0. Default 1000 (R4).
+    pub settle_batch: usize,
+    /// Per-tenant windows keyed by tenant id, plus `"default"` for every tenant without an entry
+    /// (R14). Resolve them with [`DispatchConfig::tenant_limits`]. Default empty.
+    pub tenants: BTreeMap<String, TenantLimits>,
+}
+
+/// One `dispatch.tenants.<id>` entry (R14): each limit is optional and > 0 when set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantLimits {
+    /// The tenant's claimed-but-unfinished rows. Default: unset (fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inflight: Option<usize>,
+    /// The tenant's claimed-but-unfinished hook bytes. Default: unset (fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inflight_bytes: Option<u64>,
+    /// The tenant's attempts running at once. Default: unset (fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+}
+
+/// A tenant's effective limits, from [`DispatchConfig::tenant_limits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ResolvedLimits {
+    /// Claimed-but-unfinished rows.
+    pub max_inflight: usize,
+    /// Claimed-but-unfinished hook bytes.
+    pub max_inflight_bytes: u64,
+    /// Attempts running at once.
+    pub concurrency: usize,
+}
+
+/// Retry backoff and horizon (R8, R9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Backoff after the first failed attempt, ms; > 0. Default 1000.
+    pub initial_backoff_ms: u64,
+    /// Longest backoff, ms; >= `initial_backoff_ms`. Default 600000 (10 min).
+    pub max_backoff_ms: u64,
+    /// Backoff growth factor per failed attempt; finite, >= 1.0. Default 2.0.
+    pub multiplier: f64,
+    /// Random spread of each backoff as a fraction of it, so retries of one outage do not
+    /// arrive together; 0.0..=1.0. Default 0.2.
+    pub jitter: f64,
+    /// Retry horizon from a row's first attempt, ms; past it the row is dead-lettered; > 0.
+    /// Default 86400000 (24 h) (R9).
+    pub max_elapsed_ms: u64,
+    /// Attempts before a row is dead-lettered; 0 = no limit, only the horizon applies.
+    /// Default 0.
+    pub max_attempts: u32,
+    /// Upper bound on a sink's `Retry-After` hint, ms. Default 3600000 (1 h).
+    pub retry_after_max_ms: u64,
+    /// Floor of every retry delay, ms: no retry is due sooner after a failed attempt,
+    /// whatever the backoff, its jitter or a sink's `Retry-After` (`0`, a date in the
+    /// past) says; <= `max_backoff_ms`. Default 1000 (R8).
+    pub min_backoff_ms: u64,
+}
+
+/// Limits applied when a hook is committed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommitConfig {
+    /// Largest hook accepted, bytes; 1..=536870912 (Redis' string limit).
+    /// Default 10485760 (10 MiB).
+    pub max_hook_bytes: usize,
+    /// How long a producer idempotency key answers the first hook's id instead of
+    /// committing again, ms; > 0. Default 86400000 (24 h).
+    pub idempotency_ms: u64,
+}
+
+/// Metrics, ingest and admin HTTP listener (R27); see `docs/security.md` "Admin and ingest".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Listen address, `host:port` (a `SocketAddr`). A non-loopback address needs `token`.
+    /// Default `"127.0.0.1:9187"`.
+    pub listen: String,
+    /// Secret bearer token of everything under `/admin/*` and `/v1/*` (ingest included);
+    /// non-empty. Required when `listen` is not a loopback address. Default unset (open, on
+    /// loopback only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Secret bearer token that opens only ingest (`/v1/hooks/…`), for producers; `token`
+    /// opens ingest too. Non-empty. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest_token: Option<String>,
+    /// A connection must send a request's whole head (request line and headers) within this,
+    /// ms, from its start or from the end of its previous response; otherwise it is closed
+    /// (slowloris). > 0. Default 5000.
+    pub header_timeout_ms: u64,
+    /// Deadline of a request to ingest, `/healthz`, `/readyz` and `/metrics`, body upload
+    /// included, ms; past it the answer is 408 `timeout`. The operations under `/admin/*`
+    /// run under their own deadlines instead. > 0. Default 30000.
+    pub request_timeout_ms: u64,
+    /// Connections open at once; one more is closed at once, so a flood cannot take the
+    /// worker's file descriptors. > 0. Default 512.
+    pub max_connections: usize,
+}
+
+/// Retention of dead letters and of the hook bodies they keep (a hook is kept while a dead
+/// letter references it). Applied by the leader every `sweep_ms` and by `ankusa dlq purge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlqConfig {
+    /// Dead letters older than this are purged, ms; 0 keeps them whatever their age.
+    /// Default 604800000 (7 days).
+    pub max_age_ms: u64,
+    /// Most dead letters kept per tenant; the oldest beyond it are purged; 0 = no limit.
+    /// Default 100000.
+    pub max_per_tenant: u64,
+    /// How often the leader applies the retention, ms; 0 = never on its own (only
+    /// `ankusa dlq purge` does). Default 60000.
+    pub sweep_ms: u64,
+}
+
+/// The attempt history (`ankusa hooks show`, `ankusa rows list`): every attempt's record,
+/// written by the settle call of its outcome, and delivered hooks kept for resend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Record attempts and keep delivered hooks for resend. Default true.
+    pub enabled: bool,
+    /// Records and kept hooks expire this long after a hook's last record, ms; > 0.
+    /// Default 86400000 (24 h).
+    pub max_age_ms: u64,
+    /// Most hooks per tenant with records or a kept body; the least recently attempted
+    /// beyond it lose theirs; > 0. Default 10000.
+    pub max_per_tenant: u64,
+    /// Tenants that get per-tenant gauges (`ankusa_tenant_*`, labelled `tenant`); others are
+    /// seen only with `ankusa tenants top`, so the label stays bounded. Default empty.
+    pub metrics_tenants: Vec<String>,
+}
+
+/// The claim-check blob store (R18): where bodies larger than a sink's `inline_max_bytes`
+/// are checked in. Values may hold `${env:NAME}` secret references.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClaimCheckConfig {
+    /// `file:///absolute/dir` (local filesystem) or `s3://bucket[/prefix]`; empty means a
+    /// `file://` store in `<system temp dir>/ankusa-claim-check`. SQS consumers resolve only
+    /// `s3://` refs (the Amazon SQS Extended Client pointer format). Default empty.
+    pub url: String,
+    /// S3 endpoint override (`http://127.0.0.1:9000` for MinIO or moto); empty means AWS.
+    /// An `http://` endpoint allows plain HTTP. Default empty.
+    pub endpoint: String,
+    /// S3 region; empty means `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`. Default empty.
+    pub region: String,
+    /// S3 access key id; empty means the AWS credential chain of the environment. Default empty.
+    pub access_key_id: String,
+    /// S3 secret access key (secret, redacted in dumps); set with `access_key_id`. Default empty.
+    pub secret_access_key: String,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            enabled: true,
+            max_age_ms: 24 * 3_600_000,
+            max_per_tenant: 10_000,
+            metrics_tenants: Vec::new(),
+        }
+    }
+}
+
+impl Default for DlqConfig {
+    fn default() -> Self {
+        DlqConfig {
+            max_age_ms: 7 * 24 * 3_600_000,
+            max_per_tenant: 100_000,
+            sweep_ms: 60_000,
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            allow_evicting: false,
+            command_timeout_ms: 5_000,
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+        }
+    }
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        LeaderConfig {
+            lease_ms: 10_000,
+            renew_ms: 0,
+            shutdown_grace_ms: 10_000,
+            selfcheck_intervals: 3,
+            test_wedge_claim_loop: false,
+        }
+    }
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            concurrency: 256,
+            max_inflight: 10_000,
+            max_inflight_bytes: 256 << 20,
+            batch: 500,
+            attempt_timeout_ms: 30_000,
+            sink_concurrency: 8,
+            breaker_failures: 5,
+            breaker_open_ms: 5_000,
+            breaker_max_open_ms: 300_000,
+            poll_ms: 1_000,
+            settle_batch: 1_000,
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            initial_backoff_ms: 1_000,
+            max_backoff_ms: 600_000,
+            multiplier: 2.0,
+            jitter: 0.2,
+            max_elapsed_ms: 86_400_000,
+            max_attempts: 0,
+            retry_after_max_ms: 3_600_000,
+            min_backoff_ms: 1_000,
+        }
+    }
+}
+
+impl Default for CommitConfig {
+    fn default() -> Self {
+        CommitConfig {
+            max_hook_bytes: 10 << 20,
+            idempotency_ms: 24 * 3_600_000,
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: "127.0.0.1:9187".into(),
+            token: None,
+            ingest_token: None,
+            header_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
+            max_connections: 512,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// Checked where the listener is served (`ankusa worker`, `ankusa config check`), not by
+    /// [`Config::validate`], so the CLI's other commands run in an image whose environment
+    /// sets `admin.listen = 0.0.0.0:…`: a `listen` address beyond loopback needs `token`.
+    /// Errors: [`ConfigError::Invalid`] naming `admin.token`.
+    pub fn check_exposure(&self) -> Result<(), ConfigError> {
+        match self.exposure_problem() {
+            Some(problem) => Err(ConfigError::Invalid(vec![problem])),
+            None => Ok(()),
+        }
+    }
+
+    /// The problem of a `listen` address beyond loopback without `token`: anyone who can
+    /// reach the port could commit hooks, replay or purge dead letters. `None` when the
+    /// address is loopback, a token is set, or the address does not parse (reported apart).
+    pub fn exposure_problem(&self) -> Option<ConfigProblem> {
+        let addr = self.listen.parse::<SocketAddr>().ok()?;
+        (!addr.ip().is_loopback() && self.token.is_none()).then(|| ConfigProblem {
+            key: "admin.token".into(),
+            message: format!(
+                "required: admin.listen = {addr} is reachable beyond loopback; set admin.token \
+                 (ANKUSA_ADMIN__TOKEN) or listen on 127.0.0.1"
+            ),
+        })
+    }
+}
+
+impl LeaderConfig {
+    /// The lease renewal interval, ms: `renew_ms`, or `lease_ms / 3` when it is 0.
+    pub fn renew_interval_ms(&self) -> u64 {
+        match self.renew_ms {
+            0 => self.lease_ms / 3,
+            ms => ms,
+        }
+    }
+
+    /// How long a leader's scheduler may go without progress while work is waiting before
+    /// the self-check gives the lease up, ms: `selfcheck_intervals × lease_ms`, but at least
+    /// `attempt_timeout_ms + lease_ms`. `None` when the self-check is disabled.
+    pub fn stall_limit_ms(&self, attempt_timeout_ms: u64) -> Option<u64> {
+        match self.selfcheck_intervals {
+            0 => None,
+            n => Some((u64::from(n) * self.lease_ms).max(attempt_timeout_ms + self.lease_ms)),
+        }
+    }
+}
+
+impl DispatchConfig {
+    /// The limits of `tenant` (R14): each is the tenant's own entry, else the `default` entry,
+    /// else the global value, and never more than the global value.
+    pub fn tenant_limits(&self, tenant: &str) -> ResolvedLimits {
+        let layers = [self.tenants.get(tenant), self.tenants.get(DEFAULT_TENANT)];
+        ResolvedLimits {
+            max_inflight: resolve(layers, |t| t.max_inflight, self.max_inflight),
+            max_inflight_bytes: resolve(layers, |t| t.max_inflight_bytes, self.max_inflight_bytes),
+            concurrency: resolve(layers, |t| t.concurrency, self.concurrency),
+        }
+    }
+}
+
+/// The first layer that sets `field`, else `global`; clamped to `global`.
+fn resolve<T: Ord + Copy>(
+    layers: [Option<&TenantLimits>; 2],
+    field: impl Fn(&TenantLimits) -> Option<T>,
+    global: T,
+) -> T {
+    layers
+        .into_iter()
+        .flatten()
+        .find_map(field)
+        .unwrap_or(global)
+        .min(global)
+}

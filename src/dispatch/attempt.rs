@@ -1,0 +1,295 @@
+//! Attempts: starting a slotted job, its breaker (R16), and turning its result into a
+//! settle operation: delivered, retry with backoff, parked, dead letter (R5–R9).
+
+use super::*;
+
+impl Session {
+    pub(super) fn start_attempts(&mut self) {
+        if !self.lease_ok() {
+            return; // R25: no attempt starts once the lease may have passed to someone else
+        }
+        let timeout = Duration::from_millis(self.cfg.dispatch.attempt_timeout_ms);
+        let settings = self.breaker_settings();
+        while let Some(mut job) = self.slots.next_start() {
+            if let Some(b) = self.breakers.get_mut(&job.key) {
+                match b.admit(&settings, Instant::now()) {
+                    Admit::Run => {}
+                    Admit::Probe => job.probe = true,
+                    Admit::Park(d) => {
+                        self.slots.finished(&job.tenant, &job.key);
+                        self.park(job, d);
+                        continue;
+                    }
+                }
+            }
+            let tx = self.tx.clone();
+            let http = self.ctx.http.clone();
+            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = job.key.index,
+                module = %job.key.module, row = %job.row, attempt = job.attempts + 1, outcome = tracing::field::Empty);
+            self.attempts.spawn(
+                async move {
+                    let started = Instant::now();
+                    let d = Delivery {
+                        tenant: job.tenant.clone(),
+                        source: job.hook.source.clone(),
+                        row: job.row.clone(),
+                        hook: job.hook_id,
+                        attempt: job.attempts + 1,
+                        body: job.hook.body.clone(),
+                        headers: job.hook.headers.clone(),
+                        committed_at_ms: job.hook.committed_at_ms,
+                    };
+                    let fut = async {
+                        match &*job.target {
+                            Target::Http(opts) => http.deliver_status(opts, &d).await.map(Some),
+                            _ => Err(AttemptError::Permanent("batching sink in a slot".into())),
+                        }
+                    };
+                    let result = match tokio::time::timeout(timeout, fut).await {
+                        Ok(r) => r.map(|status| job.status = status),
+                        Err(_) => Err(AttemptError::Timeout(timeout)),
+                    };
+                    let outcome = result.as_ref().err().map_or("ok", AttemptError::outcome);
+                    tracing::Span::current().record("outcome", outcome);
+                    debug!(
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "attempt finished"
+                    );
+                    let _ = tx.send(Event::Finished {
+                        job,
+                        result,
+                        elapsed: started.elapsed(),
+                    });
+                }
+                .instrument(span),
+            );
+        }
+        self.start_batched();
+        // Reap finished task handles so the set does not grow.
+        while self.attempts.try_join_next().is_some() {}
+    }
+
+    pub(super) fn breaker_settings(&self) -> breaker::Settings {
+        let d = &self.cfg.dispatch;
+        breaker::Settings {
+            failures: d.breaker_failures,
+            open: Duration::from_millis(d.breaker_open_ms),
+            max_open: Duration::from_millis(d.breaker_max_open_ms),
+        }
+    }
+
+    /// Feed an attempt's end to its key's breaker; when it opens, park the key's queue.
+    pub(super) fn record_breaker(&mut self, job: &Job, result: &Result<(), AttemptError>) {
+        let settings = self.breaker_settings();
+        if settings.failures == 0 {
+            return;
+        }
+        let r = match result {
+            Ok(()) => breaker::Result::Success,
+            Err(AttemptError::Permanent(_)) => breaker::Result::Permanent,
+            Err(AttemptError::Retry { .. } | AttemptError::Timeout(_)) => breaker::Result::Failure,
+        };
+        if r == breaker::Result::Success && !job.probe && !self.breakers.contains_key(&job.key) {
+            return; // the common case: closed, nothing to count
+        }
+        let now = Instant::now();
+        let b = self.breakers.entry(job.key.clone()).or_default();
+        let t = b.record(&settings, now, r, job.probe);
+        let closed_clean = !b.is_open() && r == breaker::Result::Success;
+        match t {
+            Some(breaker::Transition::Opened(d)) => {
+                warn!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, open_ms = d.as_millis() as u64, "breaker opened");
+                metrics::counter!("ankusa_breaker_transitions_total", "to" => "open").increment(1);
+                for queued in self.slots.take_key(&job.tenant, &job.key) {
+                    self.park(queued, d);
+                }
+                for staged in self.take_batched_key(&job.key) {
+                    self.park(staged, d);
+                }
+            }
+            Some(breaker::Transition::Closed) => {
+                info!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, "breaker closed");
+                metrics::counter!("ankusa_breaker_transitions_total", "to" => "closed")
+                    .increment(1);
+            }
+            None => {}
+        }
+        if closed_clean {
+            self.breakers.remove(&job.key);
+        }
+        metrics::gauge!("ankusa_breakers_open")
+            .set(self.breakers.values().filter(|b| b.is_open()).count() as f64);
+    }
+
+    /// Park a row until its breaker closes (R16): attempt count unchanged, due again after
+    /// `d` plus up to half of `breaker_open_ms` of jitter, so a recovering endpoint is not hit by
+    /// the whole backlog at once; never past the row's retry horizon, and a row parked at or
+    /// past it is dead-lettered `retry_horizon(module)`.
+    pub(super) fn park(&mut self, job: Job, d: Duration) {
+        let now = job.redis_now_ms();
+        let spread = self.cfg.dispatch.breaker_open_ms / 2;
+        let mut delay = d.as_millis() as u64
+            + if spread > 0 {
+                rand::random::<u64>() % spread
+            } else {
+                0
+            };
+        let module = job.key.module.to_string();
+        let op = match job.first_attempt_ms {
+            Some(first) => {
+                let horizon = first.saturating_add(self.cfg.retry.max_elapsed_ms as i64);
+                if now >= horizon {
+                    metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
+                    // No error of its own: settle keeps the row's last attempt error.
+                    SettleOp::DeadLetter {
+                        reason: DeadReason::RetryHorizon(module.clone()),
+                        error: String::new(),
+                    }
+                } else {
+                    delay = delay.min((horizon - now) as u64);
+                    SettleOp::Park { delay_ms: delay }
+                }
+            }
+            None => SettleOp::Park { delay_ms: delay },
+        };
+        if matches!(op, SettleOp::Park { .. }) {
+            metrics::counter!("ankusa_parked_rows_total").increment(1);
+            metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "parked")
+                .increment(1);
+        }
+        let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+        self.push_outcome(
+            job.tenant,
+            job.row,
+            job.claim,
+            job.attempts,
+            first,
+            op,
+            job.bytes,
+        );
+    }
+
+    /// A retryable failure's settle operation: retry after backoff, or dead-letter at the
+    /// retry horizon or after `retry.max_attempts` (R7, R9).
+    fn retry_op(
+        &self,
+        module: &'static str,
+        attempts: u32,
+        first: i64,
+        now: i64,
+        retry_after: Option<Duration>,
+        error: String,
+    ) -> SettleOp {
+        let error = truncate(error, ERROR_MAX_BYTES);
+        let decision = backoff::decide(
+            &self.cfg.retry,
+            attempts,
+            first,
+            now,
+            retry_after,
+            rand::random::<f64>(),
+        );
+        let reason = match decision {
+            backoff::RetryDecision::RetryIn(delay_ms) => {
+                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "retry").increment(1);
+                return SettleOp::Retry { delay_ms, error };
+            }
+            backoff::RetryDecision::Horizon => DeadReason::RetryHorizon(module.into()),
+            backoff::RetryDecision::MaxAttempts => DeadReason::MaxAttempts(module.into()),
+        };
+        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
+        SettleOp::DeadLetter { reason, error }
+    }
+
+    pub(super) fn record_attempt(
+        &mut self,
+        job: Job,
+        result: Result<(), AttemptError>,
+        elapsed: Duration,
+    ) {
+        let module: &'static str = match &*job.target {
+            Target::Http(_) => "http",
+            Target::Sqs { .. } => "sqs",
+            Target::PubSub { .. } => "pubsub",
+        };
+        let now = job.redis_now_ms();
+        let attempts = job.attempts + 1;
+        let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+        let op = match result {
+            Ok(()) => {
+                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "ok").record(elapsed.as_secs_f64());
+                metrics::histogram!("ankusa_delivery_latency_seconds", "module" => module)
+                    .record((now - job.hook.committed_at_ms).max(0) as f64 / 1000.0);
+                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "delivered").increment(1);
+                metrics::counter!("ankusa_rows_delivered_total", "module" => module).increment(1);
+                SettleOp::Delivered
+            }
+            Err(AttemptError::Permanent(reason)) => {
+                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
+                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
+                let reason = truncate(reason, ERROR_MAX_BYTES);
+                SettleOp::DeadLetter {
+                    reason: DeadReason::Permanent(reason.clone()),
+                    error: reason,
+                }
+            }
+            Err(AttemptError::Timeout(after)) => {
+                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "timeout").record(elapsed.as_secs_f64());
+                let error = format!("attempt_timeout({}ms)", after.as_millis());
+                self.retry_op(module, attempts, first, now, None, error)
+            }
+            Err(AttemptError::Retry { error, retry_after }) => {
+                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
+                self.retry_op(module, attempts, first, now, retry_after, error)
+            }
+        };
+        let record = attempt_record(&job, attempts, now, elapsed, &op);
+        if let Some(e) = &record.error {
+            info!(tenant = %job.tenant, row = %job.row, attempt = attempts, status = record.status,
+                error = %e, next_attempt_ms = record.next_attempt_ms, reason = record.reason.as_deref(),
+                "attempt failed");
+        }
+        let hook = job.hook_id;
+        self.push_outcome(
+            job.tenant, job.row, job.claim, attempts, first, op, job.bytes,
+        );
+        if let Some(p) = self.pending.last_mut() {
+            p.record = Some((hook, record));
+        }
+    }
+}
+
+/// The history record of a finished attempt (`now`: Redis time at its end, ms).
+pub(super) fn attempt_record(
+    job: &Job,
+    attempt: u32,
+    now: i64,
+    elapsed: Duration,
+    op: &SettleOp,
+) -> crate::visibility::AttemptRecord {
+    let duration_ms = elapsed.as_millis() as u64;
+    let base = crate::visibility::AttemptRecord {
+        row: job.row.clone(),
+        sink: job.key.index,
+        attempt,
+        started_ms: now - duration_ms as i64,
+        duration_ms,
+        outcome: "delivered".into(),
+        status: job.status,
+        error_kind: None,
+        error: None,
+        next_attempt_ms: None,
+        reason: None,
+    };
+    match op {
+        SettleOp::Retry { delay_ms, error } => crate::visibility::AttemptRecord {
+            next_attempt_ms: Some(now + *delay_ms as i64),
+            ..base.failed("retry", error)
+        },
+        SettleOp::DeadLetter { reason, error } => crate::visibility::AttemptRecord {
+            reason: Some(reason.to_string()),
+            ..base.failed("dead_lettered", error)
+        },
+        _ => base,
+    }
+}

@@ -1,0 +1,510 @@
+//! Dispatch: the leader's loop that claims due rows, runs attempts and settles
+//! outcomes (R2–R9, R13–R15).
+//!
+//! One session runs per leadership term (epoch). Its loop owns all state and
+//! reacts to events: a wake from a commit, the timer of the earliest due row, an
+//! attempt finishing, a claim or settle call returning. Claims, settles and
+//! attempts run as tasks, so a claim and a settle are in flight together while
+//! attempts run. Decisions (windows, slots, breakers, backoff) are the pure modules
+//! of [`crate::scheduler`]; this module owns the state and the I/O.
+//!
+//! | file | step |
+//! | --- | --- |
+//! | `mod.rs` | [`SessionCtx`], the session's state, its event loop and [`Progress`] |
+//! | `claim.rs` | one claim call and the reads that bind its rows to hooks and sinks |
+//! | `attempt.rs` | starting attempts, breakers, results into settle operations |
+//! | `settle.rs` | settle batches, their retry, and the drain that ends a term |
+//! | `batched.rs` | batching sinks (SQS, Pub/Sub) and the claim check (R17, R18) |
+
+mod attempt;
+mod batched;
+mod claim;
+mod settle;
+
+pub use claim::bind;
+
+use crate::config::Config;
+use crate::model::{DeadReason, RowId, SinkEntry};
+use crate::scheduler::backoff;
+use crate::scheduler::breaker::{self, Admit, Breaker};
+use crate::scheduler::slots::{Slots, Slotted};
+use crate::sinks::http::{HttpOpts, HttpSink};
+use crate::sinks::pubsub::PubSubOpts;
+use crate::sinks::sqs::SqsOpts;
+use crate::sinks::{truncate, AttemptError, Delivery};
+use crate::store::{ClaimResult, Outcome, SettleOp, Store, StoreError, StoredHook};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+
+/// The scheduler's heartbeat: the session calls [`Progress::tick`] whenever it moves
+/// (rows claimed, an attempt finished, outcomes settled); the leader's self-check reads its age.
+#[derive(Debug)]
+pub struct Progress {
+    base: Instant,
+    /// Milliseconds from `base` to the last tick.
+    last_ms: AtomicU64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Progress {
+    /// Record progress now.
+    pub fn tick(&self) {
+        self.last_ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Time since the last tick (or since creation).
+    pub fn age(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.base.elapsed().saturating_sub(last)
+    }
+}
+
+/// Bytes of an error kept on a row or a dead letter.
+pub const ERROR_MAX_BYTES: usize = 1024;
+
+/// The unit of isolation (R15): `(tenant, source, sink index, module)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SinkKey {
+    /// Tenant id.
+    pub tenant: Arc<str>,
+    /// Source id.
+    pub source: Arc<str>,
+    /// Sink index in the source's list (after rebinding, R19).
+    pub index: u32,
+    /// Sink module.
+    pub module: Arc<str>,
+}
+
+/// Where a bound row goes.
+#[derive(Debug)]
+enum Target {
+    Http(HttpOpts),
+    /// A batching sink (R17, see [`batched`]); `ordered` entries send their lane id.
+    Sqs {
+        opts: SqsOpts,
+        ordered: bool,
+    },
+    /// A batching sink (R17, see [`batched`]).
+    PubSub {
+        opts: PubSubOpts,
+        ordered: bool,
+    },
+}
+
+/// A claimed row, bound and ready to run.
+#[derive(Debug)]
+struct Job {
+    tenant: String,
+    row: String,
+    /// The claim token it was claimed under (P6).
+    claim: u64,
+    hook_id: u64,
+    key: SinkKey,
+    attempts: u32,
+    first_attempt_ms: Option<i64>,
+    bytes: u64,
+    hook: Arc<StoredHook>,
+    target: Arc<Target>,
+    /// Redis time at the claim (ms) and the local instant it was read: Redis time now is
+    /// estimated as `claim_ms + claimed_at.elapsed()`, so a skewed local clock never matters.
+    claim_ms: i64,
+    claimed_at: Instant,
+    /// This attempt is its breaker's half-open probe.
+    probe: bool,
+    /// The status a delivered HTTP attempt answered (for the attempt history).
+    status: Option<u16>,
+}
+
+impl Job {
+    fn redis_now_ms(&self) -> i64 {
+        self.claim_ms + self.claimed_at.elapsed().as_millis() as i64
+    }
+}
+
+impl Slotted for Job {
+    type Key = SinkKey;
+    fn tenant(&self) -> &str {
+        &self.tenant
+    }
+    fn key(&self) -> &SinkKey {
+        &self.key
+    }
+}
+
+/// A claimed row that needs no attempt: its outcome is known at claim (R19, R20).
+struct Immediate {
+    tenant: String,
+    row: String,
+    claim: u64,
+    attempts: u32,
+    first_attempt_ms: Option<i64>,
+    op: SettleOp,
+    now_ms: i64,
+}
+
+/// What one claim task brings back.
+struct Prepared {
+    claim: ClaimResult,
+    jobs: Vec<Job>,
+    immediate: Vec<Immediate>,
+    page: usize,
+}
+
+enum Event {
+    Claimed(Result<Prepared, StoreError>),
+    Finished {
+        job: Job,
+        result: Result<(), AttemptError>,
+        elapsed: Duration,
+    },
+    Settled(SettleResult),
+    /// A batched attempt ended or was handed back (R17).
+    Batched(batched::BatchedEvent),
+}
+
+/// A settle call's result: the `(tenant, bytes)` of each settled row, or the error and the
+/// batch to retry.
+type SettleResult = Result<Vec<(String, u64)>, (StoreError, Vec<Pending>)>;
+
+/// An outcome waiting for the next settle batch, with the window room it holds.
+struct Pending {
+    outcome: Outcome,
+    bytes: u64,
+    /// The attempt's history record and its hook, written by the same settle call.
+    record: Option<(u64, crate::visibility::AttemptRecord)>,
+}
+
+/// What the scheduler shows the rest of the process (metrics, `pressure()`, `tick()`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SchedulerState {
+    /// This process leads and runs a session.
+    pub leading: bool,
+    /// The fencing epoch of the session.
+    pub epoch: u64,
+    /// Rows claimed and not yet settled.
+    pub claimed_rows: usize,
+    /// Bytes of those rows' hooks.
+    pub claimed_bytes: u64,
+    /// Attempts running.
+    pub running: usize,
+    /// The global window is full (R21).
+    pub window_full: bool,
+    /// Rows settled by this process since it started (delivered + dead-lettered + dropped).
+    pub settled_total: u64,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// Shut down on request; the lease was released.
+    Shutdown,
+    /// The lease was lost or a script answered fenced: step down.
+    Fenced,
+    /// Redis failed in a way that leaves claims uncertain: step down, a new epoch requeues them.
+    StoreFailed(String),
+}
+
+/// Everything a session needs from its node.
+pub struct SessionCtx {
+    /// The store.
+    pub store: Store,
+    /// Current config (reconfigure sends a new one, R22).
+    pub config: watch::Receiver<Arc<Config>>,
+    /// Lease token and epoch of this term.
+    pub token: String,
+    /// Fencing epoch.
+    pub epoch: u64,
+    /// Wake notifications from commits (R2).
+    pub wake: Arc<Notify>,
+    /// Cancelled for a graceful shutdown.
+    pub shutdown: CancellationToken,
+    /// Cancelled when the lease is lost.
+    pub lost: CancellationToken,
+    /// The instant until which the lease is surely ours; no attempt starts past it (R25).
+    pub lease_deadline: watch::Receiver<Instant>,
+    /// State published for observers.
+    pub state: watch::Sender<SchedulerState>,
+    /// HTTP sink (shared client).
+    pub http: HttpSink,
+    /// Heartbeat for the leader's self-check: ticked on every claim with rows, finished
+    /// attempt and applied settle.
+    pub progress: Arc<Progress>,
+    /// Health: a claim or settle Redis refuses turns it red until one succeeds (issue 17.8).
+    pub health: Arc<crate::health::Health>,
+}
+
+struct Session {
+    ctx: SessionCtx,
+    cfg: Arc<Config>,
+    slots: Slots<Job>,
+    pending: Vec<Pending>,
+    tx: mpsc::UnboundedSender<Event>,
+    attempts: JoinSet<()>,
+    claiming: bool,
+    settling: bool,
+    claim_wanted: bool,
+    next_scan: tokio::time::Instant,
+    settle_backoff: Duration,
+    settle_retry_at: Option<tokio::time::Instant>,
+    settled_total: u64,
+    /// Breakers by sink key; absent means closed with no failures (R16).
+    breakers: HashMap<SinkKey, Breaker>,
+    /// Batching sinks' destinations and the claim check (R17, R18).
+    batched: batched::Batched,
+    /// A claim failed in a way that leaves its rows uncertain: the term winds down.
+    store_failed: Option<String>,
+}
+
+/// Run one leadership term until shutdown or loss of the lease.
+pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
+    let cfg = ctx.config.borrow().clone();
+    let batched = batched::Batched::new(&cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let settled_total = ctx.state.borrow().settled_total;
+    let mut s = Session {
+        slots: Slots::new(&cfg.dispatch),
+        cfg,
+        pending: Vec::new(),
+        tx,
+        attempts: JoinSet::new(),
+        claiming: false,
+        settling: false,
+        claim_wanted: true,
+        next_scan: tokio::time::Instant::now(),
+        settle_backoff: Duration::from_millis(50),
+        settle_retry_at: None,
+        settled_total,
+        breakers: HashMap::new(),
+        batched,
+        store_failed: None,
+        ctx,
+    };
+    let end = s.run(&mut rx).await;
+    s.attempts.abort_all();
+    s.ctx.state.send_modify(|st| {
+        st.leading = false;
+        st.claimed_rows = 0;
+        st.claimed_bytes = 0;
+        st.running = 0;
+        st.window_full = false;
+    });
+    // A node that stepped down must not keep exporting the state of its last term (a window,
+    // a lag, breakers that lived in this session, the partition's lane members): the next
+    // leader reports them.
+    metrics::gauge!("ankusa_claimed_rows").set(0.0);
+    metrics::gauge!("ankusa_claimed_bytes").set(0.0);
+    metrics::gauge!("ankusa_running_attempts").set(0.0);
+    metrics::gauge!("ankusa_due_lag_seconds").set(0.0);
+    metrics::gauge!("ankusa_breakers_open").set(0.0);
+    metrics::gauge!("ankusa_lane_members").set(0.0);
+    end
+}
+
+impl Session {
+    async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>) -> SessionEnd {
+        let mut config_rx = self.ctx.config.clone();
+        loop {
+            if self.ctx.lost.is_cancelled() {
+                return SessionEnd::Fenced;
+            }
+            if self.ctx.shutdown.is_cancelled() {
+                return self.drain(rx, None).await;
+            }
+            if let Some(why) = self.store_failed.take() {
+                return self.drain(rx, Some(why)).await;
+            }
+            self.maybe_settle();
+            self.maybe_claim();
+            self.start_attempts();
+            self.publish();
+            let settle_at = self.settle_retry_at;
+            tokio::select! {
+                ev = rx.recv() => {
+                    let Some(ev) = ev else { return SessionEnd::StoreFailed("event channel closed".into()) };
+                    if let Some(end) = self.handle(ev) {
+                        return end;
+                    }
+                    // Take every event already queued before deciding the next calls.
+                    while let Ok(ev) = rx.try_recv() {
+                        if let Some(end) = self.handle(ev) {
+                            return end;
+                        }
+                    }
+                }
+                _ = self.ctx.wake.notified() => self.claim_wanted = true,
+                _ = tokio::time::sleep_until(self.next_scan), if !self.claim_wanted && !self.claiming => self.claim_wanted = true,
+                _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => self.settle_retry_at = None,
+                Ok(()) = config_rx.changed() => {
+                    let cfg = config_rx.borrow_and_update().clone();
+                    self.slots.reconfigure(&cfg.dispatch);
+                    self.cfg = cfg;
+                    info!("reconfigured: concurrency, sink_concurrency and tenant limits reloaded");
+                }
+                _ = self.ctx.lost.cancelled() => return SessionEnd::Fenced,
+                _ = self.ctx.shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let st = SchedulerState {
+            leading: true,
+            epoch: self.ctx.epoch,
+            claimed_rows: self.slots.rows(),
+            claimed_bytes: self.slots.bytes(),
+            running: self.slots.running() + self.batched.submitted(),
+            window_full: self.slots.window_full(),
+            settled_total: self.settled_total,
+        };
+        self.ctx.state.send_if_modified(|old| {
+            if *old != st {
+                *old = st;
+                true
+            } else {
+                false
+            }
+        });
+        metrics::gauge!("ankusa_claimed_rows").set(self.slots.rows() as f64);
+        metrics::gauge!("ankusa_claimed_bytes").set(self.slots.bytes() as f64);
+        metrics::gauge!("ankusa_running_attempts").set(self.slots.running() as f64);
+    }
+
+    fn lease_ok(&self) -> bool {
+        Instant::now() < *self.ctx.lease_deadline.borrow()
+    }
+
+    fn handle(&mut self, ev: Event) -> Option<SessionEnd> {
+        match ev {
+            Event::Claimed(Ok(p)) => {
+                self.claiming = false;
+                let got = p.jobs.len() + p.immediate.len();
+                if got > 0 {
+                    self.ctx.progress.tick();
+                }
+                metrics::histogram!("ankusa_scan_rows").record(got as f64);
+                metrics::counter!("ankusa_rows_claimed_total").increment(got as u64);
+                let now = p.claim.now_ms;
+                let lag = p.claim.oldest_due_ms.map_or(0, |o| (now - o).max(0));
+                metrics::gauge!("ankusa_due_lag_seconds").set(lag as f64 / 1000.0);
+                // No sweep ran only because the partition holds no lane member (claim.lua).
+                if p.claim.lane_members.is_some() {
+                    metrics::counter!("ankusa_lane_sweeps_total").increment(1);
+                }
+                metrics::gauge!("ankusa_lane_members")
+                    .set(p.claim.lane_members.unwrap_or(0) as f64);
+                if p.claim.lanes_promoted > 0 {
+                    metrics::counter!("ankusa_lane_sweep_promotions_total")
+                        .increment(p.claim.lanes_promoted);
+                }
+                for im in p.immediate {
+                    self.slots.hold(&im.tenant, 0);
+                    if let SettleOp::DeadLetter { reason, .. } = &im.op {
+                        warn!(tenant = %im.tenant, row = %im.row, %reason, "row dead-lettered at claim");
+                    }
+                    self.push_outcome(
+                        im.tenant,
+                        im.row,
+                        im.claim,
+                        im.attempts,
+                        im.first_attempt_ms.unwrap_or(im.now_ms),
+                        im.op,
+                        0,
+                    );
+                }
+                let settings = self.breaker_settings();
+                for job in p.jobs {
+                    self.slots.hold(&job.tenant, job.bytes);
+                    match self
+                        .breakers
+                        .get(&job.key)
+                        .and_then(|b| b.parks(&settings, Instant::now()))
+                    {
+                        Some(d) => self.park(job, d),
+                        None if job.target.batched() => self.push_batched(job),
+                        None => self.slots.push(job),
+                    }
+                }
+                self.pack_scan();
+                // More may be due right away when the page came back full.
+                if got >= p.page {
+                    self.claim_wanted = true;
+                } else {
+                    let wait = match p.claim.next_due_ms {
+                        Some(d) => Duration::from_millis((d - now).max(1) as u64),
+                        None => Duration::from_millis(self.cfg.dispatch.poll_ms),
+                    };
+                    let wait = wait.min(Duration::from_millis(self.cfg.dispatch.poll_ms));
+                    self.next_scan = tokio::time::Instant::now() + wait;
+                }
+                None
+            }
+            Event::Claimed(Err(StoreError::Fenced)) => Some(SessionEnd::Fenced),
+            Event::Claimed(Err(e)) => {
+                // The claim may have run with its reply lost: its rows would sit claimed with
+                // nobody working on them. End the term, so the next one's requeue makes them
+                // due (R3); but first wind down: running attempts finish and every outcome
+                // observed is settled while its row is still claimed under this term, so no
+                // attempt is forgotten and no lost ok becomes a duplicate (issue 17.7).
+                self.claiming = false;
+                warn!(error = %e, "claim failed; winding the term down so a new epoch requeues its claims");
+                if self.store_failed.is_none() {
+                    self.store_failed = Some(e.to_string());
+                }
+                None
+            }
+            Event::Finished {
+                job,
+                result,
+                elapsed,
+            } => {
+                self.ctx.progress.tick();
+                self.slots.finished(&job.tenant, &job.key);
+                self.record_breaker(&job, &result);
+                self.record_attempt(job, result, elapsed);
+                None
+            }
+            Event::Settled(Ok(rows)) => {
+                self.ctx.progress.tick();
+                self.settling = false;
+                self.settle_backoff = Duration::from_millis(50);
+                self.settled_total += rows.len() as u64;
+                for (tenant, bytes) in rows {
+                    self.slots.settled(&tenant, bytes);
+                }
+                self.claim_wanted = true;
+                None
+            }
+            Event::Batched(ev) => {
+                self.handle_batched(ev);
+                None
+            }
+            Event::Settled(Err((StoreError::Fenced, _))) => Some(SessionEnd::Fenced),
+            Event::Settled(Err((e, batch))) => {
+                // Keep the outcomes: their rows stay claimed and held until Redis answers.
+                warn!(error = %e, retry_in_ms = self.settle_backoff.as_millis() as u64, "settle failed; will retry the batch");
+                self.settling = false;
+                let mut batch = batch;
+                batch.append(&mut self.pending);
+                self.pending = batch;
+                self.settle_retry_at = Some(tokio::time::Instant::now() + self.settle_backoff);
+                self.settle_backoff = (self.settle_backoff * 2).min(Duration::from_secs(2));
+                None
+            }
+        }
+    }
+}

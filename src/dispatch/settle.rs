@@ -1,0 +1,205 @@
+//! Settling: outcomes buffered into `settle.lua` batches, retried with backoff while the
+//! term holds (R4, R25), and the drain that ends a term.
+
+use super::*;
+
+impl Session {
+    pub(super) fn maybe_settle(&mut self) {
+        if self.settling || self.pending.is_empty() || self.settle_retry_at.is_some() {
+            return;
+        }
+        let n = self.pending.len().min(self.cfg.dispatch.settle_batch);
+        let batch: Vec<Pending> = self.pending.drain(..n).collect();
+        self.settling = true;
+        let store = self.ctx.store.clone();
+        let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
+        let tx = self.tx.clone();
+        let blobs = self.batched.blobs();
+        let history = crate::visibility::history_arg(
+            &self.cfg.history,
+            batch
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.record.as_ref().map(|(h, r)| (i, *h, r))),
+        );
+        let health = self.ctx.health.clone();
+        tokio::spawn(async move {
+            let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
+            let settled = store.settle_with(&token, epoch, &outcomes, history).await;
+            health.record_write("settle", &settled);
+            let r = match settled {
+                Ok((applied, skipped, finished_blobs)) => {
+                    metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
+                        .increment(applied);
+                    // R18: the claim-check blobs of hooks this settle deleted.
+                    if let Some(b) = &blobs {
+                        b.delete_later(finished_blobs);
+                    }
+                    if skipped > 0 {
+                        metrics::counter!("ankusa_settle_rows_total", "result" => "skipped")
+                            .increment(skipped);
+                        warn!(
+                            skipped,
+                            "settle skipped rows no longer claimed by this epoch"
+                        );
+                    }
+                    Ok(batch
+                        .into_iter()
+                        .map(|p| (p.outcome.tenant, p.bytes))
+                        .collect())
+                }
+                Err(e) => {
+                    if matches!(e, StoreError::Fenced) {
+                        // A deposed leader tried to write: refused by the script (R25).
+                        metrics::counter!("ankusa_redis_errors_total", "kind" => "fenced")
+                            .increment(1);
+                        metrics::counter!("ankusa_settle_rows_total", "result" => "fenced")
+                            .increment(batch.len() as u64);
+                    }
+                    Err((e, batch))
+                }
+            };
+            let _ = tx.send(Event::Settled(r));
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push_outcome(
+        &mut self,
+        tenant: String,
+        row: String,
+        claim: u64,
+        attempts: u32,
+        first_attempt_ms: i64,
+        op: SettleOp,
+        bytes: u64,
+    ) {
+        if let SettleOp::DeadLetter { reason, .. } = &op {
+            let kind = reason.kind();
+            metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => kind).increment(1);
+            metrics::counter!("ankusa_dead_letters_total", "reason" => kind).increment(1);
+        }
+        self.pending.push(Pending {
+            outcome: Outcome {
+                tenant,
+                row,
+                attempts,
+                first_attempt_ms,
+                claim,
+                op,
+            },
+            bytes,
+            record: None,
+        });
+    }
+
+    /// End the term: no new claims or starts; running attempts may finish; every outcome is
+    /// settled (a failed batch retried with backoff) while the term's lease holds; queued rows
+    /// are made due again at once. On a graceful end (`failed` is `None`, SIGTERM) attempts
+    /// get up to `shutdown_grace_ms` and the lease is released. After a failed claim
+    /// (`failed` is its error) they get up to `attempt_timeout_ms` (they are cancelled then
+    /// anyway) plus one lease interval for the settles, and the term ends `StoreFailed`;
+    /// settle stays fenced throughout, so nothing is written once another term began.
+    pub(super) async fn drain(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Event>,
+        failed: Option<String>,
+    ) -> SessionEnd {
+        let grace = match failed {
+            None => Duration::from_millis(self.cfg.leader.shutdown_grace_ms),
+            Some(_) => Duration::from_millis(
+                self.cfg.dispatch.attempt_timeout_ms + self.cfg.leader.lease_ms,
+            ),
+        };
+        let deadline = tokio::time::Instant::now() + grace;
+        info!(
+            running = self.slots.running(),
+            "ending the term: letting running attempts finish"
+        );
+        let mut queued = self.slots.drain_queued();
+        queued.extend(self.drain_batched());
+        for job in queued {
+            let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+            self.push_outcome(
+                job.tenant,
+                job.row,
+                job.claim,
+                job.attempts,
+                first,
+                SettleOp::Park { delay_ms: 0 },
+                job.bytes,
+            );
+        }
+        while self.slots.rows() > 0 || self.claiming {
+            self.maybe_settle();
+            let settle_at = self.settle_retry_at;
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = tokio::time::sleep_until(deadline) => None,
+                _ = tokio::time::sleep_until(settle_at.unwrap_or(deadline)), if settle_at.is_some() => {
+                    self.settle_retry_at = None;
+                    continue;
+                }
+                _ = self.ctx.lost.cancelled() => return SessionEnd::Fenced,
+            };
+            let Some(ev) = ev else { break };
+            if let Event::Claimed(Ok(p)) = ev {
+                // A claim that was in flight: hand its rows straight back.
+                self.claiming = false;
+                for job in p.jobs {
+                    self.slots.hold(&job.tenant, job.bytes);
+                    let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+                    self.push_outcome(
+                        job.tenant,
+                        job.row,
+                        job.claim,
+                        job.attempts,
+                        first,
+                        SettleOp::Park { delay_ms: 0 },
+                        job.bytes,
+                    );
+                }
+                for im in p.immediate {
+                    self.slots.hold(&im.tenant, 0);
+                    self.push_outcome(
+                        im.tenant,
+                        im.row,
+                        im.claim,
+                        im.attempts,
+                        im.first_attempt_ms.unwrap_or(im.now_ms),
+                        im.op,
+                        0,
+                    );
+                }
+                continue;
+            }
+            if let Some(end) = self.handle(ev) {
+                return end;
+            }
+            if self
+                .settle_retry_at
+                .is_some_and(|t| t <= tokio::time::Instant::now())
+            {
+                self.settle_retry_at = None;
+            }
+        }
+        self.attempts.abort_all();
+        if let Some(why) = failed {
+            // The node releases the lease if Redis answers (src/leader.rs).
+            return SessionEnd::StoreFailed(why);
+        }
+        // Whatever is still claimed (attempts cut off by the grace period) is requeued by the
+        // next leader; release so it takes over now, not after the lease's ttl.
+        let node = self
+            .ctx
+            .token
+            .rsplit_once(':')
+            .map(|(n, _)| n.to_string())
+            .unwrap_or_default();
+        match self.ctx.store.lease_release(&node, &self.ctx.token).await {
+            Ok(_) => info!("lease released"),
+            Err(e) => warn!(error = %e, "could not release the lease; it lapses after its ttl"),
+        }
+        SessionEnd::Shutdown
+    }
+}

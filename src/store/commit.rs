@@ -1,0 +1,166 @@
+//! `commit.lua`: committing a hook and its delivery rows (R1, R2), with producer
+//! idempotency keys.
+
+use super::*;
+
+/// What a commit stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitReceipt {
+    /// Id of the first hook; the call's hooks have consecutive ids.
+    pub first_hook: u64,
+    /// Rows made per hook (= sink entries of the source at commit).
+    pub rows_per_hook: u32,
+    /// Commit time (ms, Redis clock).
+    pub committed_at_ms: i64,
+}
+
+/// The longest producer idempotency key accepted, bytes.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 256;
+
+/// Options of [`Store::commit_with`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitOptions {
+    /// One producer idempotency key per hook (`None`: that hook has none), or empty.
+    pub idempotency_keys: Vec<Option<String>>,
+    /// How long a key answers the first hook's id, ms (`commit.idempotency_ms`).
+    pub idempotency_ms: u64,
+    /// Make the row of this sink entry only (resend), not one per entry.
+    pub only_sink: Option<u32>,
+}
+
+fn decode_receipt(v: &[Value]) -> CommitReceipt {
+    CommitReceipt {
+        first_hook: v.get(1).and_then(Value::int).unwrap_or(0) as u64,
+        rows_per_hook: v.get(2).and_then(Value::int).unwrap_or(0) as u32,
+        committed_at_ms: v.get(3).and_then(Value::int).unwrap_or(0),
+    }
+}
+
+impl Store {
+    /// Commit hooks to `(tenant, source)` atomically (R1): each body stored once, one row per
+    /// sink entry due now, the scheduler woken (R2). `hooks` are `(body, headers JSON or "")`.
+    /// Errors: unknown source, a body over `max_hook_bytes`, bad ids; nothing written then.
+    pub async fn commit(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[(Bytes, String)],
+        max_hook_bytes: usize,
+    ) -> Result<CommitReceipt, CommitError> {
+        let v = self
+            .commit_call(tenant, source, hooks, max_hook_bytes, Vec::new())
+            .await?;
+        Ok(decode_receipt(&v))
+    }
+
+    /// The commit script call behind [`Store::commit`] and [`Store::commit_with`]: checks,
+    /// then the script with `extra` options after the hooks; the `ok` reply as it came.
+    async fn commit_call(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[(Bytes, String)],
+        max_hook_bytes: usize,
+        extra: Vec<Value>,
+    ) -> Result<Vec<Value>, CommitError> {
+        crate::model::check_id("tenant", tenant)
+            .map_err(|e| CommitError::BadRequest(e.to_string()))?;
+        crate::model::check_id("source", source)
+            .map_err(|e| CommitError::BadRequest(e.to_string()))?;
+        if hooks.is_empty() {
+            return Err(CommitError::BadRequest("no hooks".into()));
+        }
+        for (index, (body, _)) in hooks.iter().enumerate() {
+            if body.len() > max_hook_bytes {
+                return Err(CommitError::TooLarge {
+                    index,
+                    size: body.len(),
+                    max: max_hook_bytes,
+                });
+            }
+        }
+        let mut args = Vec::with_capacity(5 + 2 * hooks.len() + extra.len());
+        args.extend([
+            self.prefix(),
+            tenant.into(),
+            source.into(),
+            (max_hook_bytes as i64).into(),
+            (hooks.len() as i64).into(),
+        ]);
+        for (body, headers) in hooks {
+            args.push(Value::Bytes(body.clone()));
+            args.push(Value::from(headers.as_str()));
+        }
+        args.extend(extra);
+        let v = self.call(&self.scripts.commit, args).await?;
+        match status(&v) {
+            "ok" => Ok(v),
+            "unknown_source" => Err(CommitError::UnknownSource {
+                tenant: tenant.into(),
+                source_id: source.into(),
+            }),
+            "too_large" => Err(CommitError::TooLarge {
+                index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
+                size: v.get(2).and_then(Value::int).unwrap_or(0) as usize,
+                max: max_hook_bytes,
+            }),
+            "bad_request" => Err(CommitError::BadRequest(
+                v.get(1).map(Value::text).unwrap_or_default(),
+            )),
+            "reserved_header" => Err(CommitError::ReservedHeader {
+                index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
+                name: v.get(2).map(Value::text).unwrap_or_default(),
+            }),
+            other => Err(StoreError::protocol("commit", format!("status {other:?}")).into()),
+        }
+    }
+
+    /// [`Store::commit`] with options (`docs/commit-protocol.md`): producer idempotency keys
+    /// (one per hook, `None` for none) honoured for `opts.idempotency_ms`, and/or rows for one
+    /// sink entry only. Returns the receipt and each hook's id: a hook whose key was
+    /// committed within the window answers the first hook's id and is not written again.
+    pub async fn commit_with(
+        &self,
+        tenant: &str,
+        source: &str,
+        hooks: &[(Bytes, String)],
+        max_hook_bytes: usize,
+        opts: &CommitOptions,
+    ) -> Result<(CommitReceipt, Vec<u64>), CommitError> {
+        if !opts.idempotency_keys.is_empty() && opts.idempotency_keys.len() != hooks.len() {
+            return Err(CommitError::BadRequest(
+                "one idempotency key (or none) per hook".into(),
+            ));
+        }
+        let mut extra: Vec<Value> = Vec::new();
+        if opts.idempotency_keys.iter().any(Option::is_some) {
+            extra.push("idem".into());
+            extra.push((opts.idempotency_ms.max(1) as i64).into());
+            for k in &opts.idempotency_keys {
+                let k = k.as_deref().unwrap_or("");
+                if k.len() > IDEMPOTENCY_KEY_MAX_BYTES {
+                    return Err(CommitError::BadRequest(format!(
+                        "idempotency key over {IDEMPOTENCY_KEY_MAX_BYTES} bytes"
+                    )));
+                }
+                extra.push(k.into());
+            }
+        }
+        if let Some(i) = opts.only_sink {
+            extra.push("sink".into());
+            extra.push((i as i64).into());
+        }
+        let v = self
+            .commit_call(tenant, source, hooks, max_hook_bytes, extra)
+            .await?;
+        let receipt = decode_receipt(&v);
+        let ids = if v.len() > 4 {
+            v[4..].iter().map(|x| x.int().unwrap_or(0) as u64).collect()
+        } else {
+            (0..hooks.len() as u64)
+                .map(|i| receipt.first_hook + i)
+                .collect()
+        };
+        Ok((receipt, ids))
+    }
+}

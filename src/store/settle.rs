@@ -1,0 +1,117 @@
+//! `settle.lua`: recording outcomes in batches, fenced by the term's token (R4–R9).
+
+use super::*;
+
+/// The outcome of one finished attempt, as `settle.lua` takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettleOp {
+    /// The sink answered ok: delete the row (invariant 1).
+    Delivered,
+    /// Due again after `delay_ms`; the row records its attempts.
+    Retry {
+        /// Backoff (ms).
+        delay_ms: u64,
+        /// Error text, truncated.
+        error: String,
+    },
+    /// A breaker parked the row for `delay_ms`, attempt count unchanged (R16).
+    Park {
+        /// Until the breaker closes (ms).
+        delay_ms: u64,
+    },
+    /// Dead-letter with a reason.
+    DeadLetter {
+        /// `permanent(…)`, `retry_horizon(…)`, …
+        reason: crate::model::DeadReason,
+        /// Error text, truncated.
+        error: String,
+    },
+    /// The hook is gone: nothing to deliver; not counted as a dead letter.
+    Drop,
+}
+
+/// One row's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Tenant id.
+    pub tenant: String,
+    /// Raw row id.
+    pub row: String,
+    /// Attempts made including this one.
+    pub attempts: u32,
+    /// First attempt time (ms, Redis clock).
+    pub first_attempt_ms: i64,
+    /// The claim token of the claim this outcome answers ([`ClaimedRow::claim`]); the
+    /// outcome is skipped unless the row is still claimed under it (P6).
+    pub claim: u64,
+    /// What to do.
+    pub op: SettleOp,
+}
+
+impl Store {
+    /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped, blobs)`,
+    /// `blobs` being the claim-check references of the hooks the call deleted (R18; lane
+    /// releases are counted in `ankusa_lane_releases_total`);
+    /// an outcome whose row is no longer claimed under its claim token ([`Outcome::claim`],
+    /// P6) is skipped, so re-sending a batch after an error never applies it twice, not even
+    /// to a later claim of the same row. Errors: [`StoreError::Fenced`].
+    pub async fn settle(
+        &self,
+        token: &str,
+        epoch: u64,
+        outcomes: &[Outcome],
+    ) -> Result<(u64, u64, Vec<String>), StoreError> {
+        self.settle_with(token, epoch, outcomes, None).await
+    }
+
+    /// [`Store::settle`] that also writes the attempt history in the same call: `history` is
+    /// the JSON argument of [`crate::visibility::history_arg`].
+    pub async fn settle_with(
+        &self,
+        token: &str,
+        epoch: u64,
+        outcomes: &[Outcome],
+        history: Option<String>,
+    ) -> Result<(u64, u64, Vec<String>), StoreError> {
+        let mut args = Vec::with_capacity(4 + 8 * outcomes.len());
+        args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
+        for o in outcomes {
+            let (op, x, err): (&str, Value, &str) = match &o.op {
+                SettleOp::Delivered => ("D", "".into(), ""),
+                SettleOp::Retry { delay_ms, error } => ("R", (*delay_ms as i64).into(), error),
+                SettleOp::Park { delay_ms } => ("P", (*delay_ms as i64).into(), ""),
+                SettleOp::DeadLetter { reason, error } => ("X", reason.to_string().into(), error),
+                SettleOp::Drop => ("G", "".into(), ""),
+            };
+            args.extend([
+                op.into(),
+                o.tenant.as_str().into(),
+                o.row.as_str().into(),
+                (o.claim as i64).into(),
+                x,
+                (o.attempts as i64).into(),
+                o.first_attempt_ms.into(),
+                err.into(),
+            ]);
+        }
+        if let Some(h) = history {
+            args.push(h.into());
+        }
+        let v = self.call(&self.scripts.settle, args).await?;
+        match status(&v) {
+            "ok" => {
+                let released = v.get(3).and_then(Value::int).unwrap_or(0);
+                if released > 0 {
+                    metrics::counter!("ankusa_lane_releases_total").increment(released as u64);
+                }
+                Ok((
+                    v.get(1).and_then(Value::int).unwrap_or(0) as u64,
+                    v.get(2).and_then(Value::int).unwrap_or(0) as u64,
+                    v.iter().skip(4).map(Value::text).collect(),
+                ))
+            }
+            "fenced" => Err(StoreError::Fenced),
+            other => Err(StoreError::protocol("settle", format!("status {other:?}"))),
+        }
+    }
+}
