@@ -17,6 +17,12 @@ use clap::Parser;
 use cli::args::{Cli, Cmd, LogFormat};
 use cli::run::{init_logs, load_config, run};
 
+/// The allocator of the binary: mimalloc, with per-thread heaps. Under glibc `malloc` the
+/// worker spent ~18 % of its CPU in `malloc`/`free` and their bookkeeping
+/// (`malloc_consolidate`, `unlink_chunk`) (issue 12; profile in BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Whether the raw arguments ask for JSON (for errors raised before clap has parsed them).
 fn wants_json(args: &[std::ffi::OsString]) -> bool {
     args.iter()

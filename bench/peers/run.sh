@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Side by side: BullMQ and `ankusa worker` draining the same pre-committed 1 KiB bodies into
+# the same nginx sink, against one private Redis, alternately, RUNS runs each. Writes a CSV.
+# See bench/peers/README.md. Not part of CI.
+#
+# Environment (all optional):
+#   N=50000            jobs/hooks pre-committed per run
+#   RUNS=3             runs per system
+#   CONC=100           concurrency of BullMQ and of the first ankusa system
+#   ANKUSA_CONC2=256   concurrency of the second ankusa system (empty: skip it)
+#   ANKUSA_BIN=…       the ankusa binary (default: target/release/ankusa of this checkout)
+#   ANKUSA_BASE_BIN=…  another ankusa binary (e.g. a build of the commit before a change), run
+#                      as systems `base` (at CONC) and `base2` (at ANKUSA_CONC2): before/after
+#                      in the same invocation
+#   ANKUSA_HISTORY=false   history.enabled of the ankusa worker (BullMQ keeps nothing either)
+#   SYSTEMS="bullmq ankusa ankusa2"   which systems, in the order they alternate
+#   OUT=bench/peers/results/<date>.csv
+#   PERF=1             also `perf record -g` the ankusa worker of run 1 (perf-<system>.data)
+#   PERF_OPTS="-g"     perf record options (e.g. "--call-graph dwarf -F 500")
+#   KEEP=1             keep the temp dir (logs, nginx access logs)
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+N="${N:-50000}"
+RUNS="${RUNS:-3}"
+CONC="${CONC:-100}"
+ANKUSA_CONC2="${ANKUSA_CONC2-256}"
+ANKUSA_BIN="${ANKUSA_BIN:-$repo/target/release/ankusa}"
+ANKUSA_HISTORY="${ANKUSA_HISTORY:-false}"
+SYSTEMS="${SYSTEMS:-bullmq ankusa${ANKUSA_CONC2:+ ankusa2}}"
+OUT="${OUT:-$here/results/$(date -u +%Y%m%dT%H%M%SZ).csv}"
+HZ="$(getconf CLK_TCK)"
+
+die() { echo "run.sh: $*" >&2; exit 1; }
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+(( N % 100 == 0 )) || die "N must be a multiple of 100 (both producers commit 100 per call)"
+[[ -x "$ANKUSA_BIN" ]] || die "no ankusa binary at $ANKUSA_BIN (cargo build --release, or set ANKUSA_BIN)"
+command -v redis-server >/dev/null || die "redis-server not found"
+command -v node >/dev/null || die "node not found"
+if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
+  log "installing nginx-light"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null; }
+  # The package starts a system nginx on :80; this harness runs its own.
+  (systemctl stop nginx || service nginx stop || nginx -s stop) >/dev/null 2>&1 || true
+fi
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+[[ -d "$here/node_modules/bullmq" ]] || (cd "$here" && npm ci --no-audit --no-fund >&2)
+
+tmp="$(mktemp -d /tmp/ankusa-peers.XXXXXX)"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [[ -n "${KEEP:-}" ]] && log "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+
+# --- Redis -------------------------------------------------------------------------------
+rport="$(free_port)"
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+  --logfile "$tmp/redis.log" >/dev/null &
+pids+=($!)
+rc() { redis-cli -p "$rport" "$@"; }
+for _ in $(seq 100); do rc ping >/dev/null 2>&1 && break; sleep 0.05; done
+rc ping >/dev/null || die "redis-server did not start (see $tmp/redis.log)"
+
+# --- nginx sink ----------------------------------------------------------------------------
+sport="$(free_port)"
+mkdir -p "$tmp/nginx"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  # \$connection is nginx's serial number of the TCP connection: distinct values = opened.
+  log_format peers '\$msec \$connection \$connection_requests \$status';
+  access_log $tmp/nginx/access.log peers buffer=256k flush=200ms;
+  # Never close a kept-alive connection from our side: churn is the client's doing.
+  keepalive_requests 10000000;
+  keepalive_timeout 300s;
+  client_body_buffer_size 16k;
+  server {
+    listen 127.0.0.1:$sport;
+    location / { return 200; }
+  }
+}
+EOF
+"$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
+pids+=($!)
+nginx_pid=$!
+for _ in $(seq 100); do
+  curl -s -o /dev/null -X POST "http://127.0.0.1:$sport/" && break; sleep 0.05
+done
+sink="http://127.0.0.1:$sport/hook"
+log "redis :$rport, nginx :$sport, tmp $tmp"
+
+# --- the body: one JSON object of exactly 1024 bytes -----------------------------------------
+node -e 'const b={event:"bench",pad:""};b.pad="x".repeat(1024-JSON.stringify(b).length);process.stdout.write(JSON.stringify(b))' >"$tmp/body.json"
+[[ "$(wc -c <"$tmp/body.json")" -eq 1024 ]] || die "body is not 1024 bytes"
+mkdir -p "$tmp/bodies"
+for i in $(seq 100); do cp "$tmp/body.json" "$tmp/bodies/$i.json"; done
+
+# --- measurements ----------------------------------------------------------------------------
+redis_cpu() { rc info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
+redis_calls() { rc info commandstats | awk -F'[=,:]' '/^cmdstat_/ {s += $3} END {print s}'; }
+proc_cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The sink's access log is cut per run by byte offset (no reopen: nginx's workers run as
+# another user and could not reopen files in our private temp dir).
+log_size() { stat -c %s "$tmp/nginx/access.log"; }
+cut_log() { # $1 name, $2 offset at the start of the run → prints the run's log file
+  local to="$tmp/nginx/access-$1.log"
+  sleep 0.5 # the access log's flush interval is 200 ms
+  tail -c +$(($2 + 1)) "$tmp/nginx/access.log" >"$to"
+  echo "$to"
+}
+
+ankusa_config() { # $1 concurrency → config path
+  local f="$tmp/ankusa-$1.toml"
+  cat >"$f" <<EOF
+instance = "peers"
+[redis]
+url = "redis://127.0.0.1:$rport"
+[admin]
+listen = "127.0.0.1:0"
+[dispatch]
+concurrency = $1
+sink_concurrency = $1
+[http]
+allow_cidrs = ["127.0.0.0/8"]
+[history]
+enabled = $ANKUSA_HISTORY
+EOF
+  echo "$f"
+}
+
+mkdir -p "$(dirname "$OUT")"
+echo "system,concurrency,run,rows,deliveries_per_s,worker_cpu_us_per_delivery,redis_cpu_us_per_row,redis_commit_cpu_us_per_row,redis_cmds_per_row,redis_commit_cmds_per_row,sink_connections_opened,load_avg_1m_at_start" >"$OUT"
+
+# One run of one system: commit N, drain them, append a CSV line.
+run_one() {
+  local system="$1" run="$2" conc cfg wpid done_file="$tmp/done" load c0 c1 k0 k1 t0 t1 w
+  case "$system" in
+    bullmq) conc="$CONC" ;;
+    ankusa) conc="$CONC" ;;
+    ankusa2) conc="$ANKUSA_CONC2" ;;
+    base) conc="$CONC" ;;
+    base2) conc="$ANKUSA_CONC2" ;;
+    *) die "unknown system $system" ;;
+  esac
+  local bin="$ANKUSA_BIN"
+  if [[ "$system" == base* ]]; then
+    bin="${ANKUSA_BASE_BIN:?system $system needs ANKUSA_BASE_BIN}"
+  fi
+  rc flushall >/dev/null
+  rm -f "$done_file"
+  load="$(cut -d' ' -f1 /proc/loadavg)"
+  local off; sleep 0.5; off="$(log_size)"
+  # commit
+  c0="$(redis_cpu)"; k0="$(redis_calls)"
+  if [[ "$system" == bullmq ]]; then
+    node "$here/produce.js" "$rport" "$N" "$tmp/body.json"
+  else
+    cfg="$(ankusa_config "$conc")"
+    printf '{"sinks": [{"module": "http", "opts": {"url": "%s"}}]}' "$sink" >"$tmp/source.json"
+    "$bin" -c "$cfg" source put bench hooks "$tmp/source.json" >/dev/null
+    "$bin" -c "$cfg" produce bench hooks "$tmp/bodies" --repeat $((N / 100)) >/dev/null
+  fi
+  c1="$(redis_cpu)"; k1="$(redis_calls)"
+  local commit_cpu commit_cmds
+  commit_cpu="$(echo "($c1 - $c0) * 1000000 / $N" | bc -l)"
+  commit_cmds="$(echo "($k1 - $k0) / $N" | bc -l)"
+  # drain
+  c0="$(redis_cpu)"; k0="$(redis_calls)"
+  if [[ "$system" == bullmq ]]; then
+    node "$here/worker.js" "$rport" "$sink" "$conc" "$N" "$done_file" 2>"$tmp/$system-$run.log" &
+    wpid=$!
+  else
+    ANKUSA_LOG=warn "$bin" -c "$cfg" worker 2>"$tmp/$system-$run.log" >/dev/null &
+    wpid=$!
+  fi
+  pids+=("$wpid")
+  local perf_pid=""
+  if [[ -n "${PERF:-}" && "$system" != bullmq && "$run" == 1 ]]; then
+    perf record ${PERF_OPTS:--g} -o "$(dirname "$OUT")/perf-$system.data" -p "$wpid" 2>/dev/null &
+    perf_pid=$!
+  fi
+  local key="ankusa:{peers.p0}:stats" deadline=$((SECONDS + 600))
+  while :; do
+    if [[ "$system" == bullmq ]]; then
+      [[ -e "$done_file" ]] && break
+    else
+      [[ "$(rc hget "$key" delivered)" -ge "$N" ]] 2>/dev/null && break
+    fi
+    kill -0 "$wpid" 2>/dev/null || die "$system worker exited early: $(tail -5 "$tmp/$system-$run.log")"
+    (( SECONDS < deadline )) || die "$system run $run did not drain $N in 600 s"
+    sleep 0.1
+  done
+  w="$(proc_cpu_ticks "$wpid")"
+  c1="$(redis_cpu)"; k1="$(redis_calls)"
+  [[ -n "$perf_pid" ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+  kill -TERM "$wpid"; wait "$wpid" 2>/dev/null || true
+  local logf rate conns
+  logf="$(cut_log "$system-$run" "$off")"
+  # deliveries/s between the first and the last request the sink saw (startup excluded)
+  rate="$(awk '$4 == 200 {n++; if (!f || $1 < f) f = $1; if ($1 > l) l = $1} END {printf "%.0f", (n - 1) / (l - f)}' "$logf")"
+  conns="$(awk '{print $2}' "$logf" | sort -u | wc -l)"
+  local got; got="$(awk '$4 == 200' "$logf" | wc -l)"
+  (( got >= N )) || die "$system run $run: the sink saw $got of $N"
+  printf '%s,%s,%s,%s,%s,%.1f,%.1f,%.1f,%.2f,%.2f,%s,%s\n' "$system" "$conc" "$run" "$N" "$rate" \
+    "$(echo "$w * 1000000 / $HZ / $N" | bc -l)" \
+    "$(echo "($c1 - $c0) * 1000000 / $N" | bc -l)" "$commit_cpu" \
+    "$(echo "($k1 - $k0) / $N" | bc -l)" "$commit_cmds" "$conns" "$load" | tee -a "$OUT" >&2
+}
+
+log "N=$N runs=$RUNS systems=($SYSTEMS) ankusa=$ANKUSA_BIN history=$ANKUSA_HISTORY"
+for run in $(seq "$RUNS"); do
+  for system in $SYSTEMS; do
+    log "run $run: $system"
+    run_one "$system" "$run"
+  done
+done
+log "wrote $OUT"
+column -s, -t "$OUT" >&2 || cat "$OUT" >&2
