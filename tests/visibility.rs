@@ -274,11 +274,10 @@ async fn a_hook_delivered_after_two_failures_shows_three_attempts_500_500_200_in
 fn readme_orders(env: &Env) -> (SourceSpec, String) {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
         .expect("README.md");
-    let at = readme
-        .find("(`orders.json`)")
-        .expect("README shows orders.json");
-    let start = at + readme[at..].find("```json").expect("a json block") + "```json".len();
-    let end = start + readme[start..].find("```").expect("block ends");
+    let open = "cat > orders.json <<'JSON'";
+    let at = readme.find(open).expect("README writes orders.json");
+    let start = at + readme[at..].find('\n').expect("heredoc line ends") + 1;
+    let end = start + readme[start..].find("\nJSON\n").expect("heredoc ends");
     let mut spec: Value = serde_json::from_str(&readme[start..end]).expect("orders.json parses");
     for (i, s) in spec["sinks"].as_array_mut().unwrap().iter_mut().enumerate() {
         s["opts"]["url"] = json!(env.receiver.url(&format!("s{i}")));

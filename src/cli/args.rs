@@ -120,7 +120,7 @@ pub enum Cmd {
     /// Block until nothing is claimed, running or due; print the rows settled.
     ///
     /// Rows waiting out a backoff (a retry or a park) are not due, so tick does not wait for
-    /// them (R23): it can return while some rows are still pending. Needs a live leader:
+    /// them: it can return while some rows are still pending. Needs a live leader:
     /// exits 3 at once when no worker holds the lease.
     Tick {
         /// Give up after this long (exit 3), ms; default: wait as long as it takes.

@@ -1,5 +1,5 @@
 -- prelude.lua: prepended to every ankusa script (see src/store/scripts.rs).
--- The key layout mirrors src/keyspace.rs; a unit test checks the two agree.
+-- The key layout mirrors src/keyspace.rs; tests/keyspace.rs builds every key both ways.
 -- KEYS[1] is always the partition's lease key: it routes the call to the
 -- partition's cluster slot and is the fencing check (R25).
 -- ARGV[1] is always the partition prefix `ankusa:{<instance>.p<N>}:`.
@@ -34,6 +34,12 @@ local K_BLOB_RETAIN = P .. 'blob_retain'
 local K_SETTINGS = P .. 'settings'
 -- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane (R11).
 local K_HEAD_LANE = P .. 'head_lane'
+-- Open breakers' snapshots for the next term (breakers.lua, R16).
+local K_BREAKERS = P .. 'breakers'
+-- The leader's window state (window.lua, read by pressure), the lease and the epoch (R25).
+local K_WINDOW = P .. 'window'
+local K_LEASE = P .. 'lease'
+local K_EPOCH = P .. 'epoch'
 -- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
 -- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
 -- the lease records the last token issued before the term in `claim_floor`.
@@ -134,7 +140,7 @@ end
 local tenant, source = ARGV[2], ARGV[3]
 local n = tonumber(ARGV[5])
 if not n or n < 1 or #ARGV < 5 + 2 * n then return {'bad_request', 'argument count'} end
-if not string.match(P, '^ankusa:{[^{}]+}:$') or KEYS[1] ~= P .. 'lease' then
+if not string.match(P, '^ankusa:{[^{}]+}:$') or KEYS[1] ~= K_LEASE then
   return {'bad_request', 'KEYS[1] must be the lease key of the prefix ARGV[1]'}
 end
 local function valid_id(id)
