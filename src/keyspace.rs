@@ -3,7 +3,7 @@
 //! All keys of one partition share the hash tag `{<instance>.p<N>}`, so every
 //! key a script touches sits in one Redis Cluster slot. User data (tenant ids,
 //! source ids) is never inside the braces. The Lua side mirrors this layout in
-//! `lua/prelude.lua`; `tests/scripts.rs` checks the two agree.
+//! `lua/prelude.lua`; `tests/keyspace.rs` builds every key both ways and compares.
 
 /// The key builder of one partition of one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
