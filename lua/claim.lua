@@ -19,7 +19,7 @@
 -- Deficit round-robin: the page is split into equal shares over the due tenants;
 -- a tenant that filled its share may take what others left, in further passes.
 -- A served tenant that still has due rows moves to the back of the index
--- (score = now + 0.5 ms), so a tenant this page did not reach goes first next scan.
+-- (score = now + 0.999 ms), so a tenant this page did not reach goes first next scan.
 -- Each claimed row is scored in `claimed` with this call's claim token (the next value of
 -- `claim_seq`, above every token of an earlier term), so an outcome carrying an older
 -- token, e.g. a batch re-sent after a lost reply, never applies to this claim (P6).
@@ -67,6 +67,9 @@ local function row_bytes(row)
 end
 
 local now = now_ms()
+-- Due means scored before the next millisecond: commit spreads one call's rows over
+-- fractions of a ms (per-source virtual time, 1 µs a row) to order them, not to delay them.
+local horizon = '(' .. (now + 1)
 local out = {'ok', now, -1, -1, -1, 0, ctok, 0}
 local oldest = -1
 
@@ -89,7 +92,7 @@ end
 -- The due tenants, front of the line first; bounded by page + skipped.
 local active = {}
 if page > 0 then
-  local cand = redis.call('ZRANGEBYSCORE', K_TENANTS, '-inf', now, 'LIMIT', 0, page + s)
+  local cand = redis.call('ZRANGEBYSCORE', K_TENANTS, '-inf', horizon, 'LIMIT', 0, page + s)
   for _, t in ipairs(cand) do
     if not skip[t] and #active < page then
       local rm = room[t] or default_room
@@ -111,7 +114,7 @@ while left > 0 and #hungry > 0 and not page_full do
     local want = math.min(share, left, (room[t] or default_room) - got)
     if want > 0 then
       local due = k_due(t)
-      local rows = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+      local rows = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, want)
       local n = #rows / 2
       local stopped = false
       if brest then
@@ -187,7 +190,7 @@ for _, t in ipairs(active) do
   else
     local at = tonumber(first[2])
     -- Behind every tenant already due, including ones committed in this same ms.
-    if at <= now and (taken[t] or 0) > 0 then at = now + 0.5 end
+    if at < now + 1 and (taken[t] or 0) > 0 then at = now + 0.999 end
     redis.call('ZADD', K_TENANTS, at, t)
   end
 end
