@@ -198,13 +198,8 @@ impl Session {
         }
         // Whatever is still claimed (attempts cut off by the grace period) is requeued by the
         // next leader; release so it takes over now, not after the lease's ttl.
-        let node = self
-            .ctx
-            .token
-            .rsplit_once(':')
-            .map(|(n, _)| n.to_string())
-            .unwrap_or_default();
-        match self.ctx.store.lease_release(&node, &self.ctx.token).await {
+        let node = crate::store::token_node(&self.ctx.token);
+        match self.ctx.store.lease_release(node, &self.ctx.token).await {
             Ok(_) => info!("lease released"),
             Err(e) => warn!(error = %e, "could not release the lease; it lapses after its ttl"),
         }

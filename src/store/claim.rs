@@ -120,22 +120,38 @@ impl Store {
             "fenced" => return Err(StoreError::Fenced),
             other => return Err(StoreError::protocol("claim", format!("status {other:?}"))),
         }
-        let opt = |x: Option<&Value>| x.and_then(Value::int).filter(|&n| n >= 0);
+        let r = Reply::new("claim", &v);
+        let rest = r.rest(8);
+        if rest.len() % 4 != 0 {
+            return Err(StoreError::protocol(
+                "claim",
+                format!("{} row fields, not groups of 4", rest.len()),
+            ));
+        }
         let mut res = ClaimResult {
-            now_ms: opt(v.get(1)).unwrap_or(0),
-            next_due_ms: opt(v.get(2)),
-            oldest_due_ms: opt(v.get(3)),
-            lane_members: opt(v.get(4)).map(|n| n as u64),
-            lanes_promoted: opt(v.get(5)).unwrap_or(0) as u64,
-            claim_token: opt(v.get(6)).unwrap_or(0) as u64,
-            bytes_full: opt(v.get(7)).unwrap_or(0) == 1,
-            rows: Vec::with_capacity((v.len().saturating_sub(8)) / 4),
+            now_ms: r.int(1)?,
+            next_due_ms: r.opt(2)?,
+            oldest_due_ms: r.opt(3)?,
+            lane_members: r.opt(4)?.map(|n| n as u64),
+            lanes_promoted: r.count(5)?,
+            claim_token: r.count(6)?,
+            bytes_full: r.int(7)? == 1,
+            rows: Vec::with_capacity(rest.len() / 4),
         };
-        for c in v[8.min(v.len())..].chunks_exact(4) {
+        for (n, c) in rest.chunks_exact(4).enumerate() {
+            let f = Reply::new("claim", c);
+            let row = |e: StoreError| match e {
+                StoreError::Protocol { script, detail } => StoreError::Protocol {
+                    script,
+                    detail: format!("row {n}: {detail}"),
+                },
+                e => e,
+            };
             res.rows.push(ClaimedRow {
-                tenant: c[0].text(),
-                row: c[1].text(),
-                attempts: c[2].int().unwrap_or(0).max(0) as u32,
+                tenant: f.text(0).map_err(row)?,
+                row: f.text(1).map_err(row)?,
+                attempts: u32::try_from(f.count(2).map_err(row)?).unwrap_or(u32::MAX),
+                // '' when the row was never attempted.
                 first_attempt_ms: c[3].int(),
                 claim: res.claim_token,
             });
@@ -166,8 +182,9 @@ impl Store {
                     ))
                 }
             }
-            total += v.get(1).and_then(Value::int).unwrap_or(0) as u64;
-            if v.get(2).and_then(Value::int).unwrap_or(0) <= 0 {
+            let r = Reply::new("requeue_claimed", &v);
+            total += r.count(1)?;
+            if r.int(2)? <= 0 {
                 return Ok(total);
             }
         }

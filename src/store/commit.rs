@@ -28,12 +28,14 @@ pub struct CommitOptions {
     pub only_sink: Option<u32>,
 }
 
-fn decode_receipt(v: &[Value]) -> CommitReceipt {
-    CommitReceipt {
-        first_hook: v.get(1).and_then(Value::int).unwrap_or(0) as u64,
-        rows_per_hook: v.get(2).and_then(Value::int).unwrap_or(0) as u32,
-        committed_at_ms: v.get(3).and_then(Value::int).unwrap_or(0),
-    }
+fn decode_receipt(v: &[Value]) -> Result<CommitReceipt, StoreError> {
+    let r = Reply::new("commit", v);
+    Ok(CommitReceipt {
+        first_hook: r.count(1)?,
+        rows_per_hook: u32::try_from(r.count(2)?)
+            .map_err(|_| StoreError::protocol("commit", "field 2: rows per hook out of range"))?,
+        committed_at_ms: r.int(3)?,
+    })
 }
 
 impl Store {
@@ -50,7 +52,7 @@ impl Store {
         let v = self
             .commit_call(tenant, source, hooks, max_hook_bytes, Vec::new())
             .await?;
-        Ok(decode_receipt(&v))
+        Ok(decode_receipt(&v)?)
     }
 
     /// The commit script call behind [`Store::commit`] and [`Store::commit_with`]: checks,
@@ -93,6 +95,7 @@ impl Store {
         }
         args.extend(extra);
         let v = self.call(&self.scripts.commit, args).await?;
+        let r = Reply::new("commit", &v);
         match status(&v) {
             "ok" => Ok(v),
             "unknown_source" => Err(CommitError::UnknownSource {
@@ -100,20 +103,15 @@ impl Store {
                 source_id: source.into(),
             }),
             "too_large" => Err(CommitError::TooLarge {
-                index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
-                size: v.get(2).and_then(Value::int).unwrap_or(0) as usize,
+                index: r.count(1)?.saturating_sub(1) as usize,
+                size: r.count(2)? as usize,
                 // The limit the script enforced (kept server side, issue 17.10).
-                max: v
-                    .get(3)
-                    .and_then(Value::int)
-                    .map_or(max_hook_bytes, |m| m.max(0) as usize),
+                max: r.count(3)? as usize,
             }),
-            "bad_request" => Err(CommitError::BadRequest(
-                v.get(1).map(Value::text).unwrap_or_default(),
-            )),
+            "bad_request" => Err(CommitError::BadRequest(r.text(1)?)),
             "reserved_header" => Err(CommitError::ReservedHeader {
-                index: v.get(1).and_then(Value::int).unwrap_or(1).saturating_sub(1) as usize,
-                name: v.get(2).map(Value::text).unwrap_or_default(),
+                index: r.count(1)?.saturating_sub(1) as usize,
+                name: r.text(2)?,
             }),
             other => Err(StoreError::protocol("commit", format!("status {other:?}")).into()),
         }
@@ -157,9 +155,10 @@ impl Store {
         let v = self
             .commit_call(tenant, source, hooks, max_hook_bytes, extra)
             .await?;
-        let receipt = decode_receipt(&v);
+        let receipt = decode_receipt(&v)?;
         let ids = if v.len() > 4 {
-            v[4..].iter().map(|x| x.int().unwrap_or(0) as u64).collect()
+            let r = Reply::new("commit", &v);
+            (4..v.len()).map(|i| r.count(i)).collect::<Result<_, _>>()?
         } else {
             (0..hooks.len() as u64)
                 .map(|i| receipt.first_hook + i)

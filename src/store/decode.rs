@@ -39,6 +39,63 @@ impl ValueExt for Value {
     }
 }
 
+/// One script's reply, read by position strictly (issue 18): a field that is missing or not
+/// what the script promises is [`StoreError::Protocol`] naming the script and the position,
+/// never a silent zero.
+pub(super) struct Reply<'a> {
+    script: &'static str,
+    v: &'a [Value],
+}
+
+impl<'a> Reply<'a> {
+    pub(super) fn new(script: &'static str, v: &'a [Value]) -> Self {
+        Reply { script, v }
+    }
+
+    fn bad(&self, i: usize, what: &str) -> StoreError {
+        let got = match self.v.get(i) {
+            None => "nothing".to_string(),
+            Some(x) => format!("{:?}", truncate_text(&x.text(), 32)),
+        };
+        StoreError::protocol(
+            self.script,
+            format!("field {i}: {what} expected, got {got}"),
+        )
+    }
+
+    /// The integer at `i`.
+    pub(super) fn int(&self, i: usize) -> Result<i64, StoreError> {
+        self.v
+            .get(i)
+            .and_then(Value::int)
+            .ok_or_else(|| self.bad(i, "an integer"))
+    }
+
+    /// The non-negative integer at `i`.
+    pub(super) fn count(&self, i: usize) -> Result<u64, StoreError> {
+        u64::try_from(self.int(i)?).map_err(|_| self.bad(i, "a count"))
+    }
+
+    /// The integer at `i`, where `-1` (or any negative) means none.
+    pub(super) fn opt(&self, i: usize) -> Result<Option<i64>, StoreError> {
+        Ok(Some(self.int(i)?).filter(|&n| n >= 0))
+    }
+
+    /// The text at `i`.
+    pub(super) fn text(&self, i: usize) -> Result<String, StoreError> {
+        self.v
+            .get(i)
+            .and_then(ValueExt::as_str_ref)
+            .map(str::to_string)
+            .ok_or_else(|| self.bad(i, "text"))
+    }
+
+    /// The fields from `i` on (none when the reply is shorter).
+    pub(super) fn rest(&self, i: usize) -> &'a [Value] {
+        &self.v[i.min(self.v.len())..]
+    }
+}
+
 pub(super) fn array(script: &'static str, v: Value) -> Result<Vec<Value>, StoreError> {
     match v {
         Value::Array(a) => Ok(a),

@@ -43,14 +43,15 @@ impl Store {
     /// Try to take the lease for `ttl_ms` (R25); increments the epoch when it succeeds.
     pub async fn lease_acquire(&self, node: &str, ttl_ms: u64) -> Result<LeaseAcquire, StoreError> {
         let v = self.lease("acquire", node, "", ttl_ms).await?;
+        let r = Reply::new("lease", &v);
         match status(&v) {
             "ok" => Ok(LeaseAcquire::Acquired {
-                token: v.get(1).map(Value::text).unwrap_or_default(),
-                epoch: v.get(2).and_then(Value::int).unwrap_or(0) as u64,
+                token: r.text(1)?,
+                epoch: r.count(2)?,
             }),
             "held" => Ok(LeaseAcquire::Held {
-                holder: v.get(1).map(Value::text).unwrap_or_default(),
-                pttl_ms: v.get(2).and_then(Value::int).unwrap_or(0),
+                holder: r.text(1)?,
+                pttl_ms: r.int(2)?,
             }),
             other => Err(StoreError::protocol("lease", format!("status {other:?}"))),
         }
@@ -73,7 +74,7 @@ impl Store {
         Ok(status(&v) == "ok")
     }
 
-    /// The current lease holder's token and its time left (ms), if any.
+    /// The current lease holder's token (see [`token_node`]) and its time left (ms), if any.
     pub async fn lease_holder(&self) -> Result<Option<(String, i64)>, StoreError> {
         let c = self.client();
         let holder: Option<String> = c.get(self.ks.lease()).await?;
@@ -85,4 +86,11 @@ impl Store {
             }
         }
     }
+}
+
+/// The node id in a lease token: `lease.lua` makes tokens `<node id>:<epoch>`, and a node
+/// id may itself hold `:`, so the epoch is what follows the last one. A token without `:`
+/// (not made by `lease.lua`) is its own node id.
+pub fn token_node(token: &str) -> &str {
+    token.rsplit_once(':').map_or(token, |(node, _)| node)
 }

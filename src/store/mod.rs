@@ -46,7 +46,7 @@ pub use commit::{CommitOptions, CommitReceipt, IDEMPOTENCY_KEY_MAX_BYTES};
 pub use decode::first_score;
 pub use error::{CommitError, StoreError};
 pub use hooks::StoredHook;
-pub use lease::LeaseAcquire;
+pub use lease::{token_node, LeaseAcquire};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
@@ -155,8 +155,9 @@ impl Store {
         &self.ks
     }
 
-    /// A client of the pool (round-robin).
-    pub fn client(&self) -> &Client {
+    /// A client of the pool (round-robin): crate-private, so Redis is reached from outside
+    /// the crate only through the store's typed calls (issue 18).
+    pub(crate) fn client(&self) -> &Client {
         self.pool.next()
     }
 

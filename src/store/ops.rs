@@ -82,10 +82,6 @@ pub enum DlqPurge<'a> {
     },
 }
 
-fn int(v: &[Value], i: usize) -> u64 {
-    v.get(i).and_then(Value::int).unwrap_or(0).max(0) as u64
-}
-
 impl Store {
     /// One bounded page of `dead_letter_source.lua` (R20). Phase [`SourcePhase::Lanes`]
     /// dead-letters the members waiting in the source's ordered lanes, phase
@@ -115,11 +111,14 @@ impl Store {
         ];
         let v = self.call(&self.scripts.dead_letter_source, args).await?;
         match status(&v) {
-            "ok" => Ok(SourcePage::Page {
-                cursor: v.get(1).map(Value::text).unwrap_or_else(|| "0".into()),
-                dead_lettered: int(&v, 2),
-                dropped: int(&v, 3),
-            }),
+            "ok" => {
+                let r = Reply::new("dead_letter_source", &v);
+                Ok(SourcePage::Page {
+                    cursor: r.text(1)?,
+                    dead_lettered: r.count(2)?,
+                    dropped: r.count(3)?,
+                })
+            }
             "unavailable" => Ok(SourcePage::Unavailable),
             other => Err(StoreError::protocol(
                 "dead_letter_source",
@@ -134,12 +133,16 @@ impl Store {
         let args = vec![self.prefix(), (max_tenants as i64).into()];
         let v = self.call(&self.scripts.pressure, args).await?;
         match status(&v) {
-            "ok" => Ok(PressureRead::Ok {
-                lag_ms: int(&v, 1),
-                window_full: int(&v, 2) == 1,
-            }),
+            "ok" => {
+                let r = Reply::new("pressure", &v);
+                Ok(PressureRead::Ok {
+                    // Rows scored within the current ms read as a lag below zero.
+                    lag_ms: r.int(1)?.max(0) as u64,
+                    window_full: r.int(2)? == 1,
+                })
+            }
             "unavailable" => Ok(PressureRead::Unavailable(
-                v.get(1).map(Value::text).unwrap_or_default(),
+                Reply::new("pressure", &v).text(1)?,
             )),
             other => Err(StoreError::protocol(
                 "pressure",
@@ -160,12 +163,15 @@ impl Store {
         args.extend(ids.iter().map(|i| Value::from(i.as_str())));
         let v = self.call(&self.scripts.dlq_replay, args).await?;
         match status(&v) {
-            "ok" => Ok(DlqReplayed {
-                replayed: int(&v, 1),
-                missing: int(&v, 2),
-                hook_gone: int(&v, 3),
-                live: int(&v, 4),
-            }),
+            "ok" => {
+                let r = Reply::new("dlq_replay", &v);
+                Ok(DlqReplayed {
+                    replayed: r.count(1)?,
+                    missing: r.count(2)?,
+                    hook_gone: r.count(3)?,
+                    live: r.count(4)?,
+                })
+            }
             other => Err(StoreError::protocol(
                 "dlq_replay",
                 format!("status {other:?}"),
@@ -202,7 +208,10 @@ impl Store {
         }
         let v = self.call(&self.scripts.dlq_purge, args).await?;
         match status(&v) {
-            "ok" => Ok((int(&v, 1), int(&v, 2) == 1)),
+            "ok" => {
+                let r = Reply::new("dlq_purge", &v);
+                Ok((r.count(1)?, r.int(2)? == 1))
+            }
             other => Err(StoreError::protocol(
                 "dlq_purge",
                 format!("status {other:?}"),

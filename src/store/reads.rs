@@ -47,10 +47,9 @@ impl Store {
             fred::types::ClusterHash::FirstKey,
             false,
         );
-        let t: Vec<String> = self.client().custom(cmd, Vec::<String>::new()).await?;
-        let s: i64 = t.first().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let us: i64 = t.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        Ok(s * 1000 + us / 1000)
+        let t: Vec<Value> = self.client().custom(cmd, Vec::<String>::new()).await?;
+        let r = Reply::new("TIME", &t);
+        Ok(r.int(0)? * 1000 + r.int(1)? / 1000)
     }
 
     /// The earliest place in line of any active tenant (ms), if any tenant has rows.
@@ -65,8 +64,9 @@ impl Store {
     /// True when nothing is claimed and no row is due by Redis time (R23's idle condition).
     pub async fn idle(&self) -> Result<bool, StoreError> {
         let v = self.call(&self.scripts.idle, vec![self.prefix()]).await?;
-        let n = |i: usize| v.get(i).and_then(Value::int).unwrap_or(0);
-        Ok(n(0) == 0 && (n(1) < 0 || n(1) > n(2)))
+        let r = Reply::new("idle", &v);
+        let (claimed, earliest, now) = (r.int(0)?, r.int(1)?, r.int(2)?);
+        Ok(claimed == 0 && (earliest < 0 || earliest > now))
     }
 
     /// Rows waiting in a tenant's due set (due now or later).

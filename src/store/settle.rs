@@ -100,15 +100,13 @@ impl Store {
         let v = self.call(&self.scripts.settle, args).await?;
         match status(&v) {
             "ok" => {
-                let released = v.get(3).and_then(Value::int).unwrap_or(0);
+                let r = Reply::new("settle", &v);
+                let released = r.count(3)?;
                 if released > 0 {
-                    metrics::counter!("ankusa_lane_releases_total").increment(released as u64);
+                    metrics::counter!("ankusa_lane_releases_total").increment(released);
                 }
-                Ok((
-                    v.get(1).and_then(Value::int).unwrap_or(0) as u64,
-                    v.get(2).and_then(Value::int).unwrap_or(0) as u64,
-                    v.iter().skip(4).map(Value::text).collect(),
-                ))
+                let stale = (4..v.len()).map(|i| r.text(i)).collect::<Result<_, _>>()?;
+                Ok((r.count(1)?, r.count(2)?, stale))
             }
             "fenced" => Err(StoreError::Fenced),
             other => Err(StoreError::protocol("settle", format!("status {other:?}"))),

@@ -70,7 +70,7 @@ impl Store {
             .map_err(StoreError::from)?;
         let replies: Vec<Value> = pipe.all().await.map_err(StoreError::from)?;
         // replies: hset, hincrby (the new version), hset/hdel lanes, sadd
-        Ok(replies.get(1).and_then(Value::int).unwrap_or(0) as u64)
+        Ok(Reply::new("put_source", &replies).count(1)?)
     }
 
     /// A source's spec, if registered.
