@@ -559,6 +559,66 @@ async fn resend_delivers_a_delivered_or_dead_lettered_hook_again_once_per_chosen
     worker.shutdown().await;
 }
 
+/// `hooks resend` with several hooks: each resent once, a missing one reported and the
+/// others go on (exit 1); paced by pressure, so with no live leader it pauses after the
+/// first and gives up (exit 3) having resent only that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resend_of_many_hooks_reports_each_and_is_paced_by_pressure() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let worker = env.worker().await;
+    let hooks = env.commit_n("acme", "orders", 4).await;
+    env.drain(&worker).await;
+    assert_eq!(env.receiver.count_for("a"), 4);
+
+    let mut args = vec!["hooks".to_string(), "resend".into(), "acme".into()];
+    args.extend(hooks[..3].iter().map(u64::to_string));
+    args.push("999".into());
+    args.push("--json".into());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = ankusa(&env, &argv).await;
+    assert_eq!(code, 1, "one hook was not found: {err}");
+    let r: Value = serde_json::from_str(&out).expect("a JSON report on stdout");
+    let resent: Vec<u64> = r["resent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["hook"].as_u64().unwrap())
+        .collect();
+    assert_eq!(resent, hooks[..3]);
+    assert_eq!(r["failed"][0]["hook"], 999);
+    assert!(r["failed"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not found"));
+    env.drain(&worker).await;
+    assert_eq!(
+        env.receiver.count_for("a"),
+        7,
+        "each resent hook delivered once more"
+    );
+
+    // No leader: pressure has no answer, so the second hook waits and the call gives up.
+    worker.shutdown().await;
+    let (code, _, err) = ankusa(
+        &env,
+        &[
+            "hooks",
+            "resend",
+            "acme",
+            &hooks[0].to_string(),
+            &hooks[1].to_string(),
+            "--max-pause-ms",
+            "300",
+        ],
+    )
+    .await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("paused"), "{err}");
+    let due = env.redis_cmd(&["ZCARD", "ankusa:{test.p0}:due:acme"]);
+    assert_eq!(due, "1", "only the first hook was resent before the pause");
+}
+
 async fn admin(
     method: reqwest::Method,
     url: String,

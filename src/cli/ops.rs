@@ -124,7 +124,7 @@ pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(
                 None => Error::Unavailable(format!("not idle after {ms} ms, and no leader holds the lease: start a worker (`ankusa worker`)")),
                 Some((token, _)) => Error::Unavailable(format!(
                     "not idle after {ms} ms: the leader ({}) is still delivering; rows are claimed, running or due",
-                    token.rsplit_once(':').map_or(token.as_str(), |(node, _)| node)
+                    ankusa::store::token_node(&token)
                 )),
             });
         }
@@ -358,6 +358,34 @@ pub async fn dlq_show(s: &Store, tenant: &str, id: &str, json: bool) -> Result<(
     Ok(())
 }
 
+/// The progress bar of a paced operation (`dlq replay`, `hooks resend` of many) on stderr,
+/// hidden with `--json`.
+pub fn paced_bar(json: bool, what: &str) -> indicatif::ProgressBar {
+    let bar = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(0)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{bar:40}}] {{pos}}/{{len}} {{msg}}"
+        ))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Show one [`ReplayProgress`] on a [`paced_bar`].
+pub fn show_pace(bar: &indicatif::ProgressBar, p: ReplayProgress) {
+    match p {
+        ReplayProgress::Matched { total } => bar.set_length(total),
+        ReplayProgress::Step { done, .. } => bar.set_position(done),
+        ReplayProgress::Paused { why } => bar.set_message(format!("paused: {why}")),
+        ReplayProgress::Resumed => bar.set_message(""),
+    }
+}
+
 /// `ankusa dlq replay`: a progress bar on stderr unless `--json`.
 pub async fn dlq_replay(
     s: &Store,
@@ -365,23 +393,8 @@ pub async fn dlq_replay(
     opts: &ReplayOptions,
     json: bool,
 ) -> Result<(), Error> {
-    let bar = if json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(0)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} replay [{bar:40}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    let r = dlq::replay(s, &filter.into(), opts, |p| match p {
-        ReplayProgress::Matched { total } => bar.set_length(total),
-        ReplayProgress::Step { done, .. } => bar.set_position(done),
-        ReplayProgress::Paused { why } => bar.set_message(format!("paused: {why}")),
-        ReplayProgress::Resumed => bar.set_message(""),
-    })
-    .await;
+    let bar = paced_bar(json, "replay");
+    let r = dlq::replay(s, &filter.into(), opts, |p| show_pace(&bar, p)).await;
     bar.finish_and_clear();
     let r = r?;
     if json {

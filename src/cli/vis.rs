@@ -19,15 +19,28 @@ pub enum HooksCmd {
         /// Hook id.
         hook: u64,
     },
-    /// Commit a delivered or dead-lettered hook again (a new hook) for one or all sinks.
+    /// Commit delivered or dead-lettered hooks again (each a new hook) for one or all sinks.
+    /// Several hooks are resent one by one, paced like `dlq replay` (the pipeline's pressure);
+    /// a hook that is gone or still being delivered is reported and the others go on (exit 1
+    /// at the end when any was not resent).
     Resend {
         /// Tenant id.
         tenant: String,
-        /// Hook id.
-        hook: u64,
+        /// Hook ids (one or more).
+        #[arg(required = true, num_args = 1..)]
+        hook: Vec<u64>,
         /// Only this sink entry (index).
         #[arg(long)]
         sink: Option<u32>,
+        /// With several hooks: pause while the oldest due row is more than this late, ms.
+        #[arg(long, default_value_t = 5_000)]
+        max_lag_ms: u64,
+        /// With several hooks: give up (exit 3) after pausing this long in one stretch, ms.
+        #[arg(long, default_value_t = 60_000)]
+        max_pause_ms: u64,
+        /// With several hooks: do not pace by pressure.
+        #[arg(long)]
+        no_pace: bool,
     },
 }
 
@@ -144,17 +157,72 @@ pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> R
             }
             Ok(())
         }
-        HooksCmd::Resend { tenant, hook, sink } => {
-            let r =
-                visibility::resend(store, tenant, *hook, *sink, cfg.commit.max_hook_bytes).await?;
-            if json {
-                return print_json(&r);
+        HooksCmd::Resend {
+            tenant,
+            hook,
+            sink,
+            max_lag_ms,
+            max_pause_ms,
+            no_pace,
+        } => {
+            let max = cfg.commit.max_hook_bytes;
+            if let [one] = hook.as_slice() {
+                let r = visibility::resend(store, tenant, *one, *sink, max).await?;
+                if json {
+                    return print_json(&r);
+                }
+                println!(
+                    "hook {} resent as hook {} ({} rows)",
+                    r.hook, r.new_hook, r.rows
+                );
+                return Ok(());
             }
-            println!(
-                "hook {} resent as hook {} ({} rows)",
-                r.hook, r.new_hook, r.rows
-            );
-            Ok(())
+            let pace = ankusa::dlq::ReplayOptions {
+                max_lag_ms: *max_lag_ms,
+                max_pause_ms: *max_pause_ms,
+                pace: !*no_pace,
+                ..Default::default()
+            };
+            let bar = super::ops::paced_bar(json, "resend");
+            let r = visibility::resend_many(store, tenant, hook, *sink, max, &pace, |p| {
+                super::ops::show_pace(&bar, p)
+            })
+            .await;
+            bar.finish_and_clear();
+            let r = r?;
+            if json {
+                print_json(&r)?;
+                if !r.failed.is_empty() {
+                    // The report is the one JSON document; the exit code says it is partial.
+                    std::process::exit(1);
+                }
+            } else {
+                for x in &r.resent {
+                    println!(
+                        "hook {} resent as hook {} ({} rows)",
+                        x.hook, x.new_hook, x.rows
+                    );
+                }
+                for f in &r.failed {
+                    println!("hook {} not resent: {}", f.hook, f.error);
+                }
+                println!(
+                    "resent {} of {} hooks; paused {} times, {} ms",
+                    r.resent.len(),
+                    hook.len(),
+                    r.pauses,
+                    r.paused_ms
+                );
+            }
+            if r.failed.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::Other(format!(
+                    "{} of {} hooks not resent",
+                    r.failed.len(),
+                    hook.len()
+                )))
+            }
         }
     }
 }

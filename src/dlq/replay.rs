@@ -175,7 +175,10 @@ pub async fn replay(
     Ok(report)
 }
 
-pub(super) async fn wait_for_room(
+/// Wait until [`pressure`] shows room for the next step of a paced operation (a replay, a
+/// resend of many hooks): counts the pause in `report`, tells `progress`; errors with
+/// [`Error::Unavailable`] after `opts.max_pause_ms` in one stretch.
+pub(crate) async fn wait_for_room(
     store: &Store,
     opts: &ReplayOptions,
     report: &mut ReplayReport,
@@ -208,7 +211,7 @@ pub(super) async fn wait_for_room(
         if started.elapsed() >= Duration::from_millis(opts.max_pause_ms) {
             report.paused_ms += started.elapsed().as_millis() as u64;
             return Err(Error::Unavailable(format!(
-                "replay paused for {} ms ({why}); {} of {total} dead letters replayed, {done} tried",
+                "paused for {} ms ({why}); {} of {total} done, {done} tried",
                 opts.max_pause_ms, report.replayed
             )));
         }

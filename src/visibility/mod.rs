@@ -451,6 +451,75 @@ pub async fn resend(
     })
 }
 
+/// A hook [`resend_many`] did not resend, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ResendFailure {
+    /// The hook.
+    pub hook: u64,
+    /// Why, as [`resend`] said it (`not found: …`, `bad request: … still being delivered`).
+    pub error: String,
+}
+
+/// What [`resend_many`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ResendReport {
+    /// The hooks resent, in the order asked.
+    pub resent: Vec<Resent>,
+    /// The hooks not resent (gone, or a row still being delivered).
+    pub failed: Vec<ResendFailure>,
+    /// Times the resend paused for pressure (R21).
+    pub pauses: u64,
+    /// Time spent paused, ms.
+    pub paused_ms: u64,
+}
+
+/// `ankusa hooks resend TENANT HOOK…`: [`resend`] each hook in turn, paced like a dead-letter
+/// replay (R21): before each hook after the first it waits for [`crate::ops::pressure`] to
+/// show room (window not full, lag at most `pace.max_lag_ms`, a live leader), unless
+/// `pace.pace` is false. A hook that is gone or still being delivered is reported in
+/// [`ResendReport::failed`] and the others go on. Errors: a bad tenant id;
+/// [`Error::Unavailable`] after pausing `pace.max_pause_ms` in one stretch, or when Redis
+/// cannot answer (what was resent stays resent).
+pub async fn resend_many(
+    store: &Store,
+    tenant: &str,
+    hooks: &[u64],
+    sink: Option<u32>,
+    max_hook_bytes: usize,
+    pace: &crate::dlq::ReplayOptions,
+    mut progress: impl FnMut(crate::dlq::ReplayProgress),
+) -> Result<ResendReport, Error> {
+    check_id("tenant", tenant)?;
+    let total = hooks.len() as u64;
+    progress(crate::dlq::ReplayProgress::Matched { total });
+    let mut report = ResendReport::default();
+    let mut paced = crate::dlq::ReplayReport::default();
+    for (i, &hook) in hooks.iter().enumerate() {
+        if pace.pace && i > 0 {
+            crate::dlq::wait_for_room(store, pace, &mut paced, &mut progress, i as u64, total)
+                .await?;
+        }
+        match resend(store, tenant, hook, sink, max_hook_bytes).await {
+            Ok(r) => report.resent.push(r),
+            Err(e @ (Error::NotFound(_) | Error::BadRequest(_))) => {
+                report.failed.push(ResendFailure {
+                    hook,
+                    error: e.to_string(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+        progress(crate::dlq::ReplayProgress::Step {
+            done: i as u64 + 1,
+            replayed: report.resent.len() as u64,
+            total,
+        });
+    }
+    report.pauses = paced.pauses;
+    report.paused_ms = paced.paused_ms;
+    Ok(report)
+}
+
 /// One tenant in [`tenants_top`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TenantTop {
