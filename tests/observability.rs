@@ -963,3 +963,62 @@ async fn a_real_prometheus_scrapes_the_worker_with_the_compose_config_and_every_
     );
     drop(r);
 }
+
+/// `history.metrics_tenants` bounds the `tenant` label: the listed tenant gets its
+/// `ankusa_tenant_*` series (set by the leader every 5 s), a tenant that is not listed gets
+/// none, however busy it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_tenant_gauges_exist_only_for_the_tenants_the_config_lists() {
+    let env = Env::new().await;
+    for t in ["acme", "globex"] {
+        env.http_source(t, "orders", &["down"]).await;
+    }
+    env.receiver.set("down", Behavior::Status(503));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = env.config_file(&dir, |c| c.history.metrics_tenants = vec!["acme".into()]);
+    let worker = WorkerProcess::spawn(&cfg, &dir, "gauges");
+    env.commit_n("acme", "orders", 3).await;
+    env.commit_n("globex", "orders", 4).await;
+    // The value of `family`'s series for `tenant`, whatever other labels it carries.
+    let value = |text: &str, family: &str, tenant: &str| -> Option<f64> {
+        let label = format!("tenant=\"{tenant}\"");
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{")) && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/metrics", worker.admin);
+    let last = std::sync::Mutex::new(String::new());
+    let text = poll(LIVENESS + Duration::from_secs(10), || async {
+        let text = http.get(&url).send().await.ok()?.text().await.ok()?;
+        *last.lock().unwrap() = text.clone();
+        (value(&text, "ankusa_tenant_retrying_rows", "acme") == Some(3.0)).then_some(text)
+    })
+    .await
+    .unwrap_or_else(|| {
+        let last = last.lock().unwrap();
+        let tenant: Vec<&str> = last.lines().filter(|l| l.contains("tenant")).collect();
+        panic!(
+            "acme's 3 retrying rows never showed on /metrics; its tenant lines: {tenant:#?}\nlog:\n{}",
+            worker.log_text()
+        )
+    });
+    assert_eq!(value(&text, "ankusa_tenant_due_rows", "acme"), Some(3.0));
+    assert_eq!(
+        value(&text, "ankusa_tenant_failing_sinks", "acme"),
+        Some(1.0)
+    );
+    for family in [
+        "ankusa_tenant_claimed_rows",
+        "ankusa_tenant_oldest_lag_seconds",
+    ] {
+        assert!(
+            value(&text, family, "acme").is_some(),
+            "{family} for acme missing:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("tenant=\"globex\""),
+        "a tenant not in history.metrics_tenants got a series:\n{text}"
+    );
+}
