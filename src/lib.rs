@@ -38,6 +38,8 @@
 //! validation) has no I/O and is unit- and property-tested; everything else is tested
 //! against a real `redis-server` and real HTTP in `tests/`.
 #![deny(missing_docs)]
+// No unsafe code outside the testkit, which signals the processes it starts (kill(2)).
+#![deny(unsafe_code)]
 
 pub mod admin;
 pub mod bench;

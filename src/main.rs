@@ -5,6 +5,8 @@
 //! errors included (`{"error": {"code", "message"}}`, argument errors too). Output to a pipe
 //! closed early (`ankusa dlq list | head -1`) ends the command quietly with exit 0.
 
+#![forbid(unsafe_code)]
+
 /// `println!` that survives a closed stdout: a broken pipe ends the process with exit 0, any
 /// other write error with exit 1 (see [`cli::out`]).
 macro_rules! outln {

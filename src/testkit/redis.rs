@@ -414,6 +414,7 @@ fn free_port() -> Result<u16, TestkitError> {
 }
 
 /// Sends `sig` to a child that has not been reaped yet (so its pid is still its own).
+#[allow(unsafe_code)]
 fn signal(child: &Child, sig: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: kill(2) takes plain integers and touches no memory of ours.
