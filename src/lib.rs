@@ -40,6 +40,7 @@
 #![deny(missing_docs)]
 // No unsafe code outside the testkit, which signals the processes it starts (kill(2)).
 #![deny(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod admin;
 pub mod bench;

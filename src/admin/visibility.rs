@@ -48,7 +48,7 @@ async fn hook_show(
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
 #[serde(default, deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ResendQuery {
+pub(super) struct ResendQuery {
     /// Only this sink entry (index); all of them when absent.
     pub sink: Option<u32>,
 }
@@ -75,7 +75,7 @@ async fn hook_resend(
 #[derive(Debug, Serialize, Deserialize, ToSchema, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct RowsQuery {
+pub(super) struct RowsQuery {
     /// Tenant id.
     pub tenant: String,
     /// Only this source.
@@ -115,7 +115,7 @@ async fn rows_list(
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
 #[serde(default, deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct TopQuery {
+pub(super) struct TopQuery {
     /// At most this many tenants (default 20).
     pub limit: Option<usize>,
 }
@@ -136,7 +136,7 @@ async fn tenants_top(
 
 /// A registered source.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct SourceView {
+pub(super) struct SourceView {
     /// Tenant id.
     pub tenant: String,
     /// Source id.
@@ -184,7 +184,7 @@ async fn source_get(
 
 /// The answer of a put.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SourcePut {
+pub(super) struct SourcePut {
     /// The source's new version.
     pub version: u64,
     /// Its sink entries.
@@ -219,7 +219,7 @@ async fn source_put(
 
 /// The answer of a delete.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SourceDeleted {
+pub(super) struct SourceDeleted {
     /// Always true (a missing source is `not_found`).
     pub deleted: bool,
 }
@@ -253,14 +253,14 @@ async fn source_delete(
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
 #[serde(default, deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct SourcesQuery {
+pub(super) struct SourcesQuery {
     /// Only this tenant's sources.
     pub tenant: Option<String>,
 }
 
 /// One entry of the source list.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SourceRef {
+pub(super) struct SourceRef {
     /// Tenant id.
     pub tenant: String,
     /// Source id.
