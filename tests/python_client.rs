@@ -76,6 +76,7 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
             .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     };
     env.store
         .put_source(
