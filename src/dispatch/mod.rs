@@ -182,8 +182,8 @@ enum Event {
     Settled(SettleResult),
     /// A batched attempt ended or was handed back (R17).
     Batched(batched::BatchedEvent),
-    /// The leader's disable of a sink key ended (P9): `true` when the entry is disabled now.
-    Disabled(SinkKey, bool),
+    /// The leader's disable of a sink key ended (P9).
+    Disabled(SinkKey, policy::DisableEnd),
 }
 
 /// A settle call's result: the `(tenant, bytes)` of each settled row, or the error and the
@@ -418,7 +418,7 @@ impl Session {
             if let Some(why) = self.store_failed.take() {
                 return self.drain(rx, Some(why)).await;
             }
-            self.check_disable(Instant::now());
+            self.check_disable(Instant::now(), None);
             self.maybe_settle();
             self.maybe_claim();
             self.start_attempts();
@@ -593,8 +593,8 @@ impl Session {
                 self.handle_batched(ev);
                 None
             }
-            Event::Disabled(key, done) => {
-                self.sink_disabled(key, done);
+            Event::Disabled(key, end) => {
+                self.sink_disabled(key, end);
                 None
             }
             Event::Settled(Err((StoreError::Fenced, _))) => Some(SessionEnd::Fenced),

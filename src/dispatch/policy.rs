@@ -70,31 +70,46 @@ impl Session {
             });
         run.after = Duration::from_millis(after);
         run.error = error;
-        self.check_disable(now);
+        let key = job.key.clone();
+        self.check_disable(now, Some(&key));
     }
 
-    /// When the first failing key's run reaches its `disable_after_ms`, if one is not being
-    /// disabled already.
+    /// Whether a key's run may end in a disable without a new failure: only while its
+    /// breaker is open, since then attempts are held back and no success can come. A key
+    /// that simply has no more rows is never disabled for its silence.
+    fn held_back(&self, key: &SinkKey) -> bool {
+        self.breakers.get(key).is_some_and(Breaker::is_open)
+    }
+
+    /// When the first held-back failing key's run reaches its `disable_after_ms`, if one is
+    /// not being disabled already.
     pub(super) fn next_disable_check(&self) -> Option<tokio::time::Instant> {
+        if self.failing_since.is_empty() {
+            return None;
+        }
         self.failing_since
             .iter()
-            .filter(|(k, _)| !self.disabling.contains(*k))
+            .filter(|(k, _)| !self.disabling.contains(*k) && self.held_back(k))
             .map(|(_, r)| tokio::time::Instant::from_std(r.since + r.after))
             .min()
     }
 
     /// Disable every entry whose key has failed without a success for its
-    /// `disable_after_ms`. Called on each failure and on each turn of the loop (at least
-    /// every `dispatch.poll_ms`), so an open breaker, which stops the attempts, does not
-    /// delay the disable: no success can come while it is open.
-    pub(super) fn check_disable(&mut self, now: Instant) {
+    /// `disable_after_ms`: the key that `just_failed`, or a key whose breaker is open
+    /// (checked on each turn of the loop, woken by [`Session::next_disable_check`]), so an
+    /// open breaker, which stops the attempts, does not delay the disable.
+    pub(super) fn check_disable(&mut self, now: Instant, just_failed: Option<&SinkKey>) {
         if self.failing_since.is_empty() {
             return;
         }
         let due: Vec<(SinkKey, Duration, String)> = self
             .failing_since
             .iter()
-            .filter(|(k, r)| now.duration_since(r.since) >= r.after && !self.disabling.contains(*k))
+            .filter(|(k, r)| {
+                now.duration_since(r.since) >= r.after
+                    && !self.disabling.contains(*k)
+                    && (just_failed == Some(*k) || self.held_back(k))
+            })
             .map(|(k, r)| (k.clone(), now.duration_since(r.since), r.error.clone()))
             .collect();
         for (key, failing, error) in due {
@@ -130,27 +145,32 @@ impl Session {
                 match r {
                     Ok(crate::store::SinkStateChange::Changed(event)) => {
                         metrics::counter!("ankusa_sinks_disabled_total").increment(1);
-                        let _ = tx.send(Event::Disabled(key, true));
+                        let _ = tx.send(Event::Disabled(key, DisableEnd::Disabled));
                         post_event(&http, &operator, &event).await;
                     }
                     Ok(crate::store::SinkStateChange::Unchanged) => {
-                        // Disabled already, or the entry was edited meanwhile.
-                        let _ = tx.send(Event::Disabled(key, true));
+                        // Disabled already, or edited meanwhile (no disable_after_ms now).
+                        let _ = tx.send(Event::Disabled(key, DisableEnd::NotNeeded));
                     }
                     Err(e) => {
                         warn!(error = %e, tenant = %key.tenant, source = %key.source, sink = key.index, "could not disable the sink entry; trying again on the next turn");
-                        let _ = tx.send(Event::Disabled(key, false));
+                        let _ = tx.send(Event::Disabled(key, DisableEnd::Failed));
                     }
                 }
             });
         }
     }
 
-    /// A disable ended: when the entry is disabled, its queued rows are dead-lettered
-    /// `sink_disabled(index)` now (rows in Redis are when next claimed).
-    pub(super) fn sink_disabled(&mut self, key: SinkKey, done: bool) {
+    /// A disable ended: when the entry is disabled now, its queued rows are dead-lettered
+    /// `sink_disabled(index)` (rows in Redis are when next claimed); a failed call is tried
+    /// again in 5 s.
+    pub(super) fn sink_disabled(&mut self, key: SinkKey, end: DisableEnd) {
         self.disabling.remove(&key);
-        if !done {
+        if end == DisableEnd::NotNeeded {
+            self.failing_since.remove(&key);
+            return;
+        }
+        if end == DisableEnd::Failed {
             // Try again in 5 s (not on every turn of the loop).
             if let Some(r) = self.failing_since.get_mut(&key) {
                 let retry = Instant::now() + Duration::from_secs(5);
@@ -261,4 +281,15 @@ pub(super) struct FailRun {
     after: Duration,
     /// The last failure's error, for the disable's reason.
     error: String,
+}
+
+/// How a disable call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DisableEnd {
+    /// The entry is disabled now: its queued rows are dead-lettered.
+    Disabled,
+    /// Nothing to do: disabled already, or the entry no longer asks for it.
+    NotNeeded,
+    /// The call failed (Redis, fenced): tried again later.
+    Failed,
 }

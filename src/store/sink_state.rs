@@ -75,8 +75,12 @@ impl Store {
                     "sink entry {index} of {tenant}/{source}"
                 )));
             };
+            // The leader disables only an entry that still asks for it (the source may have
+            // been edited since the failures began).
+            let unasked = token.is_some() && disabled.is_some() && entry.disable_after_ms.is_none();
             if module.is_some_and(|m| m != entry.module)
                 || entry.disabled.is_some() == disabled.is_some()
+                || unasked
             {
                 return Ok(SinkStateChange::Unchanged);
             }
