@@ -36,6 +36,8 @@ local K_SETTINGS = P .. 'settings'
 local K_HEAD_LANE = P .. 'head_lane'
 -- Open breakers' snapshots for the next term (breakers.lua, R16).
 local K_BREAKERS = P .. 'breakers'
+-- Operational events: entries disabled after prolonged failure or enabled again (P9).
+local K_EVENTS = P .. 'events'
 -- The leader's window state (window.lua, read by pressure), the lease and the epoch (R25).
 local K_WINDOW = P .. 'window'
 local K_LEASE = P .. 'lease'

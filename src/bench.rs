@@ -124,6 +124,7 @@ async fn put_http(
             .unwrap_or_default(),
         ordered,
         key: ordered.then(|| "json:/lane".to_string()),
+        ..Default::default()
     };
     store
         .put_source(tenant, "s", &SourceSpec { sinks: vec![sink] })
@@ -469,6 +470,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
                 .unwrap_or_default(),
             ordered: false,
             key: None,
+            ..Default::default()
         };
         store
             .put_source(t, "s", &SourceSpec { sinks: vec![sink] })

@@ -194,6 +194,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
                 .unwrap_or_default(),
             ordered: false,
             key: None,
+            ..Default::default()
         };
         worker
             .store()

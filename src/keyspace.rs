@@ -31,7 +31,8 @@ impl Keyspace {
         k
     }
 
-    /// Hash: a source's sink entries (`spec` JSON, `modules` csv, `version`).
+    /// Hash: a source's sink entries (`spec` JSON, `modules` csv, `version`, `lanes` JSON
+    /// with ordered entries, `gates` JSON with event filters or disabled entries, P9).
     pub fn source(&self, tenant: &str, source: &str) -> String {
         self.key(&format!("source:{tenant}:{source}"))
     }
@@ -40,7 +41,7 @@ impl Keyspace {
         self.key("sources")
     }
     /// Hash: one hook (body `b`, headers `h`, commit ms `t`, tenant `tn`, source `s`,
-    /// modules `k`, rows left `n`, dead letters `d`, size `z`, lane id of ordered sink `i`
+    /// modules `k`, rows left `n`, dead letters `d`, size `z`, event type `et`, lane id of ordered sink `i`
     /// `L<i>`, claim-check reference `cc` once the body is checked in, R18).
     pub fn hook(&self, hook_id: u64) -> String {
         self.key(&format!("hook:{hook_id}"))
@@ -180,6 +181,11 @@ impl Keyspace {
     /// (`<until unix ms>:<opens>`), for the next term (R16).
     pub fn breakers(&self) -> String {
         self.key("breakers")
+    }
+    /// Stream: operational events (an entry disabled after prolonged failure, or enabled
+    /// again; P9), trimmed to `operator.events_max_len`.
+    pub fn events(&self) -> String {
+        self.key("events")
     }
     /// Pub/sub channel: a commit publishes the tenant id here (R2).
     pub fn wake(&self) -> String {

@@ -165,7 +165,23 @@ pub fn describe() {
     );
     describe_counter!(
         "ankusa_parked_rows_total",
-        "Rows parked by an open breaker (written back due when it closes, R16)."
+        "Rows parked by an open breaker (written back due when it closes, R16) or a rate limit (P9)."
+    );
+    describe_counter!(
+        "ankusa_rate_limit_parked_total",
+        "Rows of a rate-limited sink key parked back in Redis until their token comes (P9)."
+    );
+    describe_counter!(
+        "ankusa_hooks_unmatched_total",
+        "Hooks committed by this process that no sink entry's event filter took: not stored (P9)."
+    );
+    describe_counter!(
+        "ankusa_sinks_disabled_total",
+        "Sink entries disabled by the leader after disable_after_ms of continuous failure (P9)."
+    );
+    describe_counter!(
+        "ankusa_operator_events_total",
+        "Operational events POSTed to operator.events_url, by result (ok, failed) (P9)."
     );
     describe_gauge!(
         "ankusa_lane_members",
@@ -273,6 +289,7 @@ pub const DEAD_LETTER_REASONS: &[&str] = &[
     "sink_gone",
     "source_gone",
     "malformed",
+    "sink_disabled",
 ];
 
 /// Kinds of Redis failure: the `kind` label of `ankusa_redis_errors_total`
@@ -309,6 +326,9 @@ pub fn init_series() {
         "ankusa_selfcheck_failures_total",
         "ankusa_rows_claimed_total",
         "ankusa_parked_rows_total",
+        "ankusa_rate_limit_parked_total",
+        "ankusa_hooks_unmatched_total",
+        "ankusa_sinks_disabled_total",
         "ankusa_lane_releases_total",
         "ankusa_lane_sweeps_total",
         "ankusa_lane_sweep_promotions_total",
@@ -354,6 +374,7 @@ mod tests {
             DeadReason::SinkGone(0, "http".into()),
             DeadReason::SourceGone("s".into()),
             DeadReason::Malformed("m".into()),
+            DeadReason::SinkDisabled(0),
         ];
         let kinds: Vec<&str> = all.iter().map(DeadReason::kind).collect();
         assert_eq!(kinds, DEAD_LETTER_REASONS);

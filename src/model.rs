@@ -30,8 +30,9 @@ pub fn check_id(kind: &'static str, value: &str) -> Result<(), BadId> {
     }
 }
 
-/// One entry of a source's ordered sink list (R19).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One entry of a source's ordered sink list (R19), with its delivery policy (P9,
+/// `docs/sinks.md` "Per-entry policy").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkEntry {
     /// The sink module: `http`, `sqs` or `pubsub` (see `docs/sinks.md`).
@@ -48,6 +49,193 @@ pub struct SinkEntry {
     /// empty key. `None` on an ordered entry: every hook of the entry is one lane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Which hooks the entry receives, by event type (P9); `None`: every hook. A hook the
+    /// filter refuses makes no row for this entry at commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<EventFilter>,
+    /// The entry's retry policy over the global `[retry]` (P9); `None`: the global one. Read
+    /// from the source as it is when an attempt fails, never stored in a row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<EntryRetry>,
+    /// A token bucket per sink key, enforced by the leader (P9); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Disable the entry after this long of continuous failure, ms (P9); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_after_ms: Option<u64>,
+    /// Set by the leader when the entry was disabled after `disable_after_ms` of failure;
+    /// cleared by `ankusa source enable`. A disabled entry gets no new rows and its rows are
+    /// dead-lettered `sink_disabled(index)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<Disabled>,
+}
+
+/// The longest event type and filter pattern, bytes.
+pub const EVENT_TYPE_MAX_BYTES: usize = 128;
+
+/// Check an event type a producer sets: 1..=128 bytes of `[A-Za-z0-9_.:/-]` (no `*`).
+pub fn check_event_type(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= EVENT_TYPE_MAX_BYTES
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "event type {value:?}: must be 1..={EVENT_TYPE_MAX_BYTES} bytes of [A-Za-z0-9_.:/-]"
+        ))
+    }
+}
+
+/// An entry's event filter (P9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventFilter {
+    /// Patterns, 1..=64: an exact event type (`push`), or `prefix.*`, which matches `prefix`
+    /// itself and every type starting with `prefix.` (`pull_request.*` matches
+    /// `pull_request` and `pull_request.opened`, not `pull_request_review`). A hook without
+    /// an event type matches no pattern.
+    pub event_types: Vec<String>,
+}
+
+impl EventFilter {
+    /// Check the patterns (the commit script matches them as written).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.event_types.is_empty() || self.event_types.len() > 64 {
+            return Err("event_types: 1..=64 patterns".into());
+        }
+        for p in &self.event_types {
+            let exact = p.strip_suffix(".*").unwrap_or(p);
+            check_event_type(exact).map_err(|e| format!("event_types: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a hook of `event_type` (`None`: the hook has none) passes; the commit script's
+    /// `gate_ok` does the same.
+    pub fn matches(&self, event_type: Option<&str>) -> bool {
+        let Some(et) = event_type else { return false };
+        self.event_types.iter().any(|p| match p.strip_suffix(".*") {
+            Some(prefix) => {
+                et == prefix
+                    || (et.len() > prefix.len()
+                        && et.starts_with(prefix)
+                        && et.as_bytes()[prefix.len()] == b'.')
+            }
+            None => p == et,
+        })
+    }
+}
+
+/// An entry's retry policy (P9): each field set replaces the global `[retry]` field of the
+/// same name for this entry's rows; unset fields keep the global value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryRetry {
+    /// Delays before the 2nd, 3rd, … attempt, ms (each >= 1, 1..=64 of them); the last
+    /// repeats. Replaces the exponential backoff (`initial_backoff_ms`, `max_backoff_ms`,
+    /// `multiplier`); no jitter unless `jitter` is set here. `retry.min_backoff_ms` and a
+    /// sink's `Retry-After` still raise a delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_ms: Option<Vec<u64>>,
+    /// Backoff after the first failed attempt, ms; > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_backoff_ms: Option<u64>,
+    /// Longest backoff, ms; >= the initial backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff_ms: Option<u64>,
+    /// Backoff growth factor per failed attempt; finite, >= 1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier: Option<f64>,
+    /// Random spread of each delay as a fraction of it; 0.0..=1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
+    /// Retry horizon from a row's first attempt, ms; > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_elapsed_ms: Option<u64>,
+    /// Attempts before a row is dead-lettered `max_attempts(module)`; 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+}
+
+impl EntryRetry {
+    /// Check each field set, alone and against the others set here.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(s) = &self.schedule_ms {
+            if s.is_empty() || s.len() > 64 || s.contains(&0) {
+                return Err("schedule_ms: 1..=64 delays, each >= 1 ms".into());
+            }
+        }
+        if self.initial_backoff_ms == Some(0) {
+            return Err("initial_backoff_ms: must be > 0".into());
+        }
+        if let (Some(i), Some(m)) = (self.initial_backoff_ms, self.max_backoff_ms) {
+            if m < i {
+                return Err("max_backoff_ms: must be >= initial_backoff_ms".into());
+            }
+        }
+        if self.max_backoff_ms == Some(0) {
+            return Err("max_backoff_ms: must be > 0".into());
+        }
+        if let Some(m) = self.multiplier {
+            if !m.is_finite() || m < 1.0 {
+                return Err("multiplier: must be finite and >= 1.0".into());
+            }
+        }
+        if let Some(j) = self.jitter {
+            if !(0.0..=1.0).contains(&j) {
+                return Err("jitter: must be in 0.0..=1.0".into());
+            }
+        }
+        if self.max_elapsed_ms == Some(0) {
+            return Err("max_elapsed_ms: must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// A rate limit per sink key (P9): a token bucket of `burst` tokens refilled at
+/// `per_second`; each attempt takes one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Attempts per second in the long run; finite, > 0 and <= 1000000.
+    pub per_second: f64,
+    /// Attempts that may run back to back after a quiet spell; >= 1. Default: one second's
+    /// worth (`per_second` rounded up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+}
+
+impl RateLimit {
+    /// Check the fields.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.per_second.is_finite() || self.per_second <= 0.0 || self.per_second > 1e6 {
+            return Err("per_second: must be > 0 and <= 1000000".into());
+        }
+        if self.burst == Some(0) {
+            return Err("burst: must be >= 1".into());
+        }
+        Ok(())
+    }
+
+    /// The bucket's size: `burst`, or `per_second` rounded up.
+    pub fn burst(&self) -> u32 {
+        self.burst
+            .unwrap_or_else(|| self.per_second.ceil().clamp(1.0, u32::MAX as f64) as u32)
+    }
+}
+
+/// Why and since when an entry is disabled (P9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Disabled {
+    /// When the leader disabled it, Unix ms.
+    pub at_ms: i64,
+    /// Why, e.g. `failing for 3000 ms (last error: http 500)`.
+    pub reason: String,
 }
 
 /// A tenant's named origin of events and its sinks.
@@ -89,6 +277,24 @@ impl SourceSpec {
                     return Err(format!("sinks[{i}].key: {k:?} must be `header:<name>` or `json:<pointer>` (pointer empty or starting with '/')"));
                 }
             }
+            if let Some(f) = &s.filter {
+                f.validate().map_err(|e| format!("sinks[{i}].filter.{e}"))?;
+            }
+            if let Some(r) = &s.retry {
+                r.validate().map_err(|e| format!("sinks[{i}].retry.{e}"))?;
+            }
+            if let Some(r) = &s.rate_limit {
+                r.validate()
+                    .map_err(|e| format!("sinks[{i}].rate_limit.{e}"))?;
+                if s.module != "http" {
+                    return Err(format!("sinks[{i}].rate_limit: only http entries have a rate limit (a batching sink's requests are bounded by dispatch.sink_concurrency)"));
+                }
+            }
+            if s.disable_after_ms == Some(0) {
+                return Err(format!(
+                    "sinks[{i}].disable_after_ms: must be > 0 (omit it to never disable)"
+                ));
+            }
             let checked = match s.module.as_str() {
                 "http" => crate::sinks::http::HttpOpts::from_opts_with(&s.opts, edge).map(drop),
                 "sqs" => crate::sinks::sqs::SqsOpts::from_opts_with(&s.opts, edge).map(drop),
@@ -119,6 +325,29 @@ impl SourceSpec {
             })
             .collect();
         serde_json::to_string(&specs).ok()
+    }
+
+    /// The `gates` field the commit script reads (P9): one per entry, `true` (every hook),
+    /// `false` (disabled: no row), or the filter's patterns; `None` when every entry takes
+    /// every hook (the script's fast path).
+    pub fn gates_json(&self) -> Option<String> {
+        if !self
+            .sinks
+            .iter()
+            .any(|s| s.filter.is_some() || s.disabled.is_some())
+        {
+            return None;
+        }
+        let gates: Vec<serde_json::Value> = self
+            .sinks
+            .iter()
+            .map(|s| match (&s.disabled, &s.filter) {
+                (Some(_), _) => serde_json::Value::Bool(false),
+                (None, None) => serde_json::Value::Bool(true),
+                (None, Some(f)) => serde_json::json!(f.event_types),
+            })
+            .collect();
+        serde_json::to_string(&gates).ok()
     }
 
     /// The modules csv the commit script stores with each hook.
@@ -191,6 +420,8 @@ pub enum DeadReason {
     SourceGone(String),
     /// The row or its hook could not be read.
     Malformed(String),
+    /// The row's sink entry was disabled after prolonged failure (P9); replayable.
+    SinkDisabled(u32),
 }
 
 impl fmt::Display for DeadReason {
@@ -202,6 +433,7 @@ impl fmt::Display for DeadReason {
             DeadReason::SinkGone(i, m) => write!(f, "sink_gone({i}, {m})"),
             DeadReason::SourceGone(s) => write!(f, "source_gone({s})"),
             DeadReason::Malformed(d) => write!(f, "malformed({d})"),
+            DeadReason::SinkDisabled(i) => write!(f, "sink_disabled({i})"),
         }
     }
 }
@@ -216,6 +448,7 @@ impl DeadReason {
             DeadReason::SinkGone(..) => "sink_gone",
             DeadReason::SourceGone(_) => "source_gone",
             DeadReason::Malformed(_) => "malformed",
+            DeadReason::SinkDisabled(_) => "sink_disabled",
         }
     }
 }
@@ -231,6 +464,60 @@ mod tests {
         for bad in ["", "42", "42.", ".3", "a.b", "4 2.1", "1.2.3", "-1.0"] {
             assert_eq!(RowId::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn filters_match_exact_types_and_dotted_prefixes() {
+        let f = EventFilter {
+            event_types: vec!["push".into(), "pull_request.*".into()],
+        };
+        assert!(f.validate().is_ok());
+        for yes in ["push", "pull_request", "pull_request.opened"] {
+            assert!(f.matches(Some(yes)), "{yes}");
+        }
+        for no in [
+            "pushed",
+            "pull_request_review",
+            "pull_request_review.submitted",
+            "issues",
+        ] {
+            assert!(!f.matches(Some(no)), "{no}");
+        }
+        assert!(!f.matches(None));
+        for bad in [
+            vec![],
+            vec!["*".to_string()],
+            vec!["a*".into()],
+            vec!["a b".into()],
+        ] {
+            assert!(
+                EventFilter {
+                    event_types: bad.clone()
+                }
+                .validate()
+                .is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn gates_are_written_only_when_an_entry_filters_or_is_disabled() {
+        let mut spec = SourceSpec {
+            sinks: vec![
+                SinkEntry {
+                    module: "http".into(),
+                    ..Default::default()
+                };
+                2
+            ],
+        };
+        assert_eq!(spec.gates_json(), None);
+        spec.sinks[0].filter = Some(EventFilter {
+            event_types: vec!["push".into()],
+        });
+        spec.sinks[1].disabled = Some(Disabled::default());
+        assert_eq!(spec.gates_json().as_deref(), Some(r#"[["push"],false]"#));
     }
 
     #[test]

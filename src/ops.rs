@@ -186,3 +186,39 @@ pub fn validate_config(config: &Config) -> Result<(), Error> {
 pub fn validate_config_toml(toml: &str) -> Result<Config, ConfigError> {
     Config::from_toml_str(toml)
 }
+
+/// What [`enable_sink`] answers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SinkEnabled {
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+    /// The entry's index.
+    pub sink: u32,
+    /// Whether it was disabled (false: it was enabled already, nothing changed).
+    pub was_disabled: bool,
+}
+
+/// `ankusa source enable` / `POST /admin/sources/{tenant}/{source}/sinks/{index}/enable`
+/// (P9): clear an entry's `disabled` mark, so new hooks make rows for it again, and append a
+/// `sink_enabled` event to the `events` stream. Rows dead-lettered `sink_disabled` stay in
+/// the dead-letter queue: replay them (`ankusa dlq replay --reason sink_disabled`). Needs no
+/// leader. Errors: [`Error::NotFound`] for an unknown source or index.
+pub async fn enable_sink(
+    store: &Store,
+    tenant: &str,
+    source: &str,
+    index: u32,
+    events_max_len: u64,
+) -> Result<SinkEnabled, Error> {
+    let change = store
+        .set_sink_disabled(None, tenant, source, index, None, None, events_max_len)
+        .await?;
+    Ok(SinkEnabled {
+        tenant: tenant.into(),
+        source: source.into(),
+        sink: index,
+        was_disabled: matches!(change, crate::store::SinkStateChange::Changed(_)),
+    })
+}

@@ -18,6 +18,10 @@ pub struct Hook {
     /// and source within `commit.idempotency_ms` answers the first hook's id and writes
     /// nothing (at most [`crate::store::IDEMPOTENCY_KEY_MAX_BYTES`] bytes).
     pub idempotency_key: Option<String>,
+    /// The hook's event type (`push`, `pull_request.opened`): what the sink entries' event
+    /// filters match (P9); `None`: only entries without a filter take it. 1..=128 bytes of
+    /// `[A-Za-z0-9_.:/-]`.
+    pub event_type: Option<String>,
 }
 
 impl Hook {
@@ -27,7 +31,14 @@ impl Hook {
             body: body.into(),
             headers: BTreeMap::new(),
             idempotency_key: None,
+            event_type: None,
         }
+    }
+
+    /// Set the event type (see [`Hook::event_type`]).
+    pub fn event_type(mut self, event_type: impl Into<String>) -> Hook {
+        self.event_type = Some(event_type.into());
+        self
     }
 
     /// Set the producer idempotency key (see [`Hook::idempotency_key`]).
@@ -152,14 +163,23 @@ impl Producer {
             },
             idempotency_ms: self.idempotency_ms,
             only_sink: None,
+            event_types: if hooks.iter().any(|h| h.event_type.is_some()) {
+                hooks.iter().map(|h| h.event_type.clone()).collect()
+            } else {
+                Vec::new()
+            },
         };
         let r = self
             .store
             .commit_with(tenant, source, &items, self.max_hook_bytes, &opts)
             .await;
-        if r.is_ok() {
+        if let Ok((receipt, _)) = &r {
             metrics::counter!("ankusa_hooks_committed_total").increment(hooks.len() as u64);
             metrics::counter!("ankusa_commits_total").increment(hooks.len() as u64);
+            if receipt.unmatched > 0 {
+                metrics::counter!("ankusa_hooks_unmatched_total")
+                    .increment(u64::from(receipt.unmatched));
+            }
         }
         r
     }

@@ -25,6 +25,7 @@ fn sqs_sink(endpoint: &str, queue: &str) -> SinkEntry {
         .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     }
 }
 

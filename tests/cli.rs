@@ -647,3 +647,101 @@ async fn a_producers_traceparent_reaches_every_delivery_request() {
         .iter()
         .any(|r| r.header("tracestate") == Some("vendor=1")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_types_from_produce_and_from_ingest_headers_meet_the_filters_and_source_enable_clears_a_mark(
+) {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec_file = file(
+        dir.path(),
+        "filtered.json",
+        &serde_json::json!({"sinks": [
+            {"module": "http", "opts": {"url": env.receiver.url("push")},
+             "filter": {"event_types": ["push"]}},
+            {"module": "http", "opts": {"url": env.receiver.url("all")}},
+        ]})
+        .to_string(),
+    );
+    let out = run(&env, &["source", "put", "acme", "gh", &spec_file]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = run_in(
+        &env,
+        &["--json", "produce", "acme", "gh", "--event-type", "push"],
+        b"{}",
+        &[],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["rows_per_hook"], 2);
+    let out = run_in(
+        &env,
+        &[
+            "--json",
+            "produce",
+            "acme",
+            "gh",
+            "--event-type",
+            "issues.opened",
+        ],
+        b"{}",
+        &[],
+    );
+    assert_eq!(json(&out)["rows_per_hook"], 1);
+    let out = run_in(
+        &env,
+        &["produce", "acme", "gh", "--event-type", "bad type"],
+        b"{}",
+        &[],
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    // Ingest takes the event type from x-github-event (admin.event_type_headers).
+    let w = leading_worker(&env, &dir, "ingest", &[], |_| {}).await;
+    let post = |event: &'static str| {
+        reqwest::Client::new()
+            .post(format!("http://{}/v1/hooks/acme/gh", w.admin))
+            .header("x-github-event", event)
+            .body("{}")
+            .send()
+    };
+    let body: Value =
+        serde_json::from_slice(&post("push").await.unwrap().bytes().await.unwrap()).unwrap();
+    assert_eq!(body["rows"], 2, "{body}");
+    let body: Value =
+        serde_json::from_slice(&post("ping").await.unwrap().bytes().await.unwrap()).unwrap();
+    assert_eq!(body["rows"], 1, "{body}");
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.len() >= 6)
+            .await
+    );
+    assert_eq!(env.receiver.count_for("push"), 2);
+    assert_eq!(env.receiver.count_for("all"), 4);
+    // An entry disabled (as the leader marks it) shows in `source get`; `source enable`
+    // clears the mark, and says when there was none.
+    env.store
+        .set_sink_disabled(
+            None,
+            "acme",
+            "gh",
+            0,
+            None,
+            Some(ankusa::model::Disabled {
+                at_ms: 1,
+                reason: "test".into(),
+            }),
+            100,
+        )
+        .await
+        .unwrap();
+    let out = run(&env, &["--json", "source", "get", "acme", "gh"]);
+    assert_eq!(json(&out)["sinks"][0]["disabled"]["reason"], "test");
+    let out = run(&env, &["--json", "source", "enable", "acme", "gh", "0"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["was_disabled"], true);
+    let out = run(&env, &["--json", "source", "get", "acme", "gh"]);
+    assert!(json(&out)["sinks"][0].get("disabled").is_none());
+    let out = run(&env, &["--json", "source", "enable", "acme", "gh", "0"]);
+    assert_eq!(json(&out)["was_disabled"], false);
+    let out = run(&env, &["source", "enable", "acme", "gh", "7"]);
+    assert_ne!(code(&out), 0);
+}

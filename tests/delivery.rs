@@ -172,6 +172,7 @@ async fn an_endpoint_refusing_connections_is_retried_until_the_horizon() {
             .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     };
     let spec = ankusa::model::SourceSpec { sinks: vec![sink] };
     env.store.put_source("acme", "orders", &spec).await.unwrap();

@@ -254,6 +254,7 @@ async fn a_dead_sink_behind_a_large_backlog_keeps_claims_within_the_window_and_m
             .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     };
     env.store
         .put_source("acme", "orders", &SourceSpec { sinks: vec![sink] })

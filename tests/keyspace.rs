@@ -41,6 +41,7 @@ return {
   K_WINDOW,
   K_LEASE,
   K_EPOCH,
+  K_EVENTS,
 }
 "#;
 
@@ -77,6 +78,7 @@ fn rust_keys(ks: &Keyspace) -> Vec<String> {
         ks.window(),
         ks.lease(),
         ks.epoch(),
+        ks.events(),
     ]
 }
 

@@ -76,6 +76,7 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
             .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     };
     env.store
         .put_source(
@@ -83,6 +84,22 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
             "orders",
             &ankusa::model::SourceSpec {
                 sinks: vec![sink("a"), sink("b")],
+            },
+        )
+        .await
+        .expect("source");
+    // A source whose entry takes only `push` hooks (P9 event filters).
+    env.store
+        .put_source(
+            "acme",
+            "gh",
+            &ankusa::model::SourceSpec {
+                sinks: vec![ankusa::model::SinkEntry {
+                    filter: Some(ankusa::model::EventFilter {
+                        event_types: vec!["push".into()],
+                    }),
+                    ..sink("gh")
+                }],
             },
         )
         .await
@@ -106,8 +123,11 @@ try:
     refused = False
 except UnknownSource:
     refused = True
+typed = p.commit_many("acme", "gh", [Hook("{}", event_type="push"),
+                                     Hook("{}", event_type="issues.opened"), Hook("{}")])
 print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_ids,
-                  "refused": refused, "sha": p.sha}))
+                  "refused": refused, "sha": p.sha,
+                  "typed": [typed.rows, typed.unmatched]}))
 "#;
     let out = Command::new("python3")
         .args(["-c", program, &env.redis.url(), &env.config.instance])
@@ -122,6 +142,7 @@ print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["one"][1], 2, "{v}");
     assert_eq!(v["refused"], true, "{v}");
+    assert_eq!(v["typed"], serde_json::json!([[1, 0, 0], 2]), "{v}");
     assert_eq!(
         v["sha"].as_str(),
         Some(ankusa(&["commit-script", "--sha"]).trim())

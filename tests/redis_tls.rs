@@ -151,6 +151,7 @@ async fn the_whole_pipeline_runs_over_mutual_tls_to_a_tls_only_redis() {
             .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     };
     store
         .put_source("acme", "orders", &SourceSpec { sinks: vec![sink] })

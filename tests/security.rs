@@ -28,6 +28,7 @@ fn http_entry(opts: serde_json::Value) -> SinkEntry {
         opts: opts.as_object().cloned().unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     }
 }
 

@@ -16,6 +16,7 @@ fn pubsub_sink(opts: serde_json::Value, ordered: bool, key: Option<&str>) -> Sin
         opts: opts.as_object().cloned().unwrap(),
         ordered,
         key: key.map(str::to_string),
+        ..Default::default()
     }
 }
 

@@ -28,6 +28,7 @@ fn sqs_sink(proxy: &Proxy, queue: &str, extra: serde_json::Value) -> SinkEntry {
         opts: opts.as_object().cloned().unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     }
 }
 
@@ -437,6 +438,7 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
         .unwrap(),
         ordered: false,
         key: None,
+        ..Default::default()
     };
     put_source(&env, "acme", "direct", vec![direct]).await;
     put_source(

@@ -52,7 +52,8 @@ pub struct Committed {
     pub hook_id: u64,
     /// Rows made (one per sink entry).
     pub rows: u32,
-    /// Set when `rows` is 0: the source has no sinks, so the hook is stored and goes nowhere.
+    /// Set when `rows` is 0: the source has no sinks, or none takes the hook's event type
+    /// (P9), so the hook goes nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
 }
@@ -97,6 +98,17 @@ async fn ingest(
         })?;
         hook = hook.idempotency_key(k);
     }
+    // The event type (P9): the first of `admin.event_type_headers` present.
+    if let Some(v) = st
+        .event_type_headers
+        .iter()
+        .find_map(|name| headers.get(name.as_str()))
+    {
+        let et = v.to_str().ok().map(str::trim).unwrap_or_default();
+        crate::model::check_event_type(et)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e))?;
+        hook = hook.event_type(et);
+    }
     for (name, value) in kept {
         hook = hook.header(name, value);
     }
@@ -107,7 +119,7 @@ async fn ingest(
                 hook_id: r.first_hook,
                 rows: r.rows_per_hook,
                 warning: (r.rows_per_hook == 0).then(|| {
-                    format!("{tenant}/{source} has no sinks: the hook is stored and goes nowhere")
+                    format!("{tenant}/{source} has no sinks taking this hook (no sink entry, or every entry filtered it out): it goes nowhere")
                 }),
             }),
         )),

@@ -69,6 +69,8 @@ pub struct AdminState {
     pub max_body_bytes: usize,
     /// `admin.request_timeout_ms`: deadline of ingest and the open endpoints.
     pub request_timeout: Duration,
+    /// `admin.event_type_headers`: where ingest reads a hook's event type (P9).
+    pub event_type_headers: Vec<String>,
     /// How to re-read the config for `POST /admin/reconfigure`; `None` answers
     /// `no_config_source`.
     pub reload: Option<Reload>,

@@ -16,6 +16,41 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(dlq_replay))
         .routes(routes!(dlq_purge))
         .routes(routes!(state))
+        .routes(routes!(source_enable))
+        .routes(routes!(events_list))
+}
+
+/// Enable a sink entry disabled after prolonged failure (P9); see `ops::enable_sink`.
+#[utoipa::path(post, path = "/admin/sources/{tenant}/{source}/sinks/{index}/enable", tag = "sources",
+    params(("tenant" = String, Path), ("source" = String, Path), ("index" = u32, Path)),
+    responses((status = 200, body = ops::SinkEnabled), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn source_enable(
+    State(st): State<AdminState>,
+    Path((tenant, source, index)): Path<(String, String, u32)>,
+) -> Result<Json<ops::SinkEnabled>, ApiError> {
+    let max_len = st.worker.config().operator.events_max_len;
+    Ok(Json(
+        ops::enable_sink(st.worker.store(), &tenant, &source, index, max_len).await?,
+    ))
+}
+
+/// The last operational events (P9), oldest first.
+#[utoipa::path(get, path = "/admin/events", tag = "operations",
+    responses((status = 200, body = Vec<crate::store::SinkEvent>), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn events_list(
+    State(st): State<AdminState>,
+) -> Result<Json<Vec<crate::store::SinkEvent>>, ApiError> {
+    Ok(Json(
+        st.worker
+            .store()
+            .sink_events(100)
+            .await
+            .map_err(Error::from)?,
+    ))
 }
 
 /// Deadline of `POST /admin/dead_letter_source` unless the request gives one, ms.

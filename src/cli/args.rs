@@ -101,6 +101,10 @@ pub enum Cmd {
         /// `commit.idempotency_ms` prints the first hook's id and writes nothing.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Event type of every hook committed (`push`, `pull_request.opened`): what the
+        /// source's event filters match (docs/sinks.md "Per-entry policy").
+        #[arg(long)]
+        event_type: Option<String>,
     },
     /// Hooks: show one with its rows and attempts, or resend it.
     Hooks {
@@ -231,6 +235,17 @@ pub enum SourceCmd {
         tenant: String,
         /// Source id.
         source: String,
+    },
+    /// Enable a sink entry the leader disabled after `disable_after_ms` of failure: new
+    /// hooks make rows for it again (replay its `sink_disabled` dead letters with `ankusa
+    /// dlq replay --reason sink_disabled`). Needs no leader.
+    Enable {
+        /// Tenant id.
+        tenant: String,
+        /// Source id.
+        source: String,
+        /// The entry's index in the source's sink list (0-based).
+        index: u32,
     },
 }
 

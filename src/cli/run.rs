@@ -274,6 +274,30 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
                         Ok(())
                     }
                 }
+                SourceCmd::Enable {
+                    tenant,
+                    source,
+                    index,
+                } => {
+                    let r = ankusa::ops::enable_sink(
+                        &s,
+                        tenant,
+                        source,
+                        *index,
+                        cfg.operator.events_max_len,
+                    )
+                    .await?;
+                    if json {
+                        json_line(&r)
+                    } else {
+                        if r.was_disabled {
+                            outln!("sink {index} of {tenant}/{source} enabled; new hooks make rows for it again");
+                        } else {
+                            outln!("sink {index} of {tenant}/{source} was not disabled; nothing changed");
+                        }
+                        Ok(())
+                    }
+                }
             }
         }
         Cmd::Produce {
@@ -285,9 +309,15 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             glob,
             allow_empty,
             idempotency_key,
+            event_type,
         } => {
             let cfg = load_config(&cli)?;
             let mut base = Hook::default();
+            if let Some(e) = event_type {
+                ankusa::model::check_event_type(e)
+                    .map_err(|e| Error::BadRequest(format!("--event-type: {e}")))?;
+                base = base.event_type(e.as_str());
+            }
             for h in headers {
                 let (k, v) = h.split_once(':').ok_or_else(|| {
                     Error::BadRequest(format!("--header {h:?}: expected `name: value`"))
@@ -352,6 +382,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
                             body: b.clone().into(),
                             headers: base.headers.clone(),
                             idempotency_key: None,
+                            event_type: base.event_type.clone(),
                         })
                         .collect();
                     let r = producer.commit_many(tenant, source, &hooks).await?;
@@ -361,7 +392,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
                 }
             }
             let warning = (n > 0 && rows == 0).then(|| {
-                format!("{tenant}/{source} has no sinks: the hooks were stored and go nowhere")
+                format!("{tenant}/{source} has no sinks taking these hooks (no sink entry, or every entry filtered them out): they go nowhere")
             });
             if json {
                 let mut v = serde_json::json!({

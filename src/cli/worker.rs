@@ -43,6 +43,7 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
         ingest_token: cfg.admin.ingest_token.clone(),
         max_body_bytes: cfg.commit.max_hook_bytes,
         request_timeout: std::time::Duration::from_millis(cfg.admin.request_timeout_ms),
+        event_type_headers: cfg.admin.event_type_headers.clone(),
         reload: Some(reload.clone()),
     };
     let bound = listener

@@ -34,8 +34,8 @@ mod sections;
 use env::{parse_error, EnvOverrides};
 pub use sections::{
     AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
-    HttpConfig, LeaderConfig, RedisConfig, ResolvedLimits, RetryConfig, SecretsConfig,
-    TelemetryConfig, TenantLimits,
+    HttpConfig, LeaderConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig,
+    SecretsConfig, TelemetryConfig, TenantLimits,
 };
 
 /// The default configuration: every key with its default value and a comment.
@@ -49,7 +49,7 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 15] = [
+const STRING_KEYS: [&str; 17] = [
     "instance",
     "redis.url",
     "redis.tls_ca_file",
@@ -63,6 +63,8 @@ const STRING_KEYS: [&str; 15] = [
     "claim_check.region",
     "claim_check.access_key_id",
     "claim_check.secret_access_key",
+    "operator.events_url",
+    "operator.signing_secret",
     "secrets.env_prefix",
     "secrets.file_dir",
 ];
@@ -102,6 +104,8 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Optional OpenTelemetry trace export of attempts (`docs/operations.md`).
     pub telemetry: TelemetryConfig,
+    /// Operational events: the `events` stream and an operator URL (P9, `docs/sinks.md`).
+    pub operator: OperatorConfig,
 }
 
 /// One invalid value: its dotted key path and what is wrong with it.
@@ -167,6 +171,7 @@ impl Default for Config {
             secrets: SecretsConfig::default(),
             history: HistoryConfig::default(),
             telemetry: TelemetryConfig::default(),
+            operator: OperatorConfig::default(),
         }
     }
 }
@@ -346,6 +351,20 @@ impl Config {
             );
         }
 
+        let o = &self.operator;
+        p.check(
+            o.events_url.as_deref().map_or(true, |u| {
+                u.starts_with("http://") || u.starts_with("https://")
+            }),
+            "operator.events_url",
+            "must be an http:// or https:// URL",
+        );
+        p.check(
+            o.signing_secret.as_deref() != Some(""),
+            "operator.signing_secret",
+            "must not be empty when set",
+        );
+        p.check(o.events_max_len > 0, "operator.events_max_len", gt0);
         let t = &self.telemetry;
         if !t.otlp_endpoint.is_empty() {
             let ok = url::Url::parse(&t.otlp_endpoint).is_ok_and(|u| {
@@ -392,6 +411,15 @@ impl Config {
         p.check(a.header_timeout_ms > 0, "admin.header_timeout_ms", gt0);
         p.check(a.request_timeout_ms > 0, "admin.request_timeout_ms", gt0);
         p.check(a.max_connections > 0, "admin.max_connections", gt0);
+        p.check(
+            a.event_type_headers.iter().all(|h| {
+                !h.is_empty()
+                    && h.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            }),
+            "admin.event_type_headers",
+            "every name must be a lowercase header name ([a-z0-9-]+)",
+        );
 
         let cc = &self.claim_check;
         p.check(
@@ -449,6 +477,14 @@ impl Config {
         }
         if config.admin.ingest_token.is_some() {
             config.admin.ingest_token = Some(REDACTED.into());
+        }
+        if config
+            .operator
+            .signing_secret
+            .as_deref()
+            .is_some_and(|s| !s.starts_with("${"))
+        {
+            config.operator.signing_secret = Some(REDACTED.into());
         }
         if !config.claim_check.secret_access_key.is_empty()
             && !config.claim_check.secret_access_key.starts_with("${env:")

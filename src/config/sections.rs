@@ -223,6 +223,11 @@ pub struct AdminConfig {
     /// Connections open at once; one more is closed at once, so a flood cannot take the
     /// worker's file descriptors. > 0. Default 512.
     pub max_connections: usize,
+    /// Request headers ingest reads a hook's event type from, in order; the first one
+    /// present sets it (what sink entries' event filters match, P9). Lowercase names; the
+    /// value must be a valid event type (`model::check_event_type`) or the request is a 400.
+    /// Default `["x-event-type", "x-github-event"]`.
+    pub event_type_headers: Vec<String>,
 }
 
 /// Retention of dead letters and of the hook bodies they keep (a hook is kept while a dead
@@ -257,6 +262,35 @@ pub struct HistoryConfig {
     /// Tenants that get per-tenant gauges (`ankusa_tenant_*`, labelled `tenant`); others are
     /// seen only with `ankusa tenants top`, so the label stays bounded. Default empty.
     pub metrics_tenants: Vec<String>,
+}
+
+/// Operational events (P9): an entry disabled after prolonged failure, an entry enabled
+/// again. Each is appended to the partition's `events` stream and, with `events_url`,
+/// POSTed there signed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OperatorConfig {
+    /// An `http://` or `https://` URL each operational event is POSTed to (JSON), under the
+    /// same destination guard as an http sink (`[http]`). Default unset: the stream only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_url: Option<String>,
+    /// A Standard Webhooks secret `whsec_<base64>` (or a secret reference to one) that
+    /// signs each POST (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Default
+    /// unset: unsigned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<String>,
+    /// Most events kept in the stream (older ones are trimmed); > 0. Default 10000.
+    pub events_max_len: u64,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        OperatorConfig {
+            events_url: None,
+            signing_secret: None,
+            events_max_len: 10_000,
+        }
+    }
 }
 
 /// OpenTelemetry: one span per attempt, exported over OTLP/HTTP (protobuf) when
@@ -437,6 +471,7 @@ impl Default for AdminConfig {
             header_timeout_ms: 5_000,
             request_timeout_ms: 30_000,
             max_connections: 512,
+            event_type_headers: vec!["x-event-type".into(), "x-github-event".into()],
         }
     }
 }

@@ -10,7 +10,23 @@ impl Session {
         }
         let timeout = Duration::from_millis(self.cfg.dispatch.attempt_timeout_ms);
         let settings = self.breaker_settings();
-        while let Some(mut job) = self.slots.next_start() {
+        // Keys over their rate limit (P9) keep their queue and take no slot; the loop wakes
+        // when the first of them has a token again.
+        let now = Instant::now();
+        let mut rate_wait: Option<Duration> = None;
+        loop {
+            let rates = &mut self.rates;
+            let next = self.slots.next_start_gated(|key| match rates.get_mut(key) {
+                None => true,
+                Some(bucket) => match bucket.wait(now) {
+                    None => true,
+                    Some(d) => {
+                        rate_wait = Some(rate_wait.map_or(d, |w| w.min(d)));
+                        false
+                    }
+                },
+            });
+            let Some(mut job) = next else { break };
             if let Some(b) = self.breakers.get_mut(&job.key) {
                 match b.admit(&settings, Instant::now()) {
                     Admit::Run => {}
@@ -21,6 +37,9 @@ impl Session {
                         continue;
                     }
                 }
+            }
+            if let Some(bucket) = self.rates.get_mut(&job.key) {
+                bucket.take(now);
             }
             let tx = self.tx.clone();
             let http = self.ctx.http.clone();
@@ -66,6 +85,7 @@ impl Session {
                 .instrument(span),
             );
         }
+        self.rate_wake = rate_wait.map(|d| tokio::time::Instant::now() + d);
         self.start_batched();
         // Reap finished task handles so the set does not grow.
         while self.attempts.try_join_next().is_some() {}
@@ -142,18 +162,31 @@ impl Session {
     /// the whole backlog at once; never past the row's retry horizon, and a row parked at or
     /// past it is dead-lettered `retry_horizon(module)`.
     pub(super) fn park(&mut self, job: Job, d: Duration) {
-        let now = job.redis_now_ms();
         let spread = self.cfg.dispatch.breaker_open_ms / 2;
-        let mut delay = d.as_millis() as u64
+        let delay = d.as_millis() as u64
             + if spread > 0 {
                 rand::random::<u64>() % spread
             } else {
                 0
             };
+        self.park_ms(job, delay);
+    }
+
+    /// Park a row for exactly `delay` ms (a breaker's period with its jitter, or a rate
+    /// limit's wait, P9): attempt count unchanged, never past the row's retry horizon.
+    pub(super) fn park_ms(&mut self, job: Job, mut delay: u64) {
+        let now = job.redis_now_ms();
         let module = job.key.module.to_string();
+        // The entry's own horizon when it sets one (P9).
+        let max_elapsed_ms = job
+            .entry
+            .retry
+            .as_ref()
+            .and_then(|r| r.max_elapsed_ms)
+            .unwrap_or(self.cfg.retry.max_elapsed_ms);
         let op = match job.first_attempt_ms {
             Some(first) => {
-                let horizon = first.saturating_add(self.cfg.retry.max_elapsed_ms as i64);
+                let horizon = first.saturating_add(max_elapsed_ms as i64);
                 if now >= horizon {
                     metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
                     // No error of its own: settle keeps the row's last attempt error.
@@ -186,9 +219,12 @@ impl Session {
     }
 
     /// A retryable failure's settle operation: retry after backoff, or dead-letter at the
-    /// retry horizon or after `retry.max_attempts` (R7, R9).
+    /// retry horizon or after `retry.max_attempts` (R7, R9), under the entry's own retry
+    /// policy over the global one (P9).
+    #[allow(clippy::too_many_arguments)]
     fn retry_op(
         &self,
+        entry: Option<&crate::model::EntryRetry>,
         module: &'static str,
         attempts: u32,
         first: i64,
@@ -197,8 +233,9 @@ impl Session {
         error: String,
     ) -> SettleOp {
         let error = truncate(error, ERROR_MAX_BYTES);
-        let decision = backoff::decide(
-            &self.cfg.retry,
+        let policy = backoff::effective(&self.cfg.retry, entry);
+        let decision = backoff::decide_policy(
+            &policy,
             attempts,
             first,
             now,
@@ -231,6 +268,7 @@ impl Session {
         let now = job.redis_now_ms();
         let attempts = job.attempts + 1;
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+        self.track_failure(&job, &result);
         let op = match result {
             Ok(()) => {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "ok").record(elapsed.as_secs_f64());
@@ -252,11 +290,27 @@ impl Session {
             Err(AttemptError::Timeout(after)) => {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "timeout").record(elapsed.as_secs_f64());
                 let error = format!("attempt_timeout({}ms)", after.as_millis());
-                self.retry_op(module, attempts, first, now, None, error)
+                self.retry_op(
+                    job.entry.retry.as_ref(),
+                    module,
+                    attempts,
+                    first,
+                    now,
+                    None,
+                    error,
+                )
             }
             Err(AttemptError::Retry { error, retry_after }) => {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
-                self.retry_op(module, attempts, first, now, retry_after, error)
+                self.retry_op(
+                    job.entry.retry.as_ref(),
+                    module,
+                    attempts,
+                    first,
+                    now,
+                    retry_after,
+                    error,
+                )
             }
         };
         let record = attempt_record(&job, attempts, now, elapsed, &op);

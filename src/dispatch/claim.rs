@@ -122,6 +122,7 @@ pub(super) async fn claim_and_prepare(
     let specs: HashMap<(String, String), Option<Result<crate::model::SourceSpec, String>>> =
         source_keys.into_iter().zip(specs).collect();
     let mut targets: HashMap<(String, String, u32), Result<Arc<Target>, String>> = HashMap::new();
+    let mut entries: HashMap<(String, String, u32), Arc<SinkEntry>> = HashMap::new();
 
     let mut jobs = Vec::with_capacity(claim.rows.len());
     let mut immediate = Vec::new();
@@ -193,6 +194,11 @@ pub(super) async fn claim_and_prepare(
             immediate.push(imm(dead(DeadReason::SinkGone(id.sink, module))));
             continue;
         };
+        if spec.sinks[index as usize].disabled.is_some() {
+            // Disabled after prolonged failure (P9): replayable once enabled again.
+            immediate.push(imm(dead(DeadReason::SinkDisabled(index))));
+            continue;
+        }
         let target = targets
             .entry((hook.tenant.clone(), hook.source.clone(), index))
             .or_insert_with(|| {
@@ -207,6 +213,10 @@ pub(super) async fn claim_and_prepare(
                     m => Err(format!("module {m} is not supported by this worker")),
                 }
             })
+            .clone();
+        let entry = entries
+            .entry((hook.tenant.clone(), hook.source.clone(), index))
+            .or_insert_with(|| Arc::new(spec.sinks[index as usize].clone()))
             .clone();
         let target = match target {
             Ok(t) => t,
@@ -234,6 +244,7 @@ pub(super) async fn claim_and_prepare(
             bytes: hook.body.len() as u64,
             hook,
             target,
+            entry,
             claim_ms: now,
             claimed_at,
             probe: false,
@@ -275,6 +286,7 @@ mod tests {
             opts: Default::default(),
             ordered: false,
             key: None,
+            ..Default::default()
         }
     }
 

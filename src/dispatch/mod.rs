@@ -19,6 +19,7 @@
 mod attempt;
 mod batched;
 mod claim;
+mod policy;
 mod settle;
 
 pub use claim::bind;
@@ -27,6 +28,7 @@ use crate::config::Config;
 use crate::model::{DeadReason, RowId, SinkEntry};
 use crate::scheduler::backoff;
 use crate::scheduler::breaker::{self, Admit, Breaker};
+use crate::scheduler::rate;
 use crate::scheduler::slots::{self, Slots, Slotted};
 use crate::sinks::http::{HttpOpts, HttpSink};
 use crate::sinks::pubsub::PubSubOpts;
@@ -120,6 +122,9 @@ struct Job {
     bytes: u64,
     hook: Arc<StoredHook>,
     target: Arc<Target>,
+    /// The sink entry as the source was at the claim: its policy (retry, rate limit,
+    /// disable) applies to this attempt (P9).
+    entry: Arc<SinkEntry>,
     /// Redis time at the claim (ms) and the local instant it was read: Redis time now is
     /// estimated as `claim_ms + claimed_at.elapsed()`, so a skewed local clock never matters.
     claim_ms: i64,
@@ -177,6 +182,8 @@ enum Event {
     Settled(SettleResult),
     /// A batched attempt ended or was handed back (R17).
     Batched(batched::BatchedEvent),
+    /// The leader's disable of a sink key ended (P9).
+    Disabled(SinkKey, policy::DisableEnd),
 }
 
 /// A settle call's result: the `(tenant, bytes)` of each settled row, or the error and the
@@ -266,6 +273,15 @@ struct Session {
     settled_total: u64,
     /// Breakers by sink key; absent means closed with no failures (R16).
     breakers: HashMap<SinkKey, Breaker>,
+    /// Token buckets of the rate-limited sink keys (P9); a new term starts them full.
+    rates: HashMap<SinkKey, rate::Bucket>,
+    /// When the first rate-limited key has a token again, if any waits.
+    rate_wake: Option<tokio::time::Instant>,
+    /// Each failing sink key's run of failures without a success, for `disable_after_ms`
+    /// (P9); absent: its last attempt succeeded (or its entry never disables).
+    failing_since: HashMap<SinkKey, policy::FailRun>,
+    /// Sink keys being disabled right now (one disable call each).
+    disabling: std::collections::HashSet<SinkKey>,
     /// Rows per claim and outcomes per settle call, adapted so each call stays under
     /// [`slots::SCRIPT_BUDGET`] (issue 17.11); written by the call tasks.
     claim_page: Arc<std::sync::atomic::AtomicUsize>,
@@ -358,6 +374,10 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         settle_retry_at: None,
         settled_total,
         breakers,
+        rates: HashMap::new(),
+        rate_wake: None,
+        failing_since: HashMap::new(),
+        disabling: Default::default(),
         claim_page: Arc::new(claim_page.into()),
         settle_page: Arc::new(settle_page.into()),
         batched,
@@ -398,11 +418,14 @@ impl Session {
             if let Some(why) = self.store_failed.take() {
                 return self.drain(rx, Some(why)).await;
             }
+            self.check_disable(Instant::now(), None);
             self.maybe_settle();
             self.maybe_claim();
             self.start_attempts();
             self.publish();
             let settle_at = self.settle_retry_at;
+            let rate_at = self.rate_wake;
+            let disable_at = self.next_disable_check();
             tokio::select! {
                 ev = rx.recv() => {
                     let Some(ev) = ev else { return SessionEnd::StoreFailed("event channel closed".into()) };
@@ -419,6 +442,8 @@ impl Session {
                 _ = self.ctx.wake.notified() => self.claim_wanted = true,
                 _ = tokio::time::sleep_until(self.next_scan), if !self.claim_wanted && !self.claiming => self.claim_wanted = true,
                 _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => self.settle_retry_at = None,
+                _ = tokio::time::sleep_until(rate_at.unwrap_or_else(tokio::time::Instant::now)), if rate_at.is_some() => self.rate_wake = None,
+                _ = tokio::time::sleep_until(disable_at.unwrap_or_else(tokio::time::Instant::now)), if disable_at.is_some() => {}
                 Ok(()) = config_rx.changed() => {
                     let cfg = config_rx.borrow_and_update().clone();
                     self.slots.reconfigure(&cfg.dispatch);
@@ -506,7 +531,7 @@ impl Session {
                     {
                         Some(d) => self.park(job, d),
                         None if job.target.batched() => self.push_batched(job),
-                        None => self.slots.push(job),
+                        None => self.queue_job(job),
                     }
                 }
                 self.pack_scan();
@@ -566,6 +591,10 @@ impl Session {
             }
             Event::Batched(ev) => {
                 self.handle_batched(ev);
+                None
+            }
+            Event::Disabled(key, end) => {
+                self.sink_disabled(key, end);
                 None
             }
             Event::Settled(Err((StoreError::Fenced, _))) => Some(SessionEnd::Fenced),

@@ -44,7 +44,7 @@ pub struct DeadLetter {
     /// Sink module (`http`, …).
     pub module: String,
     /// Why: `permanent(…)`, `retry_horizon(…)`, `max_attempts(…)`, `sink_gone(…)`,
-    /// `source_gone(…)`, `malformed(…)`.
+    /// `source_gone(…)`, `malformed(…)`, `sink_disabled(…)`.
     pub reason: String,
     /// Attempts made.
     pub attempts: u32,

@@ -2,7 +2,88 @@
 //! Pure: the caller passes the clock reading and the random draw.
 
 use crate::config::RetryConfig;
+use crate::model::EntryRetry;
 use std::time::Duration;
+
+/// The retry policy of one sink entry (P9): the global `[retry]` with the entry's fields
+/// over it, and the entry's fixed schedule if it has one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// The merged `[retry]` fields.
+    pub cfg: RetryConfig,
+    /// Delays before the 2nd, 3rd, … attempt, ms; the last repeats. Replaces the
+    /// exponential backoff when set.
+    pub schedule_ms: Option<Vec<u64>>,
+}
+
+/// Merge an entry's retry fields over the global ones. With a schedule and no `jitter` of
+/// its own the entry's delays are exact (jitter 0).
+pub fn effective(global: &RetryConfig, entry: Option<&EntryRetry>) -> Policy {
+    let Some(e) = entry else {
+        return Policy {
+            cfg: global.clone(),
+            schedule_ms: None,
+        };
+    };
+    let mut cfg = global.clone();
+    if let Some(v) = e.initial_backoff_ms {
+        cfg.initial_backoff_ms = v;
+    }
+    if let Some(v) = e.max_backoff_ms {
+        cfg.max_backoff_ms = v;
+    }
+    cfg.max_backoff_ms = cfg.max_backoff_ms.max(cfg.initial_backoff_ms);
+    if let Some(v) = e.multiplier {
+        cfg.multiplier = v;
+    }
+    cfg.jitter = match (e.jitter, &e.schedule_ms) {
+        (Some(j), _) => j,
+        (None, Some(_)) => 0.0,
+        (None, None) => cfg.jitter,
+    };
+    if let Some(v) = e.max_elapsed_ms {
+        cfg.max_elapsed_ms = v;
+    }
+    if let Some(v) = e.max_attempts {
+        cfg.max_attempts = v;
+    }
+    Policy {
+        cfg,
+        schedule_ms: e.schedule_ms.clone().filter(|s| !s.is_empty()),
+    }
+}
+
+/// [`backoff_ms`] under a [`Policy`]: the schedule's delay for this attempt (the last one
+/// repeating) minus up to `jitter` of itself, else the exponential backoff.
+pub fn policy_backoff_ms(p: &Policy, attempts: u32, draw: f64) -> u64 {
+    match p.schedule_ms.as_deref() {
+        Some(s) if !s.is_empty() => {
+            let i = (attempts.saturating_sub(1) as usize).min(s.len() - 1);
+            let d = s[i] as f64 * (1.0 - p.cfg.jitter * draw.clamp(0.0, 1.0));
+            d.max(1.0) as u64
+        }
+        _ => backoff_ms(&p.cfg, attempts, draw),
+    }
+}
+
+/// [`decide`] under an entry's [`Policy`] (P9).
+pub fn decide_policy(
+    p: &Policy,
+    attempts: u32,
+    first_attempt_ms: i64,
+    now_ms: i64,
+    retry_after: Option<Duration>,
+    draw: f64,
+) -> RetryDecision {
+    decide_with(
+        &p.cfg,
+        policy_backoff_ms(p, attempts, draw),
+        attempts,
+        first_attempt_ms,
+        now_ms,
+        retry_after,
+    )
+}
 
 /// What to do with a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +123,25 @@ pub fn decide(
     retry_after: Option<Duration>,
     draw: f64,
 ) -> RetryDecision {
+    decide_with(
+        cfg,
+        backoff_ms(cfg, attempts, draw),
+        attempts,
+        first_attempt_ms,
+        now_ms,
+        retry_after,
+    )
+}
+
+/// [`decide`] with the backoff already drawn.
+fn decide_with(
+    cfg: &RetryConfig,
+    backoff: u64,
+    attempts: u32,
+    first_attempt_ms: i64,
+    now_ms: i64,
+    retry_after: Option<Duration>,
+) -> RetryDecision {
     if cfg.max_attempts > 0 && attempts >= cfg.max_attempts {
         return RetryDecision::MaxAttempts;
     }
@@ -50,7 +150,6 @@ pub fn decide(
         return RetryDecision::Horizon;
     }
     let left = (horizon - now_ms) as u64;
-    let backoff = backoff_ms(cfg, attempts, draw);
     // What the row must wait at least: the floor, raised by the sink's hint.
     let asked = retry_after.map_or(0, |d| (d.as_millis() as u64).min(cfg.retry_after_max_ms));
     let must = asked.max(cfg.min_backoff_ms);
@@ -176,6 +275,79 @@ mod tests {
             RetryDecision::RetryIn(2000)
         );
         assert_eq!(decide(&c, 3, 0, 10, None, 0.0), RetryDecision::MaxAttempts);
+    }
+
+    #[test]
+    fn an_entry_schedule_replaces_the_backoff_and_its_last_delay_repeats() {
+        let e = EntryRetry {
+            schedule_ms: Some(vec![200, 400]),
+            max_attempts: Some(3),
+            ..EntryRetry::default()
+        };
+        let p = effective(&cfg(), Some(&e));
+        assert_eq!(
+            p.cfg.jitter, 0.0,
+            "a schedule is exact unless the entry sets jitter"
+        );
+        assert_eq!(p.cfg.max_attempts, 3);
+        // The global floor (500 ms) still raises a shorter delay.
+        assert_eq!(
+            decide_policy(&p, 1, 0, 0, None, 0.9),
+            RetryDecision::RetryIn(500)
+        );
+        let low = RetryConfig {
+            min_backoff_ms: 10,
+            ..cfg()
+        };
+        let p = effective(&low, Some(&e));
+        assert_eq!(
+            decide_policy(&p, 1, 0, 0, None, 0.9),
+            RetryDecision::RetryIn(200)
+        );
+        assert_eq!(
+            decide_policy(&p, 2, 0, 0, None, 0.9),
+            RetryDecision::RetryIn(400)
+        );
+        assert_eq!(
+            decide_policy(&p, 3, 0, 0, None, 0.9),
+            RetryDecision::MaxAttempts
+        );
+        let more = effective(
+            &low,
+            Some(&EntryRetry {
+                max_attempts: None,
+                ..e.clone()
+            }),
+        );
+        assert_eq!(
+            decide_policy(&more, 7, 0, 0, None, 0.0),
+            RetryDecision::RetryIn(400)
+        );
+        // No entry policy: the global one, unchanged.
+        assert_eq!(effective(&low, None).cfg, low);
+    }
+
+    #[test]
+    fn entry_fields_replace_only_their_global_field() {
+        let e = EntryRetry {
+            initial_backoff_ms: Some(50),
+            max_elapsed_ms: Some(1_000),
+            ..EntryRetry::default()
+        };
+        let p = effective(&cfg(), Some(&e));
+        assert_eq!(
+            (
+                p.cfg.initial_backoff_ms,
+                p.cfg.max_elapsed_ms,
+                p.cfg.multiplier,
+                p.cfg.jitter
+            ),
+            (50, 1_000, 2.0, 0.2)
+        );
+        assert_eq!(
+            decide_policy(&p, 1, 0, 1_000, None, 0.0),
+            RetryDecision::Horizon
+        );
     }
 
     proptest! {

@@ -1,7 +1,8 @@
-//! The scheduler's pure decisions: windows and slots, circuit breakers, backoff
-//! (R5–R9, R13–R16). No I/O and no clock of their own: the dispatch loop
+//! The scheduler's pure decisions: windows and slots, circuit breakers, backoff, rate
+//! limits (R5–R9, R13–R16, P9). No I/O and no clock of their own: the dispatch loop
 //! ([`crate::dispatch`]) feeds them instants and applies what they decide.
 
 pub mod backoff;
 pub mod breaker;
+pub mod rate;
 pub mod slots;

@@ -250,6 +250,12 @@ impl<J: Slotted> Slots<J> {
     /// The next job to start under every cap, round-robin across tenants then keys;
     /// `None` when nothing may start now.
     pub fn next_start(&mut self) -> Option<J> {
+        self.next_start_gated(|_| true)
+    }
+
+    /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit, P9): a key
+    /// it refuses keeps its queue and its place in line and takes no slot.
+    pub fn next_start_gated(&mut self, mut gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
         if self.running >= self.global.concurrency {
             return None;
         }
@@ -268,7 +274,7 @@ impl<J: Slotted> Slots<J> {
                     let Some(q) = t.keys.get_mut(&key) else {
                         continue;
                     };
-                    if q.running >= sink_cap {
+                    if q.running >= sink_cap || (!q.jobs.is_empty() && !gate(&key)) {
                         t.ready.push_back(key);
                         continue;
                     }
@@ -344,6 +350,14 @@ impl<J: Slotted> Slots<J> {
         jobs
     }
 
+    /// Jobs queued (not running) behind one sink key.
+    pub fn queued(&self, tenant: &str, key: &J::Key) -> usize {
+        self.tenants
+            .get(tenant)
+            .and_then(|t| t.keys.get(key))
+            .map_or(0, |q| q.jobs.len())
+    }
+
     /// Attempts running for one tenant (for tests and metrics).
     pub fn tenant_running(&self, tenant: &str) -> usize {
         self.tenants.get(tenant).map_or(0, |t| t.running)
@@ -404,6 +418,22 @@ mod tests {
     fn push(s: &mut Slots<J>, j: J) {
         s.hold(&j.tenant.clone(), 10);
         s.push(j);
+    }
+
+    #[test]
+    fn a_gated_key_keeps_its_queue_and_takes_no_slot_while_others_run() {
+        let mut s = Slots::new(&cfg(100, 100));
+        for n in 0..3 {
+            push(&mut s, job("t", 0, n));
+            push(&mut s, job("t", 1, n));
+        }
+        let started: Vec<u32> = std::iter::from_fn(|| s.next_start_gated(|k| k.1 != 0))
+            .map(|j| j.key.1)
+            .collect();
+        assert_eq!(started, [1, 1, 1]);
+        assert_eq!(s.running(), 3);
+        assert_eq!(s.queued("t", &("t".into(), 0)), 3);
+        assert_eq!(s.next_start().map(|j| (j.key.1, j.n)), Some((0, 0)));
     }
 
     #[test]

@@ -8,10 +8,16 @@ use super::*;
 pub struct CommitReceipt {
     /// Id of the first hook; the call's hooks have consecutive ids.
     pub first_hook: u64,
-    /// Rows made per hook (= sink entries of the source at commit).
+    /// Rows made per hook: one per sink entry of the source at commit whose event filter the
+    /// hook passes and that is not disabled (P9). With event types set, the rows of the
+    /// first hook (each hook's are in [`Store::commit_with`]'s answer); without, every hook
+    /// of the call gets this many.
     pub rows_per_hook: u32,
     /// Commit time (ms, Redis clock).
     pub committed_at_ms: i64,
+    /// Hooks of the call that matched no sink entry: counted (`stats` field `unmatched`,
+    /// `ankusa_hooks_unmatched_total`) and not stored, not an error (P9).
+    pub unmatched: u32,
 }
 
 /// The longest producer idempotency key accepted, bytes.
@@ -26,15 +32,20 @@ pub struct CommitOptions {
     pub idempotency_ms: u64,
     /// Make the row of this sink entry only (resend), not one per entry.
     pub only_sink: Option<u32>,
+    /// One event type per hook (`None`: that hook has none), or empty: what the entries'
+    /// event filters match (P9). Each is checked by [`crate::model::check_event_type`].
+    pub event_types: Vec<Option<String>>,
 }
 
-fn decode_receipt(v: &[Value]) -> Result<CommitReceipt, StoreError> {
+fn decode_receipt(v: &[Value], hooks: usize) -> Result<CommitReceipt, StoreError> {
     let r = Reply::new("commit", v);
+    let rows_per_hook = u32::try_from(r.count(2)?)
+        .map_err(|_| StoreError::protocol("commit", "field 2: rows per hook out of range"))?;
     Ok(CommitReceipt {
         first_hook: r.count(1)?,
-        rows_per_hook: u32::try_from(r.count(2)?)
-            .map_err(|_| StoreError::protocol("commit", "field 2: rows per hook out of range"))?,
+        rows_per_hook,
         committed_at_ms: r.int(3)?,
+        unmatched: if rows_per_hook == 0 { hooks as u32 } else { 0 },
     })
 }
 
@@ -52,7 +63,7 @@ impl Store {
         let v = self
             .commit_call(tenant, source, hooks, max_hook_bytes, Vec::new())
             .await?;
-        Ok(decode_receipt(&v)?)
+        Ok(decode_receipt(&v, hooks.len())?)
     }
 
     /// The commit script call behind [`Store::commit`] and [`Store::commit_with`]: checks,
@@ -152,10 +163,47 @@ impl Store {
             extra.push("sink".into());
             extra.push((i as i64).into());
         }
+        if !opts.event_types.is_empty() && opts.event_types.len() != hooks.len() {
+            return Err(CommitError::BadRequest(
+                "one event type (or none) per hook".into(),
+            ));
+        }
+        let events = opts.event_types.iter().any(Option::is_some);
+        if events {
+            extra.push("events".into());
+            for e in &opts.event_types {
+                let e = e.as_deref().unwrap_or("");
+                if !e.is_empty() {
+                    crate::model::check_event_type(e).map_err(CommitError::BadRequest)?;
+                }
+                extra.push(e.into());
+            }
+        }
         let v = self
             .commit_call(tenant, source, hooks, max_hook_bytes, extra)
             .await?;
-        let receipt = decode_receipt(&v)?;
+        let mut receipt = decode_receipt(&v, hooks.len())?;
+        if events {
+            // ['ok', first, rows of hook 1, now, n ids, n row counts]
+            let n = hooks.len();
+            if v.len() != 4 + 2 * n {
+                return Err(StoreError::protocol(
+                    "commit",
+                    format!("{} reply items for {n} hooks with event types", v.len()),
+                )
+                .into());
+            }
+            let r = Reply::new("commit", &v);
+            let ids = (4..4 + n).map(|i| r.count(i)).collect::<Result<_, _>>()?;
+            let mut unmatched = 0;
+            for i in 4 + n..4 + 2 * n {
+                if r.count(i)? == 0 {
+                    unmatched += 1;
+                }
+            }
+            receipt.unmatched = unmatched;
+            return Ok((receipt, ids));
+        }
         let ids = if v.len() > 4 {
             let r = Reply::new("commit", &v);
             (4..v.len()).map(|i| r.count(i)).collect::<Result<_, _>>()?

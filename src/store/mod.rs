@@ -15,6 +15,7 @@
 //! | `lease.rs` | `lease.lua` (R25) |
 //! | `hooks.rs` | hooks, claim-check references, lanes of a claim (R10, R18) |
 //! | `sources.rs` | the source registry (R19) |
+//! | `sink_state.rs` | `sink_state.lua`: disabling / enabling a sink entry, operational events (P9) |
 //! | `reads.rs` | totals, counts, Redis time, the window (R21, R23) |
 //! | `ops.rs` | `dead_letter_source.lua`, `pressure.lua`, `dlq_replay.lua`, `dlq_purge.lua` |
 //! | `scripts.rs`, `tls.rs` | the script registry; TLS to Redis |
@@ -29,6 +30,7 @@ mod ops;
 mod reads;
 pub mod scripts;
 mod settle;
+mod sink_state;
 mod sources;
 mod tls;
 
@@ -51,6 +53,7 @@ pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{Outcome, SettleOp};
+pub use sink_state::{SinkEvent, SinkStateChange};
 
 /// A connection to one partition of one instance.
 #[derive(Clone)]

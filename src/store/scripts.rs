@@ -60,6 +60,8 @@ pub const WINDOW: &str = lua!(allow_oom "window.lua");
 pub const BREAKERS: &str = lua!("breakers.lua");
 /// The source of `claim_refs.lua` (claim-check references, R18).
 pub const CLAIM_REFS: &str = lua!("claim_refs.lua");
+/// The source of `sink_state.lua` (disable / enable a sink entry, P9).
+pub const SINK_STATE: &str = lua!("sink_state.lua");
 /// The source of `dlq_purge.lua` (dead-letter purge and retention).
 pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
 
@@ -110,6 +112,8 @@ pub struct Scripts {
     pub claim_refs: LuaScript,
     /// `breakers.lua`.
     pub breakers: LuaScript,
+    /// `sink_state.lua`.
+    pub sink_state: LuaScript,
 }
 
 impl Default for Scripts {
@@ -128,13 +132,14 @@ impl Default for Scripts {
             window: LuaScript::new("window", WINDOW),
             claim_refs: LuaScript::new("claim_refs", CLAIM_REFS),
             breakers: LuaScript::new("breakers", BREAKERS),
+            sink_state: LuaScript::new("sink_state", SINK_STATE),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 13] {
+    pub fn all(&self) -> [&LuaScript; 14] {
         [
             &self.commit,
             &self.claim,
@@ -149,6 +154,7 @@ impl Scripts {
             &self.window,
             &self.claim_refs,
             &self.breakers,
+            &self.sink_state,
         ]
     }
 }

@@ -64,12 +64,24 @@ impl Store {
                 let _: () = pipe.hdel(&key, "lanes").await.map_err(StoreError::from)?;
             }
         }
+        // Which entries take which hooks (event filters, disabled entries), read by commit.
+        match spec.gates_json() {
+            Some(g) => {
+                let _: () = pipe
+                    .hset(&key, ("gates", g))
+                    .await
+                    .map_err(StoreError::from)?;
+            }
+            None => {
+                let _: () = pipe.hdel(&key, "gates").await.map_err(StoreError::from)?;
+            }
+        }
         let _: () = pipe
             .sadd(self.ks.sources(), format!("{tenant}/{source}"))
             .await
             .map_err(StoreError::from)?;
         let replies: Vec<Value> = pipe.all().await.map_err(StoreError::from)?;
-        // replies: hset, hincrby (the new version), hset/hdel lanes, sadd
+        // replies: hset, hincrby (the new version), hset/hdel lanes, hset/hdel gates, sadd
         Ok(Reply::new("put_source", &replies).count(1)?)
     }
 

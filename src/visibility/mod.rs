@@ -431,8 +431,15 @@ pub async fn resend(
             )));
         }
     }
+    // The same event type, so the entries' filters take the resent hook as they took it (a
+    // resend to one entry makes that entry's row whatever its filter says).
     let opts = CommitOptions {
         only_sink: sink,
+        event_types: h
+            .event_type
+            .clone()
+            .map(|e| vec![Some(e)])
+            .unwrap_or_default(),
         ..CommitOptions::default()
     };
     let (receipt, ids) = store

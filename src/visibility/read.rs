@@ -134,6 +134,8 @@ pub(super) struct HookRead {
     pub(super) body: bytes::Bytes,
     pub(super) headers: String,
     pub(super) lanes: Vec<Option<String>>,
+    /// The event type the producer set (`et`, P9), if any.
+    pub(super) event_type: Option<String>,
 }
 
 pub(super) async fn read_hook(store: &Store, hook: u64) -> Result<Option<HookRead>, Error> {
@@ -167,6 +169,7 @@ pub(super) async fn read_hook(store: &Store, hook: u64) -> Result<Option<HookRea
             body,
             headers: s("h"),
             lanes,
+            event_type: f.get("et").and_then(text).filter(|e| !e.is_empty()),
         }));
     }
     Ok(None)

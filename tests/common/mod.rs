@@ -100,6 +100,7 @@ impl Env {
                 .unwrap(),
             ordered: false,
             key: None,
+            ..Default::default()
         }
     }
 

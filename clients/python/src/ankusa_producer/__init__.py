@@ -49,6 +49,8 @@ DEFAULT_MAX_HOOK_BYTES = 10 * 1024 * 1024
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 #: Instance names: 1 to 64 of ``a-z 0-9 _ -`` (the config's ``instance``).
 _INSTANCE = re.compile(r"[a-z0-9_-]{1,64}\Z")
+#: Event types: 1 to 128 of ``A-Z a-z 0-9 _ . : / -``.
+_EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:/-]{1,128}\Z")
 
 
 def commit_script() -> str:
@@ -96,6 +98,9 @@ class Hook:
 
     body: Union[bytes, str]
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: The event type (``push``, ``pull_request.opened``) the sink entries' event filters
+    #: match; ``None``: only entries without a filter take the hook.
+    event_type: Optional[str] = None
 
     def _body_bytes(self) -> bytes:
         return self.body.encode("utf-8") if isinstance(self.body, str) else bytes(self.body)
@@ -121,6 +126,12 @@ class CommitReceipt:
     committed_at_ms: int
     #: Hooks committed by the call.
     count: int = 1
+    #: Hooks of the call that no sink entry took (every filter refused them, or the
+    #: entries are disabled): not stored, not an error.
+    unmatched: int = 0
+    #: Rows made for each hook, when the call gave event types (else every hook got
+    #: ``rows_per_hook``).
+    rows: Optional[List[int]] = None
 
     @property
     def hook_ids(self) -> List[int]:
@@ -169,11 +180,12 @@ class Producer:
         source: str,
         body: Union[bytes, str],
         headers: Optional[Mapping[str, str]] = None,
+        event_type: Optional[str] = None,
     ) -> CommitReceipt:
         """Commit one hook to ``(tenant, source)``. Raises :class:`CommitError` (nothing
         written) or a redis-py error (Redis unreachable: the hook may or may not be
         committed if the reply was lost)."""
-        return self.commit_many(tenant, source, [Hook(body, dict(headers or {}))])
+        return self.commit_many(tenant, source, [Hook(body, dict(headers or {}), event_type)])
 
     def commit_many(self, tenant: str, source: str, hooks: Sequence[Hook]) -> CommitReceipt:
         """Commit several hooks in one atomic call: all or none; their ids are consecutive."""
@@ -188,10 +200,26 @@ class Producer:
             if len(body) > self._max:
                 raise TooLarge(i, len(body), self._max)
             args += [body, h._headers_json()]
+        events = any(h.event_type is not None for h in hooks)
+        if events:
+            args.append("events")
+            for h in hooks:
+                et = h.event_type or ""
+                if et and not _EVENT_TYPE.match(et):
+                    raise BadRequest(f"event type {et!r}: must be 1..=128 bytes of [A-Za-z0-9_.:/-]")
+                args.append(et)
         reply = self._script(keys=[self._lease], args=args)
         status = _text(reply[0]) if reply else ""
         if status == "ok":
-            return CommitReceipt(int(reply[1]), int(reply[2]), int(reply[3]), len(hooks))
+            n = len(hooks)
+            if events:
+                # ['ok', first, rows of hook 1, now, n ids, n row counts]
+                rows = [int(r) for r in reply[4 + n : 4 + 2 * n]]
+                return CommitReceipt(int(reply[1]), int(reply[2]), int(reply[3]), n,
+                                     sum(1 for r in rows if r == 0), rows)
+            rows_per_hook = int(reply[2])
+            return CommitReceipt(int(reply[1]), rows_per_hook, int(reply[3]), n,
+                                 n if rows_per_hook == 0 else 0)
         if status == "unknown_source":
             raise UnknownSource(tenant, source)
         if status == "too_large":

@@ -36,6 +36,8 @@ local K_SETTINGS = P .. 'settings'
 local K_HEAD_LANE = P .. 'head_lane'
 -- Open breakers' snapshots for the next term (breakers.lua, R16).
 local K_BREAKERS = P .. 'breakers'
+-- Operational events: entries disabled after prolonged failure or enabled again (P9).
+local K_EVENTS = P .. 'events'
 -- The leader's window state (window.lua, read by pressure), the lease and the epoch (R25).
 local K_WINDOW = P .. 'window'
 local K_LEASE = P .. 'lease'
@@ -114,10 +116,13 @@ end
 --          then options, each a word and its values (docs/commit-protocol.md):
 --          'idem', ttl_ms, then n producer idempotency keys ('' none): a hook whose key was
 --                  committed to this tenant+source within ttl_ms is not written again;
---          'sink', index: make the row of this sink entry only (resend).
+--          'sink', index: make the row of this sink entry only (resend);
+--          'events', then n event types ('' none): the entries' event filters (P9).
 -- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
 --          with 'idem': {'ok', first_hook_id, rows_per_hook, now_ms, id of hook 1 … hook n}
 --          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
+--          with 'events': {'ok', first_hook_id, rows of hook 1, now_ms, id of hook 1 … hook n,
+--          rows of hook 1 … hook n} (a hook with 0 rows matched no entry: not stored)
 --       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
@@ -137,6 +142,10 @@ end
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
 -- is idle, else it is appended behind it as a member (R10).
+-- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, or a list of
+-- event type patterns): a hook makes rows only for the entries whose gate it passes; its
+-- `n` counts those rows. A hook passing none is not stored, and counted in stats
+-- `unmatched`. Without `gates` every entry takes every hook.
 local tenant, source = ARGV[2], ARGV[3]
 local n = tonumber(ARGV[5])
 if not n or n < 1 or #ARGV < 5 + 2 * n then return {'bad_request', 'argument count'} end
@@ -151,13 +160,17 @@ if not valid_id(source) then return {'bad_request', 'source id must match [A-Za-
 local max_bytes = tonumber(redis.call('HGET', K_SETTINGS, 'max_hook_bytes') or '') or 10485760
 local asked = tonumber(ARGV[4])
 if asked and asked < max_bytes then max_bytes = asked end
-local idem_ttl, idem, only = nil, nil, nil
+local idem_ttl, idem, only, events = nil, nil, nil, nil
 local o = 6 + 2 * n
 while o <= #ARGV do
   if ARGV[o] == 'idem' and tonumber(ARGV[o + 1]) and o + 1 + n <= #ARGV then
     idem_ttl, idem = tonumber(ARGV[o + 1]), {}
     for i = 1, n do idem[i] = ARGV[o + 1 + i] end
     o = o + 2 + n
+  elseif ARGV[o] == 'events' and o + n <= #ARGV then
+    events = {}
+    for i = 1, n do events[i] = ARGV[o + i] end
+    o = o + 1 + n
   elseif ARGV[o] == 'sink' and tonumber(ARGV[o + 1]) then
     only = tonumber(ARGV[o + 1])
     o = o + 2
@@ -165,8 +178,8 @@ while o <= #ARGV do
     return {'bad_request', 'argument count'}
   end
 end
-local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes')
-local modules, lanes_json = src[1], src[2]
+local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes', 'gates')
+local modules, lanes_json, gates_json = src[1], src[2], src[3]
 if not modules then return {'unknown_source'} end
 local sinks = 0
 for _ in string.gmatch(modules, '[^,]+') do sinks = sinks + 1 end
@@ -192,11 +205,54 @@ if lanes_json then
   if not ok or type(v) ~= 'table' then return {'bad_request', 'source lanes field is not a JSON array'} end
   lanes = v
 end
+local gates = nil
+if gates_json then
+  local ok, v = pcall(cjson.decode, gates_json)
+  if not ok or type(v) ~= 'table' then return {'bad_request', 'source gates field is not a JSON array'} end
+  gates = v
+end
 local now = now_ms()
 if only and (only < 0 or only >= sinks or only ~= math.floor(only)) then return {'bad_request', 'no sink entry ' .. only} end
 if sinks == 0 then return {'ok', 0, 0, now} end
--- Idempotency: which hooks were committed already (by an earlier call or earlier in this one).
 local ids, fresh, alias = {}, {}, {}
+-- Whether a hook of event type `et` ('' none) gets a row of entry `idx` (0-based): exact
+-- patterns, and `prefix.*` matching `prefix` and `prefix.<anything>` (model::EventFilter).
+local function gate_ok(idx, et)
+  if only then return true end -- resend asks for one entry by name
+  if not gates then return true end
+  local g = gates[idx + 1]
+  if g == nil or g == true or g == cjson.null then return true end
+  if g == false or type(g) ~= 'table' or et == '' then return false end
+  for _, p in ipairs(g) do
+    if p == et then return true end
+    if string.sub(p, -2) == '.*' then
+      local pre = string.sub(p, 1, -3)
+      if et == pre or string.sub(et, 1, #pre + 1) == pre .. '.' then return true end
+    end
+  end
+  return false
+end
+-- Rows each hook gets (`rows[i]`), decided before any write.
+local rows = {}
+for i = 1, n do
+  local et = events and events[i] or ''
+  local c = 0
+  for idx = (only or 0), (only or sinks - 1) do
+    if gate_ok(idx, et) then c = c + 1 end
+  end
+  rows[i] = c
+end
+-- The reply: with 'events' every hook's id and rows; else the (uniform) rows of hook 1.
+local function reply(first_id)
+  local out = {'ok', first_id, rows[1], now}
+  if not idem and not events then return out end
+  for i = 1, n do out[#out + 1] = ids[i] end
+  if events then
+    for i = 1, n do out[#out + 1] = rows[i] end
+  end
+  return out
+end
+-- Idempotency: which hooks were committed already (by an earlier call or earlier in this one).
 if idem then
   local seen = {}
   for i = 1, n do
@@ -212,9 +268,8 @@ if idem then
     if not ids[i] and not alias[i] then fresh[#fresh + 1] = i end
   end
   if #fresh == 0 then
-    local out = {'ok', ids[1], only and 1 or sinks, now}
-    for i = 1, n do out[#out + 1] = ids[i] end
-    return out
+    for i, j in pairs(alias) do ids[i] = ids[j] end
+    return reply(ids[1])
   end
 else
   for i = 1, n do fresh[i] = i end
@@ -275,18 +330,26 @@ local function next_score()
   vt = vt + 0.001
   return s
 end
+local unmatched = 0
 for f, i in ipairs(fresh) do
   local hook = first + f - 1
   ids[i] = hook
   local body, headers = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local et = events and events[i] or ''
   local hk = k_hook(hook)
-  redis.call('HSET', hk, 'b', body, 'h', headers, 't', now, 'tn', tenant,
-    's', source, 'k', modules, 'n', only and 1 or sinks, 'z', #body)
   if idem and idem[i] ~= '' then
     redis.call('SET', k_idem(tenant, source, idem[i]), hook, 'PX', idem_ttl)
   end
+  if rows[i] == 0 then
+    unmatched = unmatched + 1
+  else
+    redis.call('HSET', hk, 'b', body, 'h', headers, 't', now, 'tn', tenant,
+      's', source, 'k', modules, 'n', rows[i], 'z', #body)
+    if et ~= '' then redis.call('HSET', hk, 'et', et) end
+  end
   local cache = {}
   for idx = (only or 0), (only or sinks - 1) do
+   if gate_ok(idx, et) then
     local row = hook .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
@@ -309,6 +372,7 @@ for f, i in ipairs(fresh) do
         redis.call('ZADD', due, next_score(), row)
       end
     end
+   end
   end
 end
 if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
@@ -316,8 +380,6 @@ redis.call('HSET', k_srcvt(tenant), source, string.format('%.3f', vt))
 for i, j in pairs(alias) do ids[i] = ids[j] end
 tenant_due(tenant, now)
 redis.call('PUBLISH', K_WAKE, tenant)
-redis.call('HINCRBY', K_STATS, 'committed', #fresh)
-if not idem then return {'ok', first, only and 1 or sinks, now} end
-local out = {'ok', ids[1], only and 1 or sinks, now}
-for i = 1, n do out[#out + 1] = ids[i] end
-return out
+redis.call('HINCRBY', K_STATS, 'committed', #fresh - unmatched)
+if unmatched > 0 then redis.call('HINCRBY', K_STATS, 'unmatched', unmatched) end
+return reply(ids[1])

@@ -1,0 +1,194 @@
+//! `sink_state.lua`: disabling a sink entry after prolonged failure and enabling it again
+//! (P9), with the operational event in the `events` stream.
+
+use super::*;
+use crate::model::Disabled;
+
+/// An operational event, as appended to the `events` stream and POSTed to
+/// `operator.events_url`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SinkEvent {
+    /// The stream entry id (`<ms>-<n>`), also the POST's `webhook-id`.
+    pub id: String,
+    /// `sink_disabled` or `sink_enabled`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+    /// The entry's index in the source's list.
+    pub sink: u32,
+    /// The entry's module.
+    pub module: String,
+    /// Why (`failing for 3012 ms since …: http 500`), empty for an enable.
+    pub reason: String,
+    /// When, Unix ms.
+    pub at_ms: i64,
+}
+
+/// What [`Store::set_sink_disabled`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkStateChange {
+    /// The entry changed state; the event was appended.
+    Changed(SinkEvent),
+    /// Nothing to do: the entry is already in that state, or it is no longer the entry asked
+    /// for (another module at that index: the source was edited).
+    Unchanged,
+}
+
+impl Store {
+    /// Disable (`disabled: Some`) or enable (`None`) entry `index` of `tenant/source`,
+    /// compare-and-set on the source's version (re-read on a concurrent edit), and append
+    /// the event to the `events` stream trimmed to about `events_max_len`. `token`: the
+    /// leader's lease token (fenced), or `None` for an operator's command. `module`, when
+    /// given, must be the entry's module (the leader's disable names the key it saw fail).
+    /// Errors: [`crate::Error::NotFound`] for an unknown source or index, `Store(Fenced)`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn set_sink_disabled(
+        &self,
+        token: Option<&str>,
+        tenant: &str,
+        source: &str,
+        index: u32,
+        module: Option<&str>,
+        disabled: Option<Disabled>,
+        events_max_len: u64,
+    ) -> Result<SinkStateChange, crate::Error> {
+        crate::model::check_id("tenant", tenant)?;
+        crate::model::check_id("source", source)?;
+        for _ in 0..8 {
+            let key = self.ks.source(tenant, source);
+            let (spec, version): (Option<String>, Option<String>) = self
+                .client()
+                .hmget(&key, vec!["spec", "version"])
+                .await
+                .map_err(StoreError::from)?;
+            let (Some(spec), Some(version)) = (spec, version) else {
+                return Err(crate::Error::NotFound(format!("source {tenant}/{source}")));
+            };
+            let mut spec: SourceSpec = serde_json::from_str(&spec).map_err(|e| {
+                crate::Error::InvalidSource(format!("stored spec of {tenant}/{source}: {e}"))
+            })?;
+            let Some(entry) = spec.sinks.get_mut(index as usize) else {
+                return Err(crate::Error::NotFound(format!(
+                    "sink entry {index} of {tenant}/{source}"
+                )));
+            };
+            // The leader disables only an entry that still asks for it (the source may have
+            // been edited since the failures began).
+            let unasked = token.is_some() && disabled.is_some() && entry.disable_after_ms.is_none();
+            if module.is_some_and(|m| m != entry.module)
+                || entry.disabled.is_some() == disabled.is_some()
+                || unasked
+            {
+                return Ok(SinkStateChange::Unchanged);
+            }
+            let at_ms = disabled
+                .as_ref()
+                .map_or_else(|| crate::scheduler::breaker::unix_ms() as i64, |d| d.at_ms);
+            let event = SinkEvent {
+                id: String::new(),
+                kind: if disabled.is_some() {
+                    "sink_disabled"
+                } else {
+                    "sink_enabled"
+                }
+                .into(),
+                tenant: tenant.into(),
+                source: source.into(),
+                sink: index,
+                module: entry.module.clone(),
+                reason: disabled
+                    .as_ref()
+                    .map(|d| d.reason.clone())
+                    .unwrap_or_default(),
+                at_ms,
+            };
+            entry.disabled = disabled.clone();
+            let json = serde_json::to_string(&spec)
+                .map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
+            let mut args: Vec<Value> = vec![
+                self.prefix(),
+                token.unwrap_or("").into(),
+                tenant.into(),
+                source.into(),
+                version.as_str().into(),
+                json.into(),
+                spec.gates_json().unwrap_or_default().into(),
+                (events_max_len.max(1) as i64).into(),
+            ];
+            for (k, v) in [
+                ("type", event.kind.clone()),
+                ("tenant", event.tenant.clone()),
+                ("source", event.source.clone()),
+                ("sink", index.to_string()),
+                ("module", event.module.clone()),
+                ("reason", event.reason.clone()),
+                ("at", at_ms.to_string()),
+            ] {
+                args.push(k.into());
+                args.push(v.into());
+            }
+            let v = self.call(&self.scripts.sink_state, args).await?;
+            match status(&v) {
+                "ok" => {
+                    let id = v.get(2).map(Value::text).unwrap_or_default();
+                    if id.is_empty() {
+                        return Err(StoreError::protocol("sink_state", "no event id").into());
+                    }
+                    return Ok(SinkStateChange::Changed(SinkEvent { id, ..event }));
+                }
+                "changed" => continue,
+                "fenced" => return Err(StoreError::Fenced.into()),
+                "unknown_source" => {
+                    return Err(crate::Error::NotFound(format!("source {tenant}/{source}")))
+                }
+                other => {
+                    return Err(
+                        StoreError::protocol("sink_state", format!("status {other:?}")).into(),
+                    )
+                }
+            }
+        }
+        Err(crate::Error::Unavailable(format!(
+            "{tenant}/{source} kept changing while entry {index} was being updated"
+        )))
+    }
+
+    /// The last `count` operational events, oldest first.
+    pub async fn sink_events(&self, count: u64) -> Result<Vec<SinkEvent>, StoreError> {
+        let v: Value = self
+            .client()
+            .xrevrange(self.ks.events(), "+", "-", Some(count))
+            .await?;
+        let mut out = Vec::new();
+        if let Value::Array(entries) = v {
+            for e in entries {
+                let Value::Array(pair) = e else { continue };
+                let (Some(id), Some(Value::Array(kv))) = (pair.first(), pair.get(1)) else {
+                    continue;
+                };
+                let mut f = std::collections::HashMap::new();
+                for c in kv.chunks(2) {
+                    if let [k, v] = c {
+                        f.insert(k.text(), v.text());
+                    }
+                }
+                let g = |k: &str| f.get(k).cloned().unwrap_or_default();
+                out.push(SinkEvent {
+                    id: id.text(),
+                    kind: g("type"),
+                    tenant: g("tenant"),
+                    source: g("source"),
+                    sink: g("sink").parse().unwrap_or(0),
+                    module: g("module"),
+                    reason: g("reason"),
+                    at_ms: g("at").parse().unwrap_or(0),
+                });
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+}

@@ -1,0 +1,459 @@
+//! Per-sink policy (P9, issue 15): event filters, retry schedules per entry, disabling an
+//! entry after prolonged failure (rate limits: `tests/policy_rate.rs`, alone in its binary). Against a real redis-server and receiver;
+//! times are the generous bounds the policies guarantee, not performance claims.
+
+mod common;
+
+use ankusa::model::{EventFilter, SinkEntry, SourceSpec};
+use ankusa::Hook;
+use common::*;
+use std::collections::{BTreeSet, HashMap};
+
+const PAYLOADS: &str = "/work/shared/data/github-webhooks";
+
+/// The real GitHub webhook bodies with their event types: the event from the file name
+/// (`<event>.<action>[.variant].payload.json`, as `x-github-event` names it) and, when the
+/// body has one, its `action` (`pull_request.opened`), as Svix-style event types read.
+fn real_payloads() -> Vec<(String, String, Vec<u8>)> {
+    let dir = std::path::Path::new(PAYLOADS);
+    assert!(
+        dir.is_dir(),
+        "{PAYLOADS} is missing: the filter test needs the real payloads"
+    );
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .expect("payload directory readable")
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let event = name.split('.').next().unwrap_or_default().to_string();
+            let body = std::fs::read(&p).expect("payload readable");
+            let action = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("action").and_then(|a| a.as_str()).map(str::to_string));
+            let event_type = match action {
+                Some(a) => format!("{event}.{a}"),
+                None => event.clone(),
+            };
+            (event, event_type, body)
+        })
+        .collect()
+}
+
+fn filtered(env: &Env, path: &str, patterns: &[&str]) -> SinkEntry {
+    SinkEntry {
+        filter: Some(EventFilter {
+            event_types: patterns.iter().map(|p| p.to_string()).collect(),
+        }),
+        ..env.http_sink(path)
+    }
+}
+
+/// Row ids (`<hook>.<sink>`) in the tenant's due set.
+fn due_rows(env: &Env, tenant: &str) -> Vec<String> {
+    env.redis_cmd(&["ZRANGE", &env.key(&format!("due:{tenant}")), "0", "-1"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sinks_filtering_push_pull_request_and_nothing_get_exactly_their_real_github_hooks() {
+    let env = Env::new().await;
+    let spec = SourceSpec {
+        sinks: vec![
+            filtered(&env, "push", &["push"]),
+            filtered(&env, "pr", &["pull_request.*"]),
+            env.http_sink("all"),
+        ],
+    };
+    env.store.put_source("octo", "github", &spec).await.unwrap();
+    let payloads = real_payloads();
+    assert_eq!(payloads.len(), 270);
+    // hook id -> event type, committed before any worker runs so Redis can be inspected.
+    let mut types: HashMap<u64, String> = HashMap::new();
+    for chunk in payloads.chunks(25) {
+        let hooks: Vec<Hook> = chunk
+            .iter()
+            .map(|(event, event_type, body)| {
+                Hook::new(body.clone())
+                    .header("content-type", "application/json")
+                    .header("x-github-event", event.clone())
+                    .event_type(event_type.clone())
+            })
+            .collect();
+        let (receipt, ids) = env
+            .producer
+            .commit_ids("octo", "github", &hooks)
+            .await
+            .unwrap();
+        assert_eq!(receipt.unmatched, 0, "the unfiltered sink takes every hook");
+        for (id, (_, event_type, _)) in ids.into_iter().zip(chunk) {
+            types.insert(id, event_type.clone());
+        }
+    }
+    let want = |pred: &dyn Fn(&str) -> bool| -> BTreeSet<String> {
+        types
+            .iter()
+            .filter(|(_, t)| pred(t))
+            .map(|(id, _)| id.to_string())
+            .collect()
+    };
+    let push = want(&|t| t == "push");
+    let pr = want(&|t| t == "pull_request" || t.starts_with("pull_request."));
+    assert_eq!(push.len(), 6, "the dataset has 6 push payloads");
+    assert_eq!(pr.len(), 27, "and 27 pull_request ones");
+    // Redis holds rows only for the matching sinks: no row, no cost for the others.
+    let rows = due_rows(&env, "octo");
+    let of_sink = |i: u32| -> BTreeSet<String> {
+        rows.iter()
+            .filter_map(|r| ankusa::model::RowId::parse(r))
+            .filter(|r| r.sink == i)
+            .map(|r| r.hook.to_string())
+            .collect()
+    };
+    assert_eq!(of_sink(0), push);
+    assert_eq!(of_sink(1), pr);
+    assert_eq!(of_sink(2).len(), 270);
+    assert_eq!(rows.len(), 270 + 6 + 27);
+    // Each hook counts only the rows written, so settling its last one deletes it.
+    let some_push: u64 = push.iter().next().unwrap().parse().unwrap();
+    assert_eq!(
+        env.redis_cmd(&["HGET", &env.key(&format!("hook:{some_push}")), "n"]),
+        "2"
+    );
+
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = |path: &str| -> BTreeSet<String> {
+        let reqs = env.receiver.requests_for(path);
+        let ids: BTreeSet<String> = reqs
+            .iter()
+            .map(|r| r.header("ankusa-hook-id").unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(ids.len(), reqs.len(), "{path}: no duplicates");
+        ids
+    };
+    assert_eq!(got("push"), push);
+    assert_eq!(got("pr"), pr);
+    assert_eq!(got("all").len(), 270);
+    let t = env.store.totals().await.unwrap();
+    assert_eq!((t.delivered, t.dead_lettered), (270 + 6 + 27, 0));
+    // Every hook was finished by its last written row: nothing is left behind.
+    assert!(
+        env.keys().iter().all(|k| !k.contains(":hook:")),
+        "{:?}",
+        env.keys()
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_no_entry_takes_is_counted_and_reported_not_stored_and_not_an_error() {
+    let env = Env::new().await;
+    let spec = SourceSpec {
+        sinks: vec![filtered(&env, "push", &["push"])],
+    };
+    env.store.put_source("acme", "gh", &spec).await.unwrap();
+    let hooks = vec![
+        Hook::new("a").event_type("issues.opened"),
+        Hook::new("b").event_type("push"),
+        Hook::new("c"),
+    ];
+    let (receipt, ids) = env.producer.commit_ids("acme", "gh", &hooks).await.unwrap();
+    assert_eq!(receipt.unmatched, 2);
+    assert_eq!(receipt.rows_per_hook, 0, "rows of the first hook");
+    assert_eq!(ids.len(), 3);
+    assert_eq!(due_rows(&env, "acme"), vec![format!("{}.0", ids[1])]);
+    let hook_keys: Vec<String> = env
+        .keys()
+        .into_iter()
+        .filter(|k| k.contains(":hook:"))
+        .collect();
+    assert_eq!(hook_keys, vec![env.key(&format!("hook:{}", ids[1]))]);
+    assert_eq!(
+        env.redis_cmd(&["HGET", &env.key("stats"), "unmatched"]),
+        "2"
+    );
+    // Without event types every hook of a call gets the same rows: here none.
+    let r = env
+        .producer
+        .commit("acme", "gh", Hook::new("d"))
+        .await
+        .unwrap();
+    assert_eq!((r.rows_per_hook, r.unmatched), (0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_policies_are_refused_at_source_put_naming_the_field() {
+    let env = Env::new().await;
+    let cases: Vec<(serde_json::Value, &str)> = vec![
+        (
+            serde_json::json!({"filter": {"event_types": []}}),
+            "sinks[0].filter.event_types",
+        ),
+        (
+            serde_json::json!({"filter": {"event_types": ["a*"]}}),
+            "sinks[0].filter.event_types",
+        ),
+        (
+            serde_json::json!({"retry": {"schedule_ms": [0]}}),
+            "sinks[0].retry.schedule_ms",
+        ),
+        (
+            serde_json::json!({"retry": {"jitter": 2.0}}),
+            "sinks[0].retry.jitter",
+        ),
+        (
+            serde_json::json!({"rate_limit": {"per_second": 0}}),
+            "sinks[0].rate_limit.per_second",
+        ),
+        (
+            serde_json::json!({"rate_limit": {"per_second": 5, "burst": 0}}),
+            "sinks[0].rate_limit.burst",
+        ),
+        (
+            serde_json::json!({"disable_after_ms": 0}),
+            "sinks[0].disable_after_ms",
+        ),
+    ];
+    for (extra, field) in cases {
+        let mut entry = serde_json::to_value(env.http_sink("x")).unwrap();
+        for (k, v) in extra.as_object().unwrap() {
+            entry[k] = v.clone();
+        }
+        let spec: SourceSpec =
+            serde_json::from_value(serde_json::json!({ "sinks": [entry] })).unwrap();
+        let err = env
+            .store
+            .put_source("acme", "s", &spec)
+            .await
+            .expect_err(field)
+            .to_string();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_schedule_sets_its_attempt_gaps_and_attempts_while_the_other_keeps_the_global_policy(
+) {
+    use ankusa::model::EntryRetry;
+    use ankusa::testkit::Behavior;
+    let env = Env::new().await; // global: 20 ms doubling to 200 ms, no attempt limit
+    env.receiver.set("sched", Behavior::Status(500));
+    env.receiver.set("global", Behavior::Status(500));
+    let spec = SourceSpec {
+        sinks: vec![
+            SinkEntry {
+                retry: Some(EntryRetry {
+                    schedule_ms: Some(vec![200, 400]),
+                    max_attempts: Some(3),
+                    ..EntryRetry::default()
+                }),
+                ..env.http_sink("sched")
+            },
+            env.http_sink("global"),
+        ],
+    };
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    let hook = env.commit("acme", "s", "{}").await;
+    let worker = env.worker().await;
+    let dead = {
+        let deadline = std::time::Instant::now() + LIVENESS;
+        loop {
+            let d = env.dead_letters("acme").await;
+            if !d.is_empty() || std::time::Instant::now() > deadline {
+                break d;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(
+        (
+            dead[0].get("row"),
+            dead[0].get("reason"),
+            dead[0].get("attempts")
+        ),
+        (
+            format!("{hook}.0"),
+            "max_attempts(http)".to_string(),
+            "3".to_string()
+        )
+    );
+    let reqs = env.receiver.requests_for("sched");
+    assert_eq!(reqs.len(), 3, "3 attempts, then the dead letter");
+    let gaps: Vec<u128> = reqs
+        .windows(2)
+        .map(|w| w[1].at.duration_since(w[0].at).as_millis())
+        .collect();
+    // Lower bounds are the schedule's (no jitter); upper bounds only generous liveness.
+    assert!((195..2_000).contains(&gaps[0]), "gaps {gaps:?}");
+    assert!((395..3_000).contains(&gaps[1]), "gaps {gaps:?}");
+    // The other entry keeps the global policy: its first retry comes after about 20 ms,
+    // not 200, and `max_attempts = 3` is not its limit.
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r
+                .iter()
+                .filter(|r| r.path.ends_with("global"))
+                .count()
+                >= 5)
+            .await
+    );
+    let g = env.receiver.requests_for("global");
+    let first_gap = g[1].at.duration_since(g[0].at).as_millis();
+    assert!(first_gap < 190, "global first gap {first_gap} ms");
+    assert_eq!(
+        env.dead_letters("acme").await.len(),
+        1,
+        "only the scheduled entry's row"
+    );
+    worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_failing_for_disable_after_ms_is_disabled_dead_lettered_announced_and_enabled_again(
+) {
+    use ankusa::testkit::Behavior;
+    use std::time::{Duration, Instant};
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let env = Env::new().await;
+    let mut config = env.config.clone();
+    config.operator.events_url = Some(env.receiver.url("ops"));
+    config.operator.signing_secret = Some(SECRET.into());
+    env.receiver.set("bad", Behavior::Status(500));
+    let spec = SourceSpec {
+        sinks: vec![
+            SinkEntry {
+                disable_after_ms: Some(3_000),
+                ..env.http_sink("bad")
+            },
+            env.http_sink("good"),
+        ],
+    };
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    let ids = env.commit_n("acme", "s", 5).await;
+    let worker = ankusa::Worker::start(config, Some("test"))
+        .await
+        .expect("worker starts");
+    // Disabled after about 3 s of continuous failure (breakers open meanwhile: default 5
+    // failures, so the disable cannot wait for attempts).
+    let deadline = Instant::now() + LIVENESS;
+    let spec = loop {
+        let s = env.store.get_source("acme", "s").await.unwrap().unwrap();
+        if s.sinks[0].disabled.is_some() || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let first_failure = env.receiver.requests_for("bad")[0].at;
+    let after = first_failure.elapsed();
+    let mark = spec.sinks[0].disabled.clone().expect("entry 0 disabled");
+    assert!(mark.reason.contains("http 500"), "{mark:?}");
+    assert!(spec.sinks[1].disabled.is_none());
+    assert!(
+        after >= Duration::from_millis(2_900),
+        "disabled {after:?} after the first failure"
+    );
+    assert!(
+        after < Duration::from_secs(10),
+        "disabled only {after:?} after the first failure"
+    );
+    // Its rows are dead-lettered sink_disabled(0) (queued ones at once, parked ones when due).
+    let deadline = Instant::now() + LIVENESS;
+    let dead = loop {
+        let d = env.dead_letters("acme").await;
+        if d.len() >= 5 || Instant::now() > deadline {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let rows: BTreeSet<String> = dead.iter().map(|d| d.get("row")).collect();
+    let want: BTreeSet<String> = ids.iter().map(|h| format!("{h}.0")).collect();
+    assert_eq!(rows, want);
+    assert!(
+        dead.iter().all(|d| d.get("reason") == "sink_disabled(0)"),
+        "{dead:?}"
+    );
+    assert_eq!(env.receiver.count_for("good"), 5);
+    // The operational event: in the stream, and POSTed signed to the operator's URL.
+    let events = env.store.sink_events(10).await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let ev = &events[0];
+    assert_eq!(
+        (
+            ev.kind.as_str(),
+            ev.tenant.as_str(),
+            ev.source.as_str(),
+            ev.sink,
+            ev.module.as_str()
+        ),
+        ("sink_disabled", "acme", "s", 0, "http")
+    );
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r.iter().any(|r| r.path == "ops"))
+            .await
+    );
+    let post = &env.receiver.requests_for("ops")[0];
+    let body = serde_json::to_vec(ev).unwrap();
+    assert_eq!(post.body_sha256, sha256_hex(&body), "the event as stored");
+    assert_eq!(post.header("webhook-id"), Some(ev.id.as_str()));
+    let ts: u64 = post.header("webhook-timestamp").unwrap().parse().unwrap();
+    let key = ankusa::sinks::signing::SigningKey::parse(SECRET).unwrap();
+    assert_eq!(
+        post.header("webhook-signature"),
+        Some(key.sign(&ev.id, ts, &body).as_str())
+    );
+    // New hooks skip the disabled entry.
+    let r = env
+        .producer
+        .commit("acme", "s", Hook::new("later"))
+        .await
+        .unwrap();
+    assert_eq!(r.rows_per_hook, 1);
+    env.drain(&worker).await;
+    assert_eq!(env.receiver.count_for("good"), 6);
+    // `source enable` restores it (the CLI and admin API call the same operation), and
+    // the sink_disabled dead letters replay once the endpoint answers.
+    env.receiver.set("bad", Behavior::Ok);
+    let bad_before = env.receiver.count_for("bad");
+    let en = ankusa::ops::enable_sink(&env.store, "acme", "s", 0, 100)
+        .await
+        .unwrap();
+    assert!(en.was_disabled);
+    let spec = env.store.get_source("acme", "s").await.unwrap().unwrap();
+    assert!(spec.sinks[0].disabled.is_none());
+    assert_eq!(
+        env.store.sink_events(10).await.unwrap()[1].kind,
+        "sink_enabled"
+    );
+    let r = env
+        .producer
+        .commit("acme", "s", Hook::new("again"))
+        .await
+        .unwrap();
+    assert_eq!(r.rows_per_hook, 2);
+    env.drain(&worker).await;
+    assert_eq!(env.receiver.count_for("bad"), bad_before + 1);
+    // The sink_disabled dead letters are replayable: now the endpoint answers, they arrive.
+    let filter = ankusa::dlq::Filter {
+        tenant: Some("acme".into()),
+        reason: Some("sink_disabled".into()),
+        ..Default::default()
+    };
+    let report = ankusa::dlq::replay(&env.store, &filter, &Default::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.replayed, 5, "{report:?}");
+    env.drain(&worker).await;
+    assert_eq!(env.receiver.count_for("bad"), bad_before + 6);
+    assert!(env.dead_letters("acme").await.is_empty());
+    worker.shutdown().await;
+}
