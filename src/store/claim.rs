@@ -36,6 +36,11 @@ pub struct ClaimResult {
     /// The byte window stopped the claim short (R5): a due row's hook did not fit, so the
     /// next claim waits for an outcome to free room rather than for the next due time.
     pub bytes_full: bool,
+    /// How long the script ran, by Redis' clock (µs): what the page adapts to (issue 17.11).
+    pub script_us: u64,
+    /// The time budget stopped the lane sweep or the page before it was full (issue 17.11):
+    /// more rows may be due right away.
+    pub budget_stopped: bool,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
 }
@@ -84,6 +89,28 @@ impl Store {
         rooms: &[(&str, usize)],
         bytes: Option<&ByteRooms>,
     ) -> Result<ClaimResult, StoreError> {
+        self.claim_budgeted(token, epoch, page, default_room, skip, rooms, bytes, None)
+            .await
+    }
+
+    /// [`Store::claim_within`] under a time budget (issue 17.11): once 3/5 of `budget` has
+    /// passed by Redis' clock, the lane sweep stops and the page stops after the tenant (or
+    /// the 32nd row of one) being claimed, so one call stays within the budget whatever the
+    /// number of tenants due; a tenant the page did not reach keeps its place in line and
+    /// goes first next scan. At least one tenant is always visited. `None`: no budget.
+    /// Errors: [`StoreError::Fenced`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn claim_budgeted(
+        &self,
+        token: &str,
+        epoch: u64,
+        page: usize,
+        default_room: usize,
+        skip: &[&str],
+        rooms: &[(&str, usize)],
+        bytes: Option<&ByteRooms>,
+        budget: Option<Duration>,
+    ) -> Result<ClaimResult, StoreError> {
         let mut args = Vec::with_capacity(8 + skip.len() + 2 * rooms.len());
         args.extend([
             self.prefix(),
@@ -114,6 +141,10 @@ impl Store {
                 args.push((if *empty { "1" } else { "0" }).into());
             }
         }
+        if let Some(b) = budget {
+            args.push("budget".into());
+            args.push((b.as_micros().clamp(1, i64::MAX as u128) as i64).into());
+        }
         let v = self.call(&self.scripts.claim, args).await?;
         match status(&v) {
             "ok" => {}
@@ -129,9 +160,17 @@ impl Store {
             lanes_promoted: opt(v.get(5)).unwrap_or(0) as u64,
             claim_token: opt(v.get(6)).unwrap_or(0) as u64,
             bytes_full: opt(v.get(7)).unwrap_or(0) == 1,
-            rows: Vec::with_capacity((v.len().saturating_sub(8)) / 4),
+            script_us: opt(v.get(8)).unwrap_or(0) as u64,
+            budget_stopped: opt(v.get(9)).unwrap_or(0) == 1,
+            rows: Vec::with_capacity((v.len().saturating_sub(10)) / 4),
         };
-        for c in v[8.min(v.len())..].chunks_exact(4) {
+        if v.len() < 10 || (v.len() - 10) % 4 != 0 {
+            return Err(StoreError::protocol(
+                "claim",
+                format!("{} fields in the reply", v.len()),
+            ));
+        }
+        for c in v[10..].chunks_exact(4) {
             res.rows.push(ClaimedRow {
                 tenant: c[0].text(),
                 row: c[1].text(),

@@ -50,7 +50,7 @@ pub use lease::LeaseAcquire;
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
-pub use settle::{Outcome, SettleOp};
+pub use settle::{Outcome, SettleOp, Settled};
 
 /// A connection to one partition of one instance.
 #[derive(Clone)]
