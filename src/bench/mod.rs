@@ -77,6 +77,15 @@ pub struct BenchArgs {
     /// preempted Redis logs even a one-key `DEL` as slow. 0 leaves it as started.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub redis_nice: i32,
+    /// Run the `--scripts` scenario's redis-server under `SCHED_FIFO` (needs root or
+    /// CAP_SYS_NICE): on a loaded machine, `SLOWLOG` then measures the scripts rather than
+    /// the scheduler.
+    #[arg(long)]
+    pub redis_fifo: bool,
+    /// `dispatch.script_budget_ms` of the `--scripts` scenario's worker (default: the
+    /// worker's default, 5).
+    #[arg(long)]
+    pub script_budget_ms: Option<u64>,
 }
 
 /// `history.enabled` of the bench's workers (set once by [`run`] from `--no-history`).
@@ -395,8 +404,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
-/// Spawn `ankusa worker` (this executable) with the config text `cfg`, logging to
-/// `<dir>/<name>.log`.
+/// Spawn `ankusa worker` (this executable, or `$ANKUSA_BENCH_WORKER`) with the config text
+/// `cfg`, logging to `<dir>/<name>.log`.
 fn spawn_worker_config(
     dir: &tempfile::TempDir,
     name: &str,
@@ -404,7 +413,12 @@ fn spawn_worker_config(
 ) -> Result<WorkerChild, Error> {
     let path = dir.path().join(format!("{name}.toml"));
     std::fs::write(&path, cfg).map_err(|e| Error::Other(e.to_string()))?;
-    let exe = std::env::current_exe().map_err(|e| Error::Other(e.to_string()))?;
+    // `ANKUSA_BENCH_WORKER`: another build as the worker (e.g. the commit before a change),
+    // for a before/after comparison in the same harness.
+    let exe = match std::env::var_os("ANKUSA_BENCH_WORKER") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe().map_err(|e| Error::Other(e.to_string()))?,
+    };
     let log = std::fs::File::create(dir.path().join(format!("{name}.log")))
         .map_err(|e| Error::Other(e.to_string()))?;
     let child = Command::new(exe)
