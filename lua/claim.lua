@@ -7,10 +7,16 @@
 -- then     optionally the byte window (R5): 'bytes', global room (bytes), alone (1 when
 --          nothing is claimed), default tenant room (bytes), b, then b triples: tenant id,
 --          room (bytes), 1 when the tenant has nothing claimed else 0
+-- then     optionally the time budget (issue 17.11): 'budget', µs. Once 3/5 of it has
+--          passed (Redis `TIME`), the sweep stops, and the page stops after the tenant (or
+--          the 32nd row of one) being claimed; a tenant not reached keeps its place in line
+--          and goes first next scan. The rest of the budget covers re-filing the tenants
+--          visited (two commands each, against five or more for the visit).
 -- Returns  {'fenced'}
 --       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, lane members|-1 (no sweep ran),
 --           lanes promoted by the sweep, claim token, 1|0 (the byte window stopped a
---           tenant or the page), then per claimed row:
+--           tenant or the page), µs this call took (Redis clock), 1|0 (the budget stopped
+--           the sweep or the page), then per claimed row:
 --           tenant, row id, attempts, first attempt ms|'' }
 -- Lane sweep (R12), only while the partition holds any lane member (one GET otherwise):
 -- a bounded random sample of lanes with members; a lane whose head is neither due nor
@@ -23,6 +29,7 @@
 -- Each claimed row is scored in `claimed` with this call's claim token (the next value of
 -- `claim_seq`, above every token of an earlier term), so an outcome carrying an older
 -- token, e.g. a batch re-sent after a lost reply, never applies to this claim (P6).
+local t0 = clock_us()
 if fenced(ARGV[2]) then return {'fenced'} end
 local ctok = redis.call('INCR', K_CLAIM_SEQ)
 local page = tonumber(ARGV[4])
@@ -43,16 +50,33 @@ i = i + 2 * r + 1
 -- at all, for its tenant when the tenant has nothing claimed.
 local brest, balone, bdefault = nil, false, 0
 local broom, bempty = {}, {}
-if ARGV[i] == 'bytes' then
-  brest = tonumber(ARGV[i + 1]) or 0
-  balone = ARGV[i + 2] == '1'
-  bdefault = tonumber(ARGV[i + 3]) or 0
-  local b = tonumber(ARGV[i + 4]) or 0
-  for j = 1, b do
-    local k = i + 4 + 3 * (j - 1)
-    broom[ARGV[k + 1]] = tonumber(ARGV[k + 2]) or 0
-    bempty[ARGV[k + 1]] = ARGV[k + 3] == '1'
+local budget = nil
+while ARGV[i] do
+  if ARGV[i] == 'bytes' then
+    brest = tonumber(ARGV[i + 1]) or 0
+    balone = ARGV[i + 2] == '1'
+    bdefault = tonumber(ARGV[i + 3]) or 0
+    local b = tonumber(ARGV[i + 4]) or 0
+    for j = 1, b do
+      local k = i + 4 + 3 * (j - 1)
+      broom[ARGV[k + 1]] = tonumber(ARGV[k + 2]) or 0
+      bempty[ARGV[k + 1]] = ARGV[k + 3] == '1'
+    end
+    i = i + 5 + 3 * b
+  elseif ARGV[i] == 'budget' then
+    budget = tonumber(ARGV[i + 1])
+    i = i + 2
+  else
+    break
   end
+end
+-- The time budget (issue 17.11): true once 3/5 of it has passed; sticky.
+local out_of_time = false
+local function over_budget()
+  if budget and not out_of_time and (clock_us() - t0) * 5 >= budget * 3 then
+    out_of_time = true
+  end
+  return out_of_time
 end
 local claimed_rows = 0
 -- The size a row's hook holds in the window: the hook's `z` (its body's length).
@@ -70,7 +94,7 @@ local now = now_ms()
 -- Due means scored before the next millisecond: commit spreads one call's rows over
 -- fractions of a ms (per-source virtual time, 1 µs a row) to order them, not to delay them.
 local horizon = '(' .. (now + 1)
-local out = {'ok', now, -1, -1, -1, 0, ctok, 0}
+local out = {'ok', now, -1, -1, -1, 0, ctok, 0, 0, 0}
 local oldest = -1
 
 local members = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
@@ -83,7 +107,9 @@ if members > 0 then
       local head = redis.call('GET', k_lanehead(lane))
       local alive = head and (redis.call('ZSCORE', k_due(t), head) or redis.call('ZSCORE', K_CLAIMED, t .. '/' .. head))
       if not alive and promote(lane, t, now) then promoted = promoted + 1 end
+      if over_budget() then break end
     end
+    if out_of_time then break end
   end
   out[5] = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
   out[6] = promoted
@@ -102,14 +128,21 @@ if page > 0 then
 end
 
 local taken = {}
+local visited, was_visited = {}, {}
+-- The budget stops the page only once a tenant was visited, so every call makes progress.
+local function stop_now() return #visited > 0 and over_budget() end
 local left = page
 local hungry = active
 local page_full = false
-while left > 0 and #hungry > 0 and not page_full do
+while left > 0 and #hungry > 0 and not page_full and not stop_now() do
   local share = math.max(1, math.floor(left / #hungry))
   local next_hungry = {}
   for _, t in ipairs(hungry) do
-    if left <= 0 or page_full then break end
+    if left <= 0 or page_full or stop_now() then break end
+    if not was_visited[t] then
+      was_visited[t] = true
+      visited[#visited + 1] = t
+    end
     local got = taken[t] or 0
     local want = math.min(share, left, (room[t] or default_room) - got)
     if want > 0 then
@@ -117,12 +150,20 @@ while left > 0 and #hungry > 0 and not page_full do
       local rows = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, want)
       local n = #rows / 2
       local stopped = false
-      if brest then
-        local tb = broom[t] or bdefault
-        local tempty = broom[t] == nil or bempty[t]
-        local fit = 0
-        for j = 1, n do
-          local z = row_bytes(rows[2 * j - 1])
+      local tb = broom[t] or bdefault
+      local tempty = broom[t] == nil or bempty[t]
+      local fit = 0
+      local states = {}
+      for j = 1, n do
+        -- The budget cuts a large share every 32 rows (the first 32 are always taken), so
+        -- it counts everything a row costs up to there: its size and its state.
+        if j % 32 == 1 and j > 1 and over_budget() then
+          stopped = true
+          break
+        end
+        local row = rows[2 * j - 1]
+        if brest then
+          local z = row_bytes(row)
           local global_ok = z <= brest or (balone and claimed_rows == 0)
           local tenant_ok = z <= tb or (tempty and got + fit == 0)
           if not (global_ok and tenant_ok) then
@@ -134,12 +175,23 @@ while left > 0 and #hungry > 0 and not page_full do
           brest = (z <= brest) and (brest - z) or 0
           tb = (z <= tb) and (tb - z) or 0
           claimed_rows = claimed_rows + 1
-          fit = fit + 1
         end
+        -- A row state written by other means that cannot be read (not a hash, or an
+        -- attempt count that is not a number) is deleted and the row starts over, rather
+        -- than failing the scan (or outliving the row: settle deletes it by its count).
+        local st = redis.pcall('HMGET', k_row(row), 'a', 'f')
+        if st.err or (st[1] and not tonumber(st[1])) then
+          redis.call('DEL', k_row(row))
+          st = {}
+        end
+        fit = fit + 1
+        states[fit] = st
+      end
+      if brest then
         broom[t] = tb
         bempty[t] = false
-        n = fit
       end
+      n = fit
       if n > 0 then
         local first_score = tonumber(rows[2])
         if oldest < 0 or first_score < oldest then oldest = first_score end
@@ -157,17 +209,9 @@ while left > 0 and #hungry > 0 and not page_full do
         redis.call('ZADD', K_CLAIMED, unpack(claims))
       end
       for j = 1, n do
-        local row = rows[2 * j - 1]
-        -- A row state written by other means that cannot be read (not a hash, or an
-        -- attempt count that is not a number) is deleted and the row starts over, rather
-        -- than failing the scan (or outliving the row: settle deletes it by its count).
-        local st = redis.pcall('HMGET', k_row(row), 'a', 'f')
-        if st.err or (st[1] and not tonumber(st[1])) then
-          redis.call('DEL', k_row(row))
-          st = {}
-        end
+        local st = states[j]
         out[#out + 1] = t
-        out[#out + 1] = row
+        out[#out + 1] = rows[2 * j - 1]
         out[#out + 1] = tonumber(st[1]) or 0
         out[#out + 1] = st[2] or ''
       end
@@ -182,8 +226,9 @@ while left > 0 and #hungry > 0 and not page_full do
 end
 
 -- Re-file every visited tenant: gone when empty, at the back when still due,
--- at its next due time otherwise.
-for _, t in ipairs(active) do
+-- at its next due time otherwise. A tenant the budget did not let the page reach keeps its
+-- place (it is due, in front of every tenant served here).
+for _, t in ipairs(visited) do
   local first = redis.call('ZRANGE', k_due(t), 0, 0, 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', K_TENANTS, t)
@@ -204,4 +249,6 @@ for j = 1, #head / 2 do
   end
 end
 out[4] = oldest
+out[9] = clock_us() - t0
+out[10] = out_of_time and 1 or 0
 return out

@@ -1,6 +1,11 @@
 -- settle.lua — record a batch of attempt outcomes in one call (R3, R4, R8, R9).
 -- KEYS[1]  lease key (fencing, R25)
 -- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch (informational; the claim tokens decide)
+-- ARGV[4]  time budget, µs (issue 17.11); 0 = none. Once 3/5 of it has passed (Redis
+--          `TIME`, checked every 16 outcomes) the call stops taking outcomes: the first
+--          `processed` are applied or skipped, the rest are left untouched (their rows stay
+--          claimed under their tokens) for the caller to send again. The rest of the budget
+--          covers the work per call after the outcomes (history trim, blob handover).
 -- then     8 fields per outcome: op, tenant, row id, claim token, x, attempts,
 --          first attempt ms, last error
 --          op 'D' delivered        (the only way a row is deleted, invariant 1)
@@ -15,7 +20,8 @@
 --          an applied outcome is appended to its hook's `attempts` list, and with "keep" a
 --          delivered hook is kept (as `kept:<hook>`) for resend; both expire after "age" and
 --          the tenant's `history` index keeps at most "max" hooks.
--- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, claim-check refs…}
+-- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, processed (outcomes looked
+--          at, from the first), µs this call took (Redis clock), claim-check refs…}
 --          (up to 100 refs in `blob_retain` whose retention is over: blobs for the caller
 --          to delete, R18; the `cc` of every hook this call deleted, and the refs a
 --          dead-letter purge left in `blob_gc`, go to `blob_retain` first)
@@ -27,7 +33,9 @@
 -- its claim token (the token of the claim call that handed the row out, claim.lua) is
 -- skipped, so a batch re-sent after a lost reply (or a NOSCRIPT reload) is never applied
 -- twice, not even to a later claim of the same row in the same term.
+local t0 = clock_us()
 if fenced(ARGV[2]) then return {'fenced'} end
+local budget = tonumber(ARGV[4]) or 0
 local now = now_ms()
 local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
@@ -44,9 +52,9 @@ end
 
 -- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
 local W = 8
-local n = math.floor((#ARGV - 3) / W)
+local n = math.floor((#ARGV - 4) / W)
 local hist, recs, touched = nil, {}, {}
-if (#ARGV - 3) % W == 1 then
+if (#ARGV - 4) % W == 1 then
   local ok, v = pcall(cjson.decode, ARGV[#ARGV])
   if ok and type(v) == 'table' and tonumber(v.age) and tonumber(v.max) then
     hist = v
@@ -64,7 +72,7 @@ local function remember(tenant, hook)
   touched[tenant] = true
 end
 local members = {}
-for j = 0, n - 1 do members[j + 1] = ARGV[5 + W * j] .. '/' .. ARGV[6 + W * j] end
+for j = 0, n - 1 do members[j + 1] = ARGV[6 + W * j] .. '/' .. ARGV[7 + W * j] end
 local scores = {}
 for c = 1, n, 1000 do
   local s = redis.call('ZMSCORE', K_CLAIMED, unpack(members, c, math.min(c + 999, n)))
@@ -130,8 +138,13 @@ end
 
 local done = {}
 local seen = {}
+local processed = n
 for j = 0, n - 1 do
-  local i = 4 + W * j
+  if budget > 0 and j > 0 and j % 16 == 0 and (clock_us() - t0) * 5 >= budget * 3 then
+    processed = j
+    break
+  end
+  local i = 5 + W * j
   local op, tenant, row, ctok = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local x, attempts, first, err = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   local member = members[j + 1]
@@ -187,12 +200,16 @@ end
 for c = 1, #done, 1000 do
   redis.call('ZREM', K_CLAIMED, unpack(done, c, math.min(c + 999, #done)))
 end
--- History retention: by age, then the oldest hooks past "max" lose their records.
+-- History retention: by age, then the oldest hooks past "max" lose their records. The
+-- hooks popped per call are bounded by the outcomes it applied plus 100 (issue 17.11: a
+-- lowered "max" trims over several calls rather than in one long one).
+local pops = #done + 100
 for t in pairs(touched) do
   local hk = k_history(t)
   redis.call('ZREMRANGEBYSCORE', hk, '-inf', now - hist.age)
-  local over = redis.call('ZCARD', hk) - hist.max
+  local over = math.min(redis.call('ZCARD', hk) - hist.max, pops)
   if over > 0 then
+    pops = pops - over
     local gone = redis.call('ZPOPMIN', hk, over)
     for g = 1, #gone, 2 do redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g])) end
   end
@@ -211,6 +228,6 @@ if #old > 0 then
   redis.call('ZREM', K_BLOB_RETAIN, unpack(old))
   for _, b in ipairs(old) do blobs[#blobs + 1] = b end
 end
-local out = {'ok', applied, skipped, released}
+local out = {'ok', applied, skipped, released, processed, clock_us() - t0}
 for _, b in ipairs(blobs) do out[#out + 1] = b end
 return out

@@ -156,6 +156,18 @@ pub fn describe() {
     );
     describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
     describe_gauge!(
+        "ankusa_claim_page_rows",
+        "Rows the next claim may take: dispatch.batch at most, adapted to dispatch.script_budget_ms."
+    );
+    describe_gauge!(
+        "ankusa_settle_page_outcomes",
+        "Outcomes the next settle call may take: dispatch.settle_batch at most, adapted to dispatch.script_budget_ms."
+    );
+    describe_counter!(
+        "ankusa_script_budget_stops_total",
+        "Claim or settle calls cut short by their time budget, by script (claim, settle)."
+    );
+    describe_gauge!(
         "ankusa_breakers_open",
         "Sink keys whose breaker is open or probing (their rows are parked, R16)."
     );
@@ -334,6 +346,9 @@ pub fn init_series() {
         "ankusa_lane_sweep_promotions_total",
     ] {
         metrics::counter!(name).increment(0);
+    }
+    for script in ["claim", "settle"] {
+        metrics::counter!("ankusa_script_budget_stops_total", "script" => script).increment(0);
     }
     for name in [
         "ankusa_breakers_open",

@@ -284,6 +284,11 @@ impl Config {
         );
         p.check(d.poll_ms > 0, "dispatch.poll_ms", gt0);
         p.check(d.settle_batch > 0, "dispatch.settle_batch", gt0);
+        p.check(
+            (1..=1000).contains(&d.script_budget_ms),
+            "dispatch.script_budget_ms",
+            "must be 1..=1000",
+        );
         for (name, t) in &d.tenants {
             let key = format!("dispatch.tenants.{name}");
             p.check(

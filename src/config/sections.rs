@@ -126,6 +126,11 @@ pub struct DispatchConfig {
     pub poll_ms: u64,
     /// Most outcomes written in one settle batch (one script call); > 0. Default 1000 (R4).
     pub settle_batch: usize,
+    /// Time budget of one claim or settle script call, ms, by Redis' clock (a script blocks
+    /// every other client of Redis while it runs): a call stops taking tenants, rows or
+    /// outcomes once 3/5 of it has passed, and the pages adapt so calls stay under 4/5 of it
+    /// (`batch` and `settle_batch` are the upper bounds); 1..=1000. Default 5 (issue 17.11).
+    pub script_budget_ms: u64,
     /// Per-tenant windows keyed by tenant id, plus `"default"` for every tenant without an entry
     /// (R14). Resolve them with [`DispatchConfig::tenant_limits`]. Default empty.
     pub tenants: BTreeMap<String, TenantLimits>,
@@ -433,6 +438,7 @@ impl Default for DispatchConfig {
             breaker_max_open_ms: 300_000,
             poll_ms: 1_000,
             settle_batch: 1_000,
+            script_budget_ms: 5,
             tenants: BTreeMap::new(),
         }
     }

@@ -412,3 +412,15 @@ fn url_redaction_covers_every_user_info_shape() {
         "unix:///tmp/redis.sock"
     );
 }
+
+#[test]
+fn the_script_budget_is_between_one_millisecond_and_one_second() {
+    assert_eq!(Config::default().dispatch.script_budget_ms, 5);
+    for bad in ["0", "1001"] {
+        assert_eq!(
+            problems(&format!("[dispatch]\nscript_budget_ms = {bad}\n")),
+            vec!["dispatch.script_budget_ms: must be 1..=1000".to_string()]
+        );
+    }
+    assert!(problems("[dispatch]\nscript_budget_ms = 1\n").is_empty());
+}

@@ -40,6 +40,7 @@ impl Session {
         let tx = self.tx.clone();
         let health = self.ctx.health.clone();
         let claim_page = self.claim_page.clone();
+        let budget = Duration::from_millis(self.cfg.dispatch.script_budget_ms);
         tokio::spawn(async move {
             let started = Instant::now();
             let r = claim_and_prepare(
@@ -51,13 +52,22 @@ impl Session {
                 &skip,
                 &tight,
                 &bytes,
+                budget,
             )
             .await;
             health.record_write("claim", &r);
             if let Ok(p) = &r {
+                // Issue 17.11: the page follows the script's own time (Redis' clock), not
+                // the round trip, which a busy network or client would inflate.
                 let got = p.claim.rows.len();
-                let next = slots::adapt_page(page_size, got, p.script_time, max_page);
+                let took = Duration::from_micros(p.claim.script_us);
+                let next = slots::adapt_page(page_size, got, took, max_page, budget);
                 claim_page.store(next, std::sync::atomic::Ordering::Relaxed);
+                metrics::gauge!("ankusa_claim_page_rows").set(next as f64);
+                if p.claim.budget_stopped {
+                    metrics::counter!("ankusa_script_budget_stops_total", "script" => "claim")
+                        .increment(1);
+                }
             }
             metrics::histogram!("ankusa_scan_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
@@ -80,12 +90,12 @@ pub(super) async fn claim_and_prepare(
     skip: &[String],
     rooms: &[(String, usize)],
     bytes: &crate::store::ByteRooms,
+    budget: Duration,
 ) -> Result<Prepared, StoreError> {
     let skip_refs: Vec<&str> = skip.iter().map(String::as_str).collect();
     let room_refs: Vec<(&str, usize)> = rooms.iter().map(|(t, r)| (t.as_str(), *r)).collect();
-    let called = Instant::now();
     let claim = store
-        .claim_within(
+        .claim_budgeted(
             token,
             epoch,
             page,
@@ -93,10 +103,10 @@ pub(super) async fn claim_and_prepare(
             &skip_refs,
             &room_refs,
             Some(bytes),
+            Some(budget),
         )
         .await?;
     let claimed_at = Instant::now();
-    let script_time = claimed_at - called;
     let now = claim.now_ms;
 
     let ids: Vec<Option<RowId>> = claim.rows.iter().map(|r| RowId::parse(&r.row)).collect();
@@ -252,7 +262,6 @@ pub(super) async fn claim_and_prepare(
         });
     }
     Ok(Prepared {
-        script_time,
         claim,
         jobs,
         immediate,

@@ -165,8 +165,6 @@ struct Immediate {
 /// What one claim task brings back.
 struct Prepared {
     claim: ClaimResult,
-    /// The claim script's round trip (issue 17.11).
-    script_time: Duration,
     jobs: Vec<Job>,
     immediate: Vec<Immediate>,
     page: usize,
@@ -186,9 +184,9 @@ enum Event {
     Disabled(SinkKey, policy::DisableEnd),
 }
 
-/// A settle call's result: the `(tenant, bytes)` of each settled row, or the error and the
-/// batch to retry.
-type SettleResult = Result<Vec<(String, u64)>, (StoreError, Vec<Pending>)>;
+/// A settle call's result: the `(tenant, bytes)` of each settled row and the outcomes the
+/// time budget left for the next call (issue 17.11), or the error and the batch to retry.
+type SettleResult = Result<(Vec<(String, u64)>, Vec<Pending>), (StoreError, Vec<Pending>)>;
 
 /// An outcome waiting for the next settle batch, with the window room it holds.
 struct Pending {
@@ -283,7 +281,8 @@ struct Session {
     /// Sink keys being disabled right now (one disable call each).
     disabling: std::collections::HashSet<SinkKey>,
     /// Rows per claim and outcomes per settle call, adapted so each call stays under
-    /// [`slots::SCRIPT_BUDGET`] (issue 17.11); written by the call tasks.
+    /// `dispatch.script_budget_ms` ([`slots::adapt_page`], issue 17.11); written by the call
+    /// tasks.
     claim_page: Arc<std::sync::atomic::AtomicUsize>,
     settle_page: Arc<std::sync::atomic::AtomicUsize>,
     /// Batching sinks' destinations and the claim check (R17, R18).
@@ -541,7 +540,8 @@ impl Session {
                     // room and asks again (the poll is the liveness bound).
                     self.next_scan = tokio::time::Instant::now()
                         + Duration::from_millis(self.cfg.dispatch.poll_ms);
-                } else if got >= p.page {
+                } else if got >= p.page || p.claim.budget_stopped {
+                    // Full, or cut short by the time budget (issue 17.11): more is due now.
                     self.claim_wanted = true;
                 } else {
                     let wait = match p.claim.next_due_ms {
@@ -578,13 +578,18 @@ impl Session {
                 self.record_attempt(job, result, elapsed);
                 None
             }
-            Event::Settled(Ok(rows)) => {
+            Event::Settled(Ok((rows, mut left))) => {
                 self.ctx.progress.tick();
                 self.settling = false;
                 self.settle_backoff = Duration::from_millis(50);
                 self.settled_total += rows.len() as u64;
                 for (tenant, bytes) in rows {
                     self.slots.settled(&tenant, bytes);
+                }
+                // What the budget left goes first in the next call, still holding its room.
+                if !left.is_empty() {
+                    left.append(&mut self.pending);
+                    self.pending = left;
                 }
                 self.claim_wanted = true;
                 None

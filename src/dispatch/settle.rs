@@ -26,17 +26,32 @@ impl Session {
                 .filter_map(|(i, p)| p.record.as_ref().map(|(h, r)| (i, *h, r))),
         );
         let health = self.ctx.health.clone();
+        let budget = Duration::from_millis(self.cfg.dispatch.script_budget_ms);
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
-            let started = Instant::now();
-            let settled = store.settle_with(&token, epoch, &outcomes, history).await;
-            if settled.is_ok() {
-                let next = slots::adapt_page(page_size, outcomes.len(), started.elapsed(), max);
+            let settled = store
+                .settle_budgeted(&token, epoch, &outcomes, history, Some(budget))
+                .await;
+            if let Ok(s) = &settled {
+                // Issue 17.11: the batch follows the script's own time (Redis' clock).
+                let took = Duration::from_micros(s.script_us);
+                let next = slots::adapt_page(page_size, s.processed, took, max, budget);
                 settle_page.store(next, std::sync::atomic::Ordering::Relaxed);
+                metrics::gauge!("ankusa_settle_page_outcomes").set(next as f64);
+                if s.processed < outcomes.len() {
+                    metrics::counter!("ankusa_script_budget_stops_total", "script" => "settle")
+                        .increment(1);
+                }
             }
             health.record_write("settle", &settled);
             let r = match settled {
-                Ok((applied, skipped, finished_blobs)) => {
+                Ok(crate::store::Settled {
+                    applied,
+                    skipped,
+                    processed,
+                    blobs: finished_blobs,
+                    ..
+                }) => {
                     metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
                         .increment(applied);
                     // R18: the claim-check blobs of hooks this settle deleted.
@@ -51,10 +66,16 @@ impl Session {
                             "settle skipped rows no longer claimed by this epoch"
                         );
                     }
-                    Ok(batch
-                        .into_iter()
-                        .map(|p| (p.outcome.tenant, p.bytes))
-                        .collect())
+                    // The outcomes the budget left untouched go back, first in line.
+                    let mut batch = batch;
+                    let left = batch.split_off(processed);
+                    Ok((
+                        batch
+                            .into_iter()
+                            .map(|p| (p.outcome.tenant, p.bytes))
+                            .collect(),
+                        left,
+                    ))
                 }
                 Err(e) => {
                     if matches!(e, StoreError::Fenced) {

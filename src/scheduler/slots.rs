@@ -10,21 +10,25 @@ use crate::config::{DispatchConfig, ResolvedLimits};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
-/// The Redis time one script call should stay under (issue 17.11): a claim or settle call
-/// blocks every other client of Redis while it runs.
-pub const SCRIPT_BUDGET: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// The next page (rows per claim, outcomes per settle) after a call of `asked` items took
-/// `took` (its round trip, an upper bound of its Redis time): over 4/5 of
-/// [`SCRIPT_BUDGET`] the page shrinks in proportion, aiming at 4/5 of it; under 2/5 with the
-/// whole page used it doubles; always within `16..=max` (`max` when below 16).
-pub fn adapt_page(page: usize, asked: usize, took: std::time::Duration, max: usize) -> usize {
+/// The next page (rows per claim, outcomes per settle) after a call that handled `asked`
+/// items took `took` of Redis time (the script's own measure, by Redis' clock) against the
+/// time budget of one call, `budget` (`dispatch.script_budget_ms`, issue 17.11: a claim or
+/// settle call blocks every other client of Redis while it runs): over 4/5 of the budget
+/// the page shrinks in proportion, aiming at 4/5 of it; under 2/5 with the whole page used
+/// it doubles; always within `16..=max` (`max` when below 16).
+pub fn adapt_page(
+    page: usize,
+    asked: usize,
+    took: std::time::Duration,
+    max: usize,
+    budget: std::time::Duration,
+) -> usize {
     let min = 16.min(max).max(1);
-    let target = SCRIPT_BUDGET.as_micros() * 4 / 5;
+    let target = budget.as_micros() * 4 / 5;
     let us = took.as_micros().max(1);
     let next = if us > target {
         ((asked.max(1) as u128 * target / us) as usize).min(page)
-    } else if us < SCRIPT_BUDGET.as_micros() * 2 / 5 && asked >= page {
+    } else if us < budget.as_micros() * 2 / 5 && asked >= page {
         page.saturating_mul(2)
     } else {
         page
@@ -372,17 +376,20 @@ mod tests {
     fn a_script_page_shrinks_over_the_budget_and_grows_back_under_it() {
         use std::time::Duration;
         let ms = Duration::from_millis;
+        const B: Duration = Duration::from_millis(5);
         // 500 rows took 10 ms: aim at 4 ms -> 200 rows.
-        assert_eq!(adapt_page(500, 500, ms(10), 500), 200);
+        assert_eq!(adapt_page(500, 500, ms(10), 500, B), 200);
         // Within the budget: unchanged; fast with the whole page used: doubled, capped.
-        assert_eq!(adapt_page(200, 200, ms(3), 500), 200);
-        assert_eq!(adapt_page(200, 200, ms(1), 500), 400);
-        assert_eq!(adapt_page(400, 400, ms(1), 500), 500);
+        assert_eq!(adapt_page(200, 200, ms(3), 500, B), 200);
+        assert_eq!(adapt_page(200, 200, ms(1), 500, B), 400);
+        assert_eq!(adapt_page(400, 400, ms(1), 500, B), 500);
         // Fast but the page was not used up: no reason to grow.
-        assert_eq!(adapt_page(200, 10, ms(1), 500), 200);
+        assert_eq!(adapt_page(200, 10, ms(1), 500, B), 200);
         // Never below 16 (nor above max when max is smaller).
-        assert_eq!(adapt_page(20, 20, ms(100), 500), 16);
-        assert_eq!(adapt_page(5, 5, ms(100), 5), 5);
+        assert_eq!(adapt_page(20, 20, ms(100), 500, B), 16);
+        assert_eq!(adapt_page(5, 5, ms(100), 5, B), 5);
+        // A smaller budget: the same 10 ms call aims at 0.8 ms -> 40 rows.
+        assert_eq!(adapt_page(500, 500, ms(10), 500, ms(1)), 40);
     }
     use proptest::prelude::*;
 

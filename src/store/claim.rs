@@ -36,6 +36,11 @@ pub struct ClaimResult {
     /// The byte window stopped the claim short (R5): a due row's hook did not fit, so the
     /// next claim waits for an outcome to free room rather than for the next due time.
     pub bytes_full: bool,
+    /// How long the script ran, by Redis' clock (µs): what the page adapts to (issue 17.11).
+    pub script_us: u64,
+    /// The time budget stopped the lane sweep or the page before it was full (issue 17.11):
+    /// more rows may be due right away.
+    pub budget_stopped: bool,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
 }
@@ -84,6 +89,28 @@ impl Store {
         rooms: &[(&str, usize)],
         bytes: Option<&ByteRooms>,
     ) -> Result<ClaimResult, StoreError> {
+        self.claim_budgeted(token, epoch, page, default_room, skip, rooms, bytes, None)
+            .await
+    }
+
+    /// [`Store::claim_within`] under a time budget (issue 17.11): once 3/5 of `budget` has
+    /// passed by Redis' clock, the lane sweep stops and the page stops after the tenant (or
+    /// the 32nd row of one) being claimed, so one call stays within the budget whatever the
+    /// number of tenants due; a tenant the page did not reach keeps its place in line and
+    /// goes first next scan. At least one tenant is always visited. `None`: no budget.
+    /// Errors: [`StoreError::Fenced`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn claim_budgeted(
+        &self,
+        token: &str,
+        epoch: u64,
+        page: usize,
+        default_room: usize,
+        skip: &[&str],
+        rooms: &[(&str, usize)],
+        bytes: Option<&ByteRooms>,
+        budget: Option<Duration>,
+    ) -> Result<ClaimResult, StoreError> {
         let mut args = Vec::with_capacity(8 + skip.len() + 2 * rooms.len());
         args.extend([
             self.prefix(),
@@ -114,6 +141,10 @@ impl Store {
                 args.push((if *empty { "1" } else { "0" }).into());
             }
         }
+        if let Some(b) = budget {
+            args.push("budget".into());
+            args.push((b.as_micros().clamp(1, i64::MAX as u128) as i64).into());
+        }
         let v = self.call(&self.scripts.claim, args).await?;
         match status(&v) {
             "ok" => {}
@@ -121,8 +152,8 @@ impl Store {
             other => return Err(StoreError::protocol("claim", format!("status {other:?}"))),
         }
         let r = Reply::new("claim", &v);
-        let rest = r.rest(8);
-        if rest.len() % 4 != 0 {
+        let rest = r.rest(10);
+        if v.len() < 10 || rest.len() % 4 != 0 {
             return Err(StoreError::protocol(
                 "claim",
                 format!("{} row fields, not groups of 4", rest.len()),
@@ -136,6 +167,8 @@ impl Store {
             lanes_promoted: r.count(5)?,
             claim_token: r.count(6)?,
             bytes_full: r.int(7)? == 1,
+            script_us: r.int(8)?.max(0) as u64,
+            budget_stopped: r.int(9)? == 1,
             rows: Vec::with_capacity(rest.len() / 4),
         };
         for (n, c) in rest.chunks_exact(4).enumerate() {

@@ -52,7 +52,7 @@ pub use lease::{token_node, LeaseAcquire};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
-pub use settle::{Outcome, SettleOp};
+pub use settle::{Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
 
 /// A connection to one partition of one instance.

@@ -48,6 +48,22 @@ pub struct Outcome {
     pub op: SettleOp,
 }
 
+/// What one settle call did ([`Store::settle_budgeted`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Outcomes applied.
+    pub applied: u64,
+    /// Outcomes skipped: their row is no longer claimed under their claim token (P6).
+    pub skipped: u64,
+    /// Outcomes looked at, from the first: the budget left the rest untouched, to be sent
+    /// again (issue 17.11). Equals the batch's length without a budget.
+    pub processed: usize,
+    /// How long the script ran, by Redis' clock (µs).
+    pub script_us: u64,
+    /// Claim-check references of the hooks the call deleted whose retention is over (R18).
+    pub blobs: Vec<String>,
+}
+
 impl Store {
     /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped, blobs)`,
     /// `blobs` being the claim-check references of the hooks the call deleted (R18; lane
@@ -73,8 +89,34 @@ impl Store {
         outcomes: &[Outcome],
         history: Option<String>,
     ) -> Result<(u64, u64, Vec<String>), StoreError> {
-        let mut args = Vec::with_capacity(4 + 8 * outcomes.len());
-        args.extend([self.prefix(), token.into(), (epoch as i64).into()]);
+        let s = self
+            .settle_budgeted(token, epoch, outcomes, history, None)
+            .await?;
+        Ok((s.applied, s.skipped, s.blobs))
+    }
+
+    /// [`Store::settle_with`] under a time budget (issue 17.11): once 3/5 of `budget` has
+    /// passed by Redis' clock the script stops taking outcomes (checked every 16), and
+    /// [`Settled::processed`] says how many of the first it looked at; the rest are
+    /// untouched, their rows still claimed, for the caller to send again (which is safe:
+    /// an outcome applies only to its claim, P6). `None`: the whole batch.
+    /// Errors: [`StoreError::Fenced`].
+    pub async fn settle_budgeted(
+        &self,
+        token: &str,
+        epoch: u64,
+        outcomes: &[Outcome],
+        history: Option<String>,
+        budget: Option<Duration>,
+    ) -> Result<Settled, StoreError> {
+        let mut args = Vec::with_capacity(5 + 8 * outcomes.len());
+        let budget_us = budget.map_or(0, |b| b.as_micros().clamp(1, i64::MAX as u128) as i64);
+        args.extend([
+            self.prefix(),
+            token.into(),
+            (epoch as i64).into(),
+            budget_us.into(),
+        ]);
         for o in outcomes {
             let (op, x, err): (&str, Value, &str) = match &o.op {
                 SettleOp::Delivered => ("D", "".into(), ""),
@@ -105,8 +147,21 @@ impl Store {
                 if released > 0 {
                     metrics::counter!("ankusa_lane_releases_total").increment(released);
                 }
-                let stale = (4..v.len()).map(|i| r.text(i)).collect::<Result<_, _>>()?;
-                Ok((r.count(1)?, r.count(2)?, stale))
+                let processed = r.count(4)? as usize;
+                if processed > outcomes.len() {
+                    return Err(StoreError::protocol(
+                        "settle",
+                        format!("{processed} outcomes processed of {}", outcomes.len()),
+                    ));
+                }
+                let blobs = (6..v.len()).map(|i| r.text(i)).collect::<Result<_, _>>()?;
+                Ok(Settled {
+                    applied: r.count(1)?,
+                    skipped: r.count(2)?,
+                    processed,
+                    script_us: r.int(5)?.max(0) as u64,
+                    blobs,
+                })
             }
             "fenced" => Err(StoreError::Fenced),
             other => Err(StoreError::protocol("settle", format!("status {other:?}"))),

@@ -53,6 +53,13 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Redis' clock in µs (`TIME` advances inside a script): a script with a time budget
+-- (issue 17.11) reads it at its start and checks the difference as it goes.
+local function clock_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- Fencing (R25): a caller may move rows only while KEYS[1] holds its token.
 local function fenced(token)
   return redis.call('GET', KEYS[1]) ~= token

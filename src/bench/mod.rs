@@ -6,6 +6,8 @@
 //! Redis, the receiver (in this process) and a worker (a child `ankusa worker` process)
 //! all run here, so the figures are for everything sharing this machine's cores.
 
+mod scripts;
+
 use crate::error::Error;
 use crate::model::{SinkEntry, SourceSpec};
 use crate::producer::{Hook, Producer};
@@ -50,6 +52,40 @@ pub struct BenchArgs {
     /// to compare throughput and Redis memory with the history on.
     #[arg(long)]
     pub no_history: bool,
+    /// Run only the bounded-scripts scenario (issue 17.11): `--scripts-backlog` rows in one
+    /// tenant plus `--scripts-tenants` tenants with one row (twice), drained by a worker with
+    /// the default pages, reporting `SLOWLOG` entries per script.
+    #[arg(long)]
+    pub scripts: bool,
+    /// Rows of the big tenant in the `--scripts` scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub scripts_backlog: usize,
+    /// Tenants with one row in the `--scripts` scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub scripts_tenants: usize,
+    /// Hooks per commit call for the big backlog in the `--scripts` scenario.
+    #[arg(long, default_value_t = 1_000)]
+    pub commit_batch: usize,
+    /// `slowlog-log-slower-than` (µs) in the `--scripts` scenario.
+    #[arg(long, default_value_t = 5_000)]
+    pub slowlog_us: u64,
+    /// Longest drain in the `--scripts` scenario before it gives up (s).
+    #[arg(long, default_value_t = 900)]
+    pub scripts_max_secs: u64,
+    /// Nice value of the `--scripts` scenario's redis-server (e.g. -10), so that other
+    /// processes of a loaded machine preempt it less: `SLOWLOG` measures wall time, so a
+    /// preempted Redis logs even a one-key `DEL` as slow. 0 leaves it as started.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub redis_nice: i32,
+    /// Run the `--scripts` scenario's redis-server under `SCHED_FIFO` (needs root or
+    /// CAP_SYS_NICE): on a loaded machine, `SLOWLOG` then measures the scripts rather than
+    /// the scheduler.
+    #[arg(long)]
+    pub redis_fifo: bool,
+    /// `dispatch.script_budget_ms` of the `--scripts` scenario's worker (default: the
+    /// worker's default, 5).
+    #[arg(long)]
+    pub script_budget_ms: Option<u64>,
 }
 
 /// `history.enabled` of the bench's workers (set once by [`run`] from `--no-history`).
@@ -369,6 +405,34 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
+/// Spawn `ankusa worker` (this executable, or `$ANKUSA_BENCH_WORKER`) with the config text
+/// `cfg`, logging to `<dir>/<name>.log`.
+fn spawn_worker_config(
+    dir: &tempfile::TempDir,
+    name: &str,
+    cfg: &str,
+) -> Result<WorkerChild, Error> {
+    let path = dir.path().join(format!("{name}.toml"));
+    std::fs::write(&path, cfg).map_err(|e| Error::Other(e.to_string()))?;
+    // `ANKUSA_BENCH_WORKER`: another build as the worker (e.g. the commit before a change),
+    // for a before/after comparison in the same harness.
+    let exe = match std::env::var_os("ANKUSA_BENCH_WORKER") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe().map_err(|e| Error::Other(e.to_string()))?,
+    };
+    let log = std::fs::File::create(dir.path().join(format!("{name}.log")))
+        .map_err(|e| Error::Other(e.to_string()))?;
+    let child = Command::new(exe)
+        .args(["worker", "--config"])
+        .arg(&path)
+        .env("ANKUSA_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Error::Other(format!("spawn worker: {e}")))?;
+    Ok(WorkerChild(child))
+}
+
 fn spawn_worker(
     redis_url: &str,
     dir: &tempfile::TempDir,
@@ -381,20 +445,7 @@ fn spawn_worker(
          [retry]\ninitial_backoff_ms = 1000\n[http]\nallow_cidrs = [\"127.0.0.0/8\", \"::1/128\"]\n[history]\nenabled = {}\n",
         WORKER_HISTORY.load(std::sync::atomic::Ordering::Relaxed)
     );
-    let path = dir.path().join(format!("{instance}.toml"));
-    std::fs::write(&path, cfg).map_err(|e| Error::Other(e.to_string()))?;
-    let exe = std::env::current_exe().map_err(|e| Error::Other(e.to_string()))?;
-    let log = std::fs::File::create(dir.path().join(format!("{instance}.log")))
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let child = Command::new(exe)
-        .args(["worker", "--config"])
-        .arg(&path)
-        .env("ANKUSA_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| Error::Other(format!("spawn worker: {e}")))?;
-    Ok(WorkerChild(child))
+    spawn_worker_config(dir, instance, &cfg)
 }
 
 fn bodies(args: &BenchArgs) -> Result<Vec<Vec<u8>>, Error> {
@@ -449,6 +500,9 @@ async fn commit_backlog(
 
 /// Run the benchmark and print the report.
 pub async fn run(args: BenchArgs) -> Result<(), Error> {
+    if args.scripts {
+        return scripts::run(&args).await;
+    }
     WORKER_HISTORY.store(!args.no_history, std::sync::atomic::Ordering::Relaxed);
     let redis = RedisServer::start().map_err(|e| Error::Other(e.to_string()))?;
     let receiver = Receiver::start_with(ReceiverOptions {
