@@ -86,6 +86,24 @@ pub struct BenchArgs {
     /// worker's default, 5).
     #[arg(long)]
     pub script_budget_ms: Option<u64>,
+    /// Give each tenant's entry an event filter (`bench.*`; every hook is `bench.push`) and a
+    /// rate limit far above the measured rate, to compare the cost per delivered row of
+    /// per-entry policy (issue 15) with plain entries.
+    #[arg(long)]
+    pub policy: bool,
+}
+
+/// Whether the bench's hooks and entries carry per-entry policy (set once by [`run`]).
+static BENCH_POLICY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A bench hook: with `--policy` it carries the event type the entries' filter matches.
+fn hook(body: &[u8]) -> Hook {
+    let h = Hook::new(body.to_vec());
+    if BENCH_POLICY.load(std::sync::atomic::Ordering::Relaxed) {
+        h.event_type("bench.push")
+    } else {
+        h
+    }
 }
 
 /// `history.enabled` of the bench's workers (set once by [`run`] from `--no-history`).
@@ -111,6 +129,8 @@ pub struct BenchReport {
     pub redis_bytes_per_delivered_row: f64,
     /// Whether the workers recorded the attempt history.
     pub history: bool,
+    /// Whether the entries carried an event filter and a rate limit (`--policy`).
+    pub policy: bool,
     /// Rate of the latency run (hooks/s).
     pub latency_rate: f64,
     /// Commit → delivery median at that rate (ms).
@@ -187,7 +207,7 @@ async fn paced(
     while Instant::now() < until {
         for t in tenants {
             let hooks: Vec<Hook> = (0..per_tenant)
-                .map(|j| Hook::new(bodies[(k + j) % bodies.len()].clone()))
+                .map(|j| hook(&bodies[(k + j) % bodies.len()]))
                 .collect();
             k += per_tenant;
             let r = producer.commit_many(t, "s", &hooks).await?;
@@ -243,7 +263,7 @@ async fn fairness(
         if big > 0 {
             let bar = indicatif::ProgressBar::new(big as u64);
             let hooks: Vec<Hook> = (0..1000)
-                .map(|k| Hook::new(bodies[k % bodies.len()].clone()))
+                .map(|k| hook(&bodies[k % bodies.len()]))
                 .collect();
             for i in (0..big).step_by(1000) {
                 producer
@@ -489,7 +509,7 @@ async fn commit_backlog(
         let t = &tenants[(i / 500) % tenants.len()];
         let n = 500.min(rows - i);
         let hooks: Vec<Hook> = (i..i + n)
-            .map(|k| Hook::new(bodies[k % bodies.len()].clone()))
+            .map(|k| hook(&bodies[k % bodies.len()]))
             .collect();
         body_bytes += hooks.iter().map(|h| h.body.len() as u64).sum::<u64>();
         producer.commit_many(t, "s", &hooks).await?;
@@ -504,6 +524,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
         return scripts::run(&args).await;
     }
     WORKER_HISTORY.store(!args.no_history, std::sync::atomic::Ordering::Relaxed);
+    BENCH_POLICY.store(args.policy, std::sync::atomic::Ordering::Relaxed);
     let redis = RedisServer::start().map_err(|e| Error::Other(e.to_string()))?;
     let receiver = Receiver::start_with(ReceiverOptions {
         record_bodies: false,
@@ -516,7 +537,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
     let producer = Producer::new(store.clone(), 16 << 20);
     let tenants: Vec<String> = (0..args.tenants.max(1)).map(|i| format!("t{i}")).collect();
     for t in &tenants {
-        let sink = SinkEntry {
+        let mut sink = SinkEntry {
             module: "http".into(),
             opts: serde_json::json!({"url": receiver.url(&format!("{t}/hook"))})
                 .as_object()
@@ -526,6 +547,15 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
             key: None,
             ..Default::default()
         };
+        if args.policy {
+            sink.filter = Some(crate::model::EventFilter {
+                event_types: vec!["bench.*".into()],
+            });
+            sink.rate_limit = Some(crate::model::RateLimit {
+                per_second: 1e6,
+                burst: Some(100_000),
+            });
+        }
         store
             .put_source(t, "s", &SourceSpec { sinks: vec![sink] })
             .await?;
@@ -534,6 +564,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
     let mut report = BenchReport {
         rows: args.rows,
         history: !args.no_history,
+        policy: args.policy,
         ..Default::default()
     };
     eprintln!(
@@ -610,7 +641,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
                 continue;
             }
             let hooks: Vec<Hook> = (0..n)
-                .map(|j| Hook::new(bodies[(k + j) % bodies.len()].clone()))
+                .map(|j| hook(&bodies[(k + j) % bodies.len()]))
                 .collect();
             k += n;
             let r = producer.commit_many(&tenants[chunk_t], "s", &hooks).await?;
