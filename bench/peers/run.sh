@@ -12,7 +12,8 @@
 #   ANKUSA_BASE_BIN=…  another ankusa binary (e.g. a build of the commit before a change), run
 #                      as systems `base` (at CONC) and `base2` (at ANKUSA_CONC2): before/after
 #                      in the same invocation
-#   ANKUSA_HISTORY=false   history.enabled of the ankusa worker (BullMQ keeps nothing either)
+#   HISTORY=false      history.enabled of the ankusa worker (BullMQ keeps nothing either; not
+#                      ANKUSA_*: the worker would read that as its config)
 #   SYSTEMS="bullmq ankusa ankusa2"   which systems, in the order they alternate
 #   OUT=bench/peers/results/<date>.csv
 #   PERF=1             also `perf record -g` the ankusa worker of run 1 (perf-<system>.data)
@@ -27,7 +28,7 @@ RUNS="${RUNS:-3}"
 CONC="${CONC:-100}"
 ANKUSA_CONC2="${ANKUSA_CONC2-256}"
 ANKUSA_BIN="${ANKUSA_BIN:-$repo/target/release/ankusa}"
-ANKUSA_HISTORY="${ANKUSA_HISTORY:-false}"
+HISTORY="${HISTORY:-false}"
 SYSTEMS="${SYSTEMS:-bullmq ankusa${ANKUSA_CONC2:+ ankusa2}}"
 OUT="${OUT:-$here/results/$(date -u +%Y%m%dT%H%M%SZ).csv}"
 HZ="$(getconf CLK_TCK)"
@@ -139,7 +140,7 @@ sink_concurrency = $1
 [http]
 allow_cidrs = ["127.0.0.0/8"]
 [history]
-enabled = $ANKUSA_HISTORY
+enabled = $HISTORY
 EOF
   echo "$f"
 }
@@ -223,7 +224,7 @@ run_one() {
     "$(echo "($k1 - $k0) / $N" | bc -l)" "$commit_cmds" "$conns" "$load" | tee -a "$OUT" >&2
 }
 
-log "N=$N runs=$RUNS systems=($SYSTEMS) ankusa=$ANKUSA_BIN history=$ANKUSA_HISTORY"
+log "N=$N runs=$RUNS systems=($SYSTEMS) ankusa=$ANKUSA_BIN history=$HISTORY"
 for run in $(seq "$RUNS"); do
   for system in $SYSTEMS; do
     log "run $run: $system"
