@@ -262,9 +262,7 @@ async fn fairness(
         put_http(&store, receiver, "big", &format!("{instance}/big"), false).await?;
         if big > 0 {
             let bar = indicatif::ProgressBar::new(big as u64);
-            let hooks: Vec<Hook> = (0..1000)
-                .map(|k| hook(&bodies[k % bodies.len()]))
-                .collect();
+            let hooks: Vec<Hook> = (0..1000).map(|k| hook(&bodies[k % bodies.len()])).collect();
             for i in (0..big).step_by(1000) {
                 producer
                     .commit_many("big", "s", &hooks[..1000.min(big - i)])

@@ -51,16 +51,7 @@ impl Session {
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
-                    let d = Delivery {
-                        tenant: job.tenant.clone(),
-                        source: job.hook.source.clone(),
-                        row: job.row.clone(),
-                        hook: job.hook_id,
-                        attempt: job.attempts + 1,
-                        body: job.hook.body.clone(),
-                        headers: job.hook.headers.clone(),
-                        committed_at_ms: job.hook.committed_at_ms,
-                    };
+                    let d = job.delivery();
                     let fut = async {
                         match &*job.target {
                             Target::Http(opts) => http.deliver_status(opts, &d).await.map(Some),

@@ -596,16 +596,7 @@ async fn run_attempt(
     } else {
         None
     };
-    let d = Delivery {
-        tenant: job.tenant.clone(),
-        source: job.hook.source.clone(),
-        row: job.row.clone(),
-        hook: job.hook_id,
-        attempt: job.attempts + 1,
-        body: job.hook.body.clone(),
-        headers: job.hook.headers.clone(),
-        committed_at_ms: job.hook.committed_at_ms,
-    };
+    let d = job.delivery();
     let msg = match resolved.message(&d, &payload, lane.as_deref()) {
         Ok(m) => m,
         Err(e) => return Reply::Done(Err(e)),

@@ -139,6 +139,20 @@ impl Job {
     fn redis_now_ms(&self) -> i64 {
         self.claim_ms + self.claimed_at.elapsed().as_millis() as i64
     }
+
+    /// What the sink gets for this job's next attempt (slots and batching sinks alike).
+    fn delivery(&self) -> Delivery {
+        Delivery {
+            tenant: self.tenant.clone(),
+            source: self.hook.source.clone(),
+            row: self.row.clone(),
+            hook: self.hook_id,
+            attempt: self.attempts + 1,
+            body: self.hook.body.clone(),
+            headers: self.hook.headers.clone(),
+            committed_at_ms: self.hook.committed_at_ms,
+        }
+    }
 }
 
 impl Slotted for Job {
