@@ -559,6 +559,47 @@ async fn resend_delivers_a_delivered_or_dead_lettered_hook_again_once_per_chosen
     worker.shutdown().await;
 }
 
+/// Hook ids are instance-wide: another tenant asking for a hook's view gets `not found`,
+/// never its rows, attempts or errors — while it is pending, and after it was delivered and
+/// only its attempt history is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_show_never_shows_another_tenants_hook_or_attempts() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a"]).await;
+    env.http_source("globex", "orders", &["a"]).await;
+    env.receiver.set(
+        "a",
+        Behavior::Sequence(vec![Reply::status(500).body("secret detail of acme")]),
+    );
+    let worker = env.worker().await;
+    let hook = env.commit("acme", "orders", r#"{"acme":1}"#).await;
+    env.drain(&worker).await;
+    // Delivered after one failure: acme sees two attempts.
+    let v = ankusa_json(&env, &["hooks", "show", "acme", &hook.to_string()]).await;
+    assert_eq!(v["attempts"].as_array().unwrap().len(), 2, "{v}");
+    for (tenant, when) in [("globex", "kept"), ("nosuchtenant", "kept")] {
+        let (code, out, err) = ankusa(&env, &["hooks", "show", tenant, &hook.to_string()]).await;
+        assert_eq!(code, 1, "{tenant} ({when}): {out}{err}");
+        assert!(err.contains("not found"), "{err}");
+        assert!(!out.contains("secret detail") && !err.contains("secret detail"));
+    }
+    // Once the kept hook is gone, only the attempt history names it: still not globex's.
+    assert_eq!(
+        env.redis_cmd(&["DEL", &format!("ankusa:{{test.p0}}:kept:{hook}")]),
+        "1"
+    );
+    let (code, out, err) = ankusa(&env, &["hooks", "show", "globex", &hook.to_string()]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!out.contains("secret detail") && !err.contains("secret detail"));
+    let v = ankusa_json(&env, &["hooks", "show", "acme", &hook.to_string()]).await;
+    assert_eq!(
+        v["attempts"].as_array().unwrap().len(),
+        2,
+        "acme still sees its history: {v}"
+    );
+    worker.shutdown().await;
+}
+
 /// `hooks resend` with several hooks: each resent once, a missing one reported and the
 /// others go on (exit 1); paced by pressure, so with no live leader it pauses after the
 /// first and gives up (exit 3) having resent only that one.

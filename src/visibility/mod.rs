@@ -138,8 +138,24 @@ pub struct HookView {
 pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookView, Error> {
     check_id("tenant", tenant)?;
     let ks = store.keyspace();
-    let stored = read_hook(store, hook).await?.filter(|h| h.tenant == tenant);
-    let attempts = read_attempts(store, hook).await?;
+    let read = read_hook(store, hook).await?;
+    // Hook ids are instance-wide: another tenant's hook, or its attempts once the hook is
+    // gone, must read as not found — never as this tenant's (what one tenant may see).
+    let theirs = match &read {
+        Some(h) => h.tenant == tenant,
+        None => store
+            .client()
+            .zscore::<Option<f64>, _, _>(ks.history(tenant), hook.to_string())
+            .await
+            .map_err(store_err)?
+            .is_some(),
+    };
+    let stored = read.filter(|h| h.tenant == tenant);
+    let attempts = if theirs {
+        read_attempts(store, hook).await?
+    } else {
+        Vec::new()
+    };
     if stored.is_none() && attempts.is_empty() {
         return Err(Error::NotFound(format!("hook {hook} of tenant {tenant}")));
     }
