@@ -329,19 +329,18 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         p99_ms: (percentile(&lat, 0.99) * 100.0).round() / 100.0,
     };
     worker.shutdown().await;
-    println!(
-        "committed {} hooks → {} rows: {} delivered, {} dead-lettered, {} pending, {} lost, {} duplicates, {} byte mismatches",
-        summary.committed, summary.rows, summary.delivered, summary.dead_lettered, pending, summary.lost, summary.duplicates, summary.mismatched
-    );
-    println!(
-        "{:.0} deliveries/s; commit → delivery p50 {:.1} ms, p99 {:.1} ms ({} requests seen by the receiver)",
-        summary.deliveries_per_sec,
-        summary.p50_ms,
-        summary.p99_ms,
-        receiver.count()
+    let text = format!(
+        "committed {} hooks → {} rows: {} delivered, {} dead-lettered, {} pending, {} lost, {} duplicates, {} byte mismatches\n\
+         {:.0} deliveries/s; commit → delivery p50 {:.1} ms, p99 {:.1} ms ({} requests seen by the receiver)",
+        summary.committed, summary.rows, summary.delivered, summary.dead_lettered, pending, summary.lost, summary.duplicates, summary.mismatched,
+        summary.deliveries_per_sec, summary.p50_ms, summary.p99_ms, receiver.count()
     );
     if args.json {
+        // One JSON document on stdout, as every command gives with --json; the words on stderr.
+        eprintln!("{text}");
         println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    } else {
+        println!("{text}");
     }
     if summary.lost > 0 || summary.mismatched > 0 {
         return Err(Error::Other(format!(

@@ -650,8 +650,9 @@ fn the_demo_on_the_real_payloads_exits_0_with_nothing_lost_or_mismatched() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let last = stdout.lines().last().expect("a summary line");
-    let summary: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    // With --json stdout is one JSON document, nothing else.
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout.trim()).expect("stdout is one JSON document");
     assert_eq!(summary["committed"], 270);
     assert_eq!(summary["rows"], 540);
     assert_eq!(summary["lost"], 0);
