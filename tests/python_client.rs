@@ -125,9 +125,14 @@ except UnknownSource:
     refused = True
 typed = p.commit_many("acme", "gh", [Hook("{}", event_type="push"),
                                      Hook("{}", event_type="issues.opened"), Hook("{}")])
+# A retry after a lost reply: the same idempotency key commits once and answers its id.
+first = p.commit("acme", "orders", b"once", idempotency_key="evt-1")
+again = p.commit_many("acme", "orders", [Hook(b"once", idempotency_key="evt-1"),
+                                         Hook(b"twice", idempotency_key="evt-2")])
 print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_ids,
                   "refused": refused, "sha": p.sha,
-                  "typed": [typed.rows, typed.unmatched]}))
+                  "typed": [typed.rows, typed.unmatched],
+                  "idem": [first.hook_ids, again.hook_ids]}))
 "#;
     let out = Command::new("python3")
         .args(["-c", program, &env.redis.url(), &env.config.instance])
@@ -143,6 +148,9 @@ print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_
     assert_eq!(v["one"][1], 2, "{v}");
     assert_eq!(v["refused"], true, "{v}");
     assert_eq!(v["typed"], serde_json::json!([[1, 0, 0], 2]), "{v}");
+    let first = &v["idem"][0][0];
+    assert_eq!(v["idem"][1][0], *first, "a repeated key answers its first id: {v}");
+    assert_ne!(v["idem"][1][1], *first, "a new key commits: {v}");
     assert_eq!(
         v["sha"].as_str(),
         Some(ankusa(&["commit-script", "--sha"]).trim())
@@ -151,14 +159,16 @@ print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_
         (0..=255u8).chain([0xff, 0xfe]).collect(),
         "h\u{e9}llo {}".as_bytes().to_vec(),
         vec![0],
+        b"once".to_vec(),
+        b"twice".to_vec(),
     ];
 
     assert!(
         receiver
             .wait_until_async(LIVENESS, |r| r.iter().filter(|r| r.status == 200).count()
-                >= 6)
+                >= 10)
             .await,
-        "not all 6 rows delivered: {:?}\n{}",
+        "not all 10 rows delivered: {:?}\n{}",
         receiver.requests().len(),
         w.log_text()
     );

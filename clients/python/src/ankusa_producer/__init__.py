@@ -34,6 +34,7 @@ __all__ = [
     "BadRequest",
     "CommitError",
     "CommitReceipt",
+    "DEFAULT_IDEMPOTENCY_MS",
     "DEFAULT_MAX_HOOK_BYTES",
     "Hook",
     "Producer",
@@ -44,6 +45,12 @@ __all__ = [
 
 #: ``commit.max_hook_bytes`` of ankusa's default config: the largest body, in bytes (10 MiB).
 DEFAULT_MAX_HOOK_BYTES = 10 * 1024 * 1024
+
+#: ``commit.idempotency_ms`` of ankusa's default config: how long an idempotency key is
+#: remembered, ms (24 h).
+DEFAULT_IDEMPOTENCY_MS = 24 * 60 * 60 * 1000
+#: The longest idempotency key the commit script takes, bytes.
+_MAX_IDEMPOTENCY_KEY_BYTES = 256
 
 #: Tenant and source ids: 1 to 128 of ``A-Z a-z 0-9 _ . -``.
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
@@ -101,6 +108,10 @@ class Hook:
     #: The event type (``push``, ``pull_request.opened``) the sink entries' event filters
     #: match; ``None``: only entries without a filter take the hook.
     event_type: Optional[str] = None
+    #: The producer's idempotency key (at most 256 bytes, e.g. the upstream event's id): a
+    #: hook whose key was committed to the same tenant and source within the producer's
+    #: ``idempotency_ms`` is not written again, so a retry after a lost reply commits once.
+    idempotency_key: Optional[str] = None
 
     def _body_bytes(self) -> bytes:
         return self.body.encode("utf-8") if isinstance(self.body, str) else bytes(self.body)
@@ -132,10 +143,15 @@ class CommitReceipt:
     #: Rows made for each hook, when the call gave event types (else every hook got
     #: ``rows_per_hook``).
     rows: Optional[List[int]] = None
+    #: Each hook's id, when the call gave idempotency keys: a hook whose key was seen
+    #: already answers the id committed then (ids are not consecutive then).
+    ids: Optional[List[int]] = None
 
     @property
     def hook_ids(self) -> List[int]:
         """The ids of the call's hooks, in order."""
+        if self.ids is not None:
+            return list(self.ids)
         return list(range(self.first_hook, self.first_hook + self.count))
 
 
@@ -147,6 +163,8 @@ class Producer:
     ``"default"``). ``max_hook_bytes`` is checked here before sending; the commit script
     enforces the leader's ``commit.max_hook_bytes`` itself (kept in Redis), so this can only
     lower the limit, never raise it.
+    ``idempotency_ms`` is how long a hook's idempotency key is remembered (ankusa's
+    ``commit.idempotency_ms``, default 24 h), > 0.
     ``script`` overrides the shipped commit script (e.g. the output of ``ankusa
     commit-script`` of the binary you run). The script is called by SHA and loaded again
     when Redis answers ``NOSCRIPT`` (a restart, a failover).
@@ -158,11 +176,15 @@ class Producer:
         instance: str = "default",
         max_hook_bytes: int = DEFAULT_MAX_HOOK_BYTES,
         script: Optional[str] = None,
+        idempotency_ms: int = DEFAULT_IDEMPOTENCY_MS,
     ) -> None:
         if not _INSTANCE.match(instance):
             raise BadRequest(f"instance {instance!r}: must match [a-z0-9_-]{{1,64}}")
         if max_hook_bytes <= 0:
             raise BadRequest("max_hook_bytes must be > 0")
+        if idempotency_ms <= 0:
+            raise BadRequest("idempotency_ms must be > 0")
+        self._idem_ms = idempotency_ms
         self._client = client
         self._prefix = f"ankusa:{{{instance}.p0}}:"
         self._lease = self._prefix + "lease"
@@ -181,11 +203,14 @@ class Producer:
         body: Union[bytes, str],
         headers: Optional[Mapping[str, str]] = None,
         event_type: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
     ) -> CommitReceipt:
         """Commit one hook to ``(tenant, source)``. Raises :class:`CommitError` (nothing
         written) or a redis-py error (Redis unreachable: the hook may or may not be
-        committed if the reply was lost)."""
-        return self.commit_many(tenant, source, [Hook(body, dict(headers or {}), event_type)])
+        committed if the reply was lost; retry with the same ``idempotency_key`` and it is
+        committed once)."""
+        hook = Hook(body, dict(headers or {}), event_type, idempotency_key)
+        return self.commit_many(tenant, source, [hook])
 
     def commit_many(self, tenant: str, source: str, hooks: Sequence[Hook]) -> CommitReceipt:
         """Commit several hooks in one atomic call: all or none; their ids are consecutive."""
@@ -208,18 +233,29 @@ class Producer:
                 if et and not _EVENT_TYPE.match(et):
                     raise BadRequest(f"event type {et!r}: must be 1..=128 bytes of [A-Za-z0-9_.:/-]")
                 args.append(et)
+        keyed = any(h.idempotency_key is not None for h in hooks)
+        if keyed:
+            args += ["idem", self._idem_ms]
+            for h in hooks:
+                k = h.idempotency_key or ""
+                if not isinstance(k, str) or len(k.encode("utf-8")) > _MAX_IDEMPOTENCY_KEY_BYTES:
+                    raise BadRequest(f"idempotency key {k!r}: must be a str of at most "
+                                     f"{_MAX_IDEMPOTENCY_KEY_BYTES} bytes")
+                args.append(k)
         reply = self._script(keys=[self._lease], args=args)
         status = _text(reply[0]) if reply else ""
         if status == "ok":
             n = len(hooks)
+            # ['ok', first, rows of hook 1, now] then, with idem or events, n ids, then,
+            # with events, n row counts.
+            ids = [int(i) for i in reply[4 : 4 + n]] if keyed else None
             if events:
-                # ['ok', first, rows of hook 1, now, n ids, n row counts]
                 rows = [int(r) for r in reply[4 + n : 4 + 2 * n]]
                 return CommitReceipt(int(reply[1]), int(reply[2]), int(reply[3]), n,
-                                     sum(1 for r in rows if r == 0), rows)
+                                     sum(1 for r in rows if r == 0), rows, ids)
             rows_per_hook = int(reply[2])
             return CommitReceipt(int(reply[1]), rows_per_hook, int(reply[3]), n,
-                                 n if rows_per_hook == 0 else 0)
+                                 n if rows_per_hook == 0 else 0, None, ids)
         if status == "unknown_source":
             raise UnknownSource(tenant, source)
         if status == "too_large":
@@ -227,6 +263,9 @@ class Producer:
             raise TooLarge(int(reply[1]) - 1, int(reply[2]), limit)
         if status == "bad_request":
             raise BadRequest(_text(reply[1]) if len(reply) > 1 else "bad request")
+        if status == "reserved_header" and len(reply) > 2:
+            raise BadRequest(f"hook {int(reply[1]) - 1}: header {_text(reply[2])!r} is reserved "
+                             "(names starting with webhook- or ankusa- are the delivery's own)")
         raise CommitError(f"unexpected reply from the commit script: {reply!r}")
 
 
