@@ -7,6 +7,7 @@
 //! scraped `host:port`) to every target and would rename ours to `exported_instance`;
 //! with both labels each worker of a pool stays a series of its own.
 
+use metrics::Unit;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 
@@ -53,243 +54,461 @@ pub fn install(instance: &str) -> Option<PrometheusHandle> {
         .clone()
 }
 
-/// Describe every metric once so `/metrics` carries HELP and TYPE lines.
-///
-/// The second block describes metrics that other issues bring; a description alone
-/// exports nothing, so they appear on `/metrics` only once their code emits them.
-/// `docs/metrics.md` says which issue brings each.
+/// What a metric is, for its `# TYPE` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (`_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Observations in buckets (`_seconds`, `_bytes`, `_rows`).
+    Histogram,
+}
+
+/// One metric of the catalogue (`docs/metrics.md` lists the same names, types and labels).
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    /// The exported name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// Its unit, when it has one (seconds, bytes).
+    pub unit: Option<Unit>,
+    /// Whether [`init_series`] creates its unlabelled series at 0 before its first event.
+    pub zero: bool,
+    /// The `# HELP` text.
+    pub help: &'static str,
+}
+
+/// Every metric ankusa describes, in the order `/metrics` describes them: one table feeding
+/// [`describe`] and [`init_series`]. Some are described before their code emits them (a
+/// description alone exports nothing); `docs/metrics.md` gives each one's status.
+pub const CATALOGUE: &[Metric] = &[
+    Metric {
+        name: "ankusa_build_info",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Always 1; the `version` label is this build's crate version.",
+    },
+    Metric {
+        name: "ankusa_hooks_committed_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Hooks committed by this process (ingest endpoint; a library Producer under a recorder).",
+    },
+    Metric {
+        name: "ankusa_rows_delivered_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Rows delivered (a successful attempt), by sink module.",
+    },
+    Metric {
+        name: "ankusa_rows_dead_lettered_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Rows dead-lettered, by reason kind.",
+    },
+    Metric {
+        name: "ankusa_commits_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Deprecated (removed in the next release): ankusa_hooks_committed_total.",
+    },
+    Metric {
+        name: "ankusa_admin_connections_refused_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Admin/ingest connections closed at accept because admin.max_connections were open.",
+    },
+    Metric {
+        name: "ankusa_deliveries_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Attempt outcomes by sink module: delivered, retry, dead_lettered, parked.",
+    },
+    Metric {
+        name: "ankusa_attempt_duration_seconds",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "Duration of one attempt, by module and result (ok, error, timeout).",
+    },
+    Metric {
+        name: "ankusa_delivery_latency_seconds",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "Commit to successful delivery, by module.",
+    },
+    Metric {
+        name: "ankusa_due_lag_seconds",
+        kind: Kind::Gauge,
+        unit: Some(Unit::Seconds),
+        zero: true,
+        help: "Lag of the oldest row claimed by the last scan (0 when none).",
+    },
+    Metric {
+        name: "ankusa_claimed_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Rows claimed and not yet settled (the row window, R5).",
+    },
+    Metric {
+        name: "ankusa_claimed_bytes",
+        kind: Kind::Gauge,
+        unit: Some(Unit::Bytes),
+        zero: false,
+        help: "Hook bytes of claimed rows (the byte window, R5).",
+    },
+    Metric {
+        name: "ankusa_running_attempts",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Attempts running now.",
+    },
+    Metric {
+        name: "ankusa_window_max_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "dispatch.max_inflight.",
+    },
+    Metric {
+        name: "ankusa_window_max_bytes",
+        kind: Kind::Gauge,
+        unit: Some(Unit::Bytes),
+        zero: false,
+        help: "dispatch.max_inflight_bytes.",
+    },
+    Metric {
+        name: "ankusa_concurrency_max",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "dispatch.concurrency.",
+    },
+    Metric {
+        name: "ankusa_dead_letters_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Deprecated (removed in the next release): ankusa_rows_dead_lettered_total.",
+    },
+    Metric {
+        name: "ankusa_malformed_rows_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Claimed rows whose id or hook could not be read.",
+    },
+    Metric {
+        name: "ankusa_leader",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "1 while this process leads its partition.",
+    },
+    Metric {
+        name: "ankusa_leadership_changes_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Times this process became leader.",
+    },
+    Metric {
+        name: "ankusa_lease_renew_seconds",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "Latency of successful lease renewals.",
+    },
+    Metric {
+        name: "ankusa_script_duration_seconds",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "Latency of each Lua script call, by script.",
+    },
+    Metric {
+        name: "ankusa_redis_errors_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Redis call failures by kind (connection, timeout, busy, loading, oom, readonly, fenced, protocol, other).",
+    },
+    Metric {
+        name: "ankusa_scan_rows",
+        kind: Kind::Histogram,
+        unit: None,
+        zero: false,
+        help: "Rows claimed per scan.",
+    },
+    Metric {
+        name: "ankusa_scan_duration_seconds",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "One scan: the claim script plus the pipelined reads that bind its rows.",
+    },
+    Metric {
+        name: "ankusa_rows_claimed_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Rows claimed.",
+    },
+    Metric {
+        name: "ankusa_claim_page_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Rows the next claim may take: dispatch.batch at most, adapted to dispatch.script_budget_ms.",
+    },
+    Metric {
+        name: "ankusa_settle_page_outcomes",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Outcomes the next settle call may take: dispatch.settle_batch at most, adapted to dispatch.script_budget_ms.",
+    },
+    Metric {
+        name: "ankusa_script_budget_stops_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Claim or settle calls cut short by their time budget, by script (claim, settle).",
+    },
+    Metric {
+        name: "ankusa_breakers_open",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: true,
+        help: "Sink keys whose breaker is open or probing (their rows are parked, R16).",
+    },
+    Metric {
+        name: "ankusa_breaker_transitions_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Breaker state changes, by the state entered (open, closed).",
+    },
+    Metric {
+        name: "ankusa_parked_rows_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Rows parked by an open breaker (written back due when it closes, R16) or a rate limit (P9).",
+    },
+    Metric {
+        name: "ankusa_rate_limit_parked_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Rows of a rate-limited sink key parked back in Redis until their token comes (P9).",
+    },
+    Metric {
+        name: "ankusa_hooks_unmatched_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Hooks committed by this process that no sink entry's event filter took: not stored (P9).",
+    },
+    Metric {
+        name: "ankusa_sinks_disabled_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Sink entries disabled by the leader after disable_after_ms of continuous failure (P9).",
+    },
+    Metric {
+        name: "ankusa_operator_events_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Operational events POSTed to operator.events_url, by result (ok, failed) (P9).",
+    },
+    Metric {
+        name: "ankusa_lane_members",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: true,
+        help: "Hooks waiting behind a lane head in the partition (R10).",
+    },
+    Metric {
+        name: "ankusa_lane_releases_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Lanes released by a terminal outcome of their head (R11).",
+    },
+    Metric {
+        name: "ankusa_lane_sweeps_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Lane sweeps run by a claim; none while no lane has members (R12).",
+    },
+    Metric {
+        name: "ankusa_lane_sweep_promotions_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Lane members promoted to head by a sweep (R12).",
+    },
+    Metric {
+        name: "ankusa_requeued_rows_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Rows claimed under an older epoch made due again at takeover (R3).",
+    },
+    Metric {
+        name: "ankusa_settle_rows_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Outcomes sent to settle.lua by result: applied, skipped (not claimed by this epoch), fenced (refused: this node no longer leads).",
+    },
+    Metric {
+        name: "ankusa_selfcheck_failures_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Times the leader self-check gave the lease up because the scheduler made no progress.",
+    },
+    Metric {
+        name: "ankusa_batcher_queued",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Attempts waiting in a batcher for a request, by module.",
+    },
+    Metric {
+        name: "ankusa_batch_entries",
+        kind: Kind::Histogram,
+        unit: None,
+        zero: false,
+        help: "Entries per batch request, by module.",
+    },
+    Metric {
+        name: "ankusa_batch_bytes",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Bytes),
+        zero: false,
+        help: "Bytes per batch request as the module counts them, by module.",
+    },
+    Metric {
+        name: "ankusa_batch_requests_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Batch requests by module and outcome (ok, partial, error, timeout).",
+    },
+    Metric {
+        name: "ankusa_batch_request_duration_seconds",
+        kind: Kind::Histogram,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "Duration of one batch request, by module.",
+    },
+    Metric {
+        name: "ankusa_claim_checks_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Bodies checked in to the blob store, by way (pack, attempt) and result (ok, error).",
+    },
+    Metric {
+        name: "ankusa_claim_check_bytes_total",
+        kind: Kind::Counter,
+        unit: Some(Unit::Bytes),
+        zero: false,
+        help: "Bytes of bodies stored in the claim-check blob store.",
+    },
+    Metric {
+        name: "ankusa_claim_check_deletes_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Claim-check blobs deleted after their hook finished, by result (ok, error).",
+    },
+    Metric {
+        name: "ankusa_due_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Rows due or waiting out a backoff in the partition (the backlog).",
+    },
+    Metric {
+        name: "ankusa_tenant_claimed_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Rows claimed and not yet settled, per tenant of history.metrics_tenants.",
+    },
+    Metric {
+        name: "ankusa_tenant_due_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Rows in the tenant's due set (due now or later), per tenant of history.metrics_tenants.",
+    },
+    Metric {
+        name: "ankusa_tenant_retrying_rows",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Rows with a failed attempt waiting for the next, per tenant of history.metrics_tenants.",
+    },
+    Metric {
+        name: "ankusa_tenant_oldest_lag_seconds",
+        kind: Kind::Gauge,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "How late the tenant's oldest due row is, per tenant of history.metrics_tenants.",
+    },
+    Metric {
+        name: "ankusa_tenant_failing_sinks",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Sink entries with retrying rows, per tenant of history.metrics_tenants.",
+    },
+    Metric {
+        name: "ankusa_lanes_blocked",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Lanes whose head is waiting out a retry or a park.",
+    },
+];
+
+/// Describe every metric of [`CATALOGUE`] once, so `/metrics` carries HELP and TYPE lines,
+/// and the `process_*` family of the `metrics-process` collector.
 pub fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
     PROCESS
         .get_or_init(metrics_process::Collector::default)
         .describe();
-    describe_gauge!(
-        "ankusa_build_info",
-        "Always 1; the `version` label is this build's crate version."
-    );
-    // Emitted today.
-    describe_counter!(
-        "ankusa_hooks_committed_total",
-        "Hooks committed by this process (ingest endpoint; a library Producer under a recorder)."
-    );
-    describe_counter!(
-        "ankusa_rows_delivered_total",
-        "Rows delivered (a successful attempt), by sink module."
-    );
-    describe_counter!(
-        "ankusa_rows_dead_lettered_total",
-        "Rows dead-lettered, by reason kind."
-    );
-    describe_counter!(
-        "ankusa_commits_total",
-        "Deprecated (removed in the next release): ankusa_hooks_committed_total."
-    );
-    describe_counter!(
-        "ankusa_admin_connections_refused_total",
-        "Admin/ingest connections closed at accept because admin.max_connections were open."
-    );
-    describe_counter!(
-        "ankusa_deliveries_total",
-        "Attempt outcomes by sink module: delivered, retry, dead_lettered, parked."
-    );
-    describe_histogram!(
-        "ankusa_attempt_duration_seconds",
-        Unit::Seconds,
-        "Duration of one attempt, by module and result (ok, error, timeout)."
-    );
-    describe_histogram!(
-        "ankusa_delivery_latency_seconds",
-        Unit::Seconds,
-        "Commit to successful delivery, by module."
-    );
-    describe_gauge!(
-        "ankusa_due_lag_seconds",
-        Unit::Seconds,
-        "Lag of the oldest row claimed by the last scan (0 when none)."
-    );
-    describe_gauge!(
-        "ankusa_claimed_rows",
-        "Rows claimed and not yet settled (the row window, R5)."
-    );
-    describe_gauge!(
-        "ankusa_claimed_bytes",
-        Unit::Bytes,
-        "Hook bytes of claimed rows (the byte window, R5)."
-    );
-    describe_gauge!("ankusa_running_attempts", "Attempts running now.");
-    describe_gauge!("ankusa_window_max_rows", "dispatch.max_inflight.");
-    describe_gauge!(
-        "ankusa_window_max_bytes",
-        Unit::Bytes,
-        "dispatch.max_inflight_bytes."
-    );
-    describe_gauge!("ankusa_concurrency_max", "dispatch.concurrency.");
-    describe_counter!(
-        "ankusa_dead_letters_total",
-        "Deprecated (removed in the next release): ankusa_rows_dead_lettered_total."
-    );
-    describe_counter!(
-        "ankusa_malformed_rows_total",
-        "Claimed rows whose id or hook could not be read."
-    );
-    describe_gauge!("ankusa_leader", "1 while this process leads its partition.");
-    describe_counter!(
-        "ankusa_leadership_changes_total",
-        "Times this process became leader."
-    );
-    describe_histogram!(
-        "ankusa_lease_renew_seconds",
-        Unit::Seconds,
-        "Latency of successful lease renewals."
-    );
-    describe_histogram!(
-        "ankusa_script_duration_seconds",
-        Unit::Seconds,
-        "Latency of each Lua script call, by script."
-    );
-    describe_counter!("ankusa_redis_errors_total", "Redis call failures by kind (connection, timeout, busy, loading, oom, readonly, fenced, protocol, other).");
-    describe_histogram!("ankusa_scan_rows", "Rows claimed per scan.");
-    describe_histogram!(
-        "ankusa_scan_duration_seconds",
-        Unit::Seconds,
-        "One scan: the claim script plus the pipelined reads that bind its rows."
-    );
-    describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
-    describe_gauge!(
-        "ankusa_claim_page_rows",
-        "Rows the next claim may take: dispatch.batch at most, adapted to dispatch.script_budget_ms."
-    );
-    describe_gauge!(
-        "ankusa_settle_page_outcomes",
-        "Outcomes the next settle call may take: dispatch.settle_batch at most, adapted to dispatch.script_budget_ms."
-    );
-    describe_counter!(
-        "ankusa_script_budget_stops_total",
-        "Claim or settle calls cut short by their time budget, by script (claim, settle)."
-    );
-    describe_gauge!(
-        "ankusa_breakers_open",
-        "Sink keys whose breaker is open or probing (their rows are parked, R16)."
-    );
-    describe_counter!(
-        "ankusa_breaker_transitions_total",
-        "Breaker state changes, by the state entered (open, closed)."
-    );
-    describe_counter!(
-        "ankusa_parked_rows_total",
-        "Rows parked by an open breaker (written back due when it closes, R16) or a rate limit (P9)."
-    );
-    describe_counter!(
-        "ankusa_rate_limit_parked_total",
-        "Rows of a rate-limited sink key parked back in Redis until their token comes (P9)."
-    );
-    describe_counter!(
-        "ankusa_hooks_unmatched_total",
-        "Hooks committed by this process that no sink entry's event filter took: not stored (P9)."
-    );
-    describe_counter!(
-        "ankusa_sinks_disabled_total",
-        "Sink entries disabled by the leader after disable_after_ms of continuous failure (P9)."
-    );
-    describe_counter!(
-        "ankusa_operator_events_total",
-        "Operational events POSTed to operator.events_url, by result (ok, failed) (P9)."
-    );
-    describe_gauge!(
-        "ankusa_lane_members",
-        "Hooks waiting behind a lane head in the partition (R10)."
-    );
-    describe_counter!(
-        "ankusa_lane_releases_total",
-        "Lanes released by a terminal outcome of their head (R11)."
-    );
-    describe_counter!(
-        "ankusa_lane_sweeps_total",
-        "Lane sweeps run by a claim; none while no lane has members (R12)."
-    );
-    describe_counter!(
-        "ankusa_lane_sweep_promotions_total",
-        "Lane members promoted to head by a sweep (R12)."
-    );
-
-    describe_counter!(
-        "ankusa_requeued_rows_total",
-        "Rows claimed under an older epoch made due again at takeover (R3)."
-    );
-    describe_counter!("ankusa_settle_rows_total", "Outcomes sent to settle.lua by result: applied, skipped (not claimed by this epoch), fenced (refused: this node no longer leads).");
-    describe_counter!(
-        "ankusa_selfcheck_failures_total",
-        "Times the leader self-check gave the lease up because the scheduler made no progress."
-    );
-
-    // Batching sinks and the claim check (R17, R18; docs/sinks.md).
-    describe_gauge!(
-        "ankusa_batcher_queued",
-        "Attempts waiting in a batcher for a request, by module."
-    );
-    describe_histogram!(
-        "ankusa_batch_entries",
-        "Entries per batch request, by module."
-    );
-    describe_histogram!(
-        "ankusa_batch_bytes",
-        Unit::Bytes,
-        "Bytes per batch request as the module counts them, by module."
-    );
-    describe_counter!(
-        "ankusa_batch_requests_total",
-        "Batch requests by module and outcome (ok, partial, error, timeout)."
-    );
-    describe_histogram!(
-        "ankusa_batch_request_duration_seconds",
-        Unit::Seconds,
-        "Duration of one batch request, by module."
-    );
-    describe_counter!(
-        "ankusa_claim_checks_total",
-        "Bodies checked in to the blob store, by way (pack, attempt) and result (ok, error)."
-    );
-    describe_counter!(
-        "ankusa_claim_check_bytes_total",
-        Unit::Bytes,
-        "Bytes of bodies stored in the claim-check blob store."
-    );
-    describe_counter!(
-        "ankusa_claim_check_deletes_total",
-        "Claim-check blobs deleted after their hook finished, by result (ok, error)."
-    );
-
-    // Planned: described now, emitted by the issue named in docs/metrics.md.
-    describe_gauge!(
-        "ankusa_due_rows",
-        "Rows due or waiting out a backoff in the partition (the backlog)."
-    );
-    describe_gauge!(
-        "ankusa_tenant_claimed_rows",
-        "Rows claimed and not yet settled, per tenant of history.metrics_tenants."
-    );
-    describe_gauge!(
-        "ankusa_tenant_due_rows",
-        "Rows in the tenant's due set (due now or later), per tenant of history.metrics_tenants."
-    );
-    describe_gauge!(
-        "ankusa_tenant_retrying_rows",
-        "Rows with a failed attempt waiting for the next, per tenant of history.metrics_tenants."
-    );
-    describe_gauge!(
-        "ankusa_tenant_oldest_lag_seconds",
-        Unit::Seconds,
-        "How late the tenant's oldest due row is, per tenant of history.metrics_tenants."
-    );
-    describe_gauge!(
-        "ankusa_tenant_failing_sinks",
-        "Sink entries with retrying rows, per tenant of history.metrics_tenants."
-    );
-    describe_gauge!(
-        "ankusa_lanes_blocked",
-        "Lanes whose head is waiting out a retry or a park."
-    );
-    describe_counter!("ankusa_rows_claimed_total", "Rows claimed.");
+    for m in CATALOGUE {
+        match (m.kind, m.unit) {
+            (Kind::Counter, Some(u)) => describe_counter!(m.name, u, m.help),
+            (Kind::Counter, None) => describe_counter!(m.name, m.help),
+            (Kind::Gauge, Some(u)) => describe_gauge!(m.name, u, m.help),
+            (Kind::Gauge, None) => describe_gauge!(m.name, m.help),
+            (Kind::Histogram, Some(u)) => describe_histogram!(m.name, u, m.help),
+            (Kind::Histogram, None) => describe_histogram!(m.name, m.help),
+        }
+    }
 }
 
 /// Reasons a row is dead-lettered: the `reason` label of `ankusa_dead_letters_total`
@@ -328,40 +547,22 @@ pub const DELIVERY_OUTCOMES: &[&str] = &["delivered", "retry", "dead_lettered", 
 pub fn init_series() {
     metrics::gauge!("ankusa_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     collect_process();
-    for name in [
-        "ankusa_hooks_committed_total",
-        "ankusa_commits_total",
-        "ankusa_admin_connections_refused_total",
-        "ankusa_malformed_rows_total",
-        "ankusa_leadership_changes_total",
-        "ankusa_requeued_rows_total",
-        "ankusa_selfcheck_failures_total",
-        "ankusa_rows_claimed_total",
-        "ankusa_parked_rows_total",
-        "ankusa_rate_limit_parked_total",
-        "ankusa_hooks_unmatched_total",
-        "ankusa_sinks_disabled_total",
-        "ankusa_lane_releases_total",
-        "ankusa_lane_sweeps_total",
-        "ankusa_lane_sweep_promotions_total",
-    ] {
-        metrics::counter!(name).increment(0);
+    for m in CATALOGUE.iter().filter(|m| m.zero) {
+        match m.kind {
+            Kind::Counter => metrics::counter!(m.name).increment(0),
+            Kind::Gauge => metrics::gauge!(m.name).increment(0.0),
+            Kind::Histogram => {}
+        }
     }
     for script in ["claim", "settle"] {
         metrics::counter!("ankusa_script_budget_stops_total", "script" => script).increment(0);
     }
-    for name in [
-        "ankusa_breakers_open",
-        "ankusa_lane_members",
-        "ankusa_due_lag_seconds",
-    ] {
-        metrics::gauge!(name).increment(0.0);
-    }
-    for module in crate::model::MODULES {
+    for module in crate::model::Module::ALL.map(crate::model::Module::as_str) {
         for outcome in DELIVERY_OUTCOMES {
-            metrics::counter!("ankusa_deliveries_total", "module" => *module, "outcome" => *outcome).increment(0);
+            metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => *outcome)
+                .increment(0);
         }
-        metrics::counter!("ankusa_rows_delivered_total", "module" => *module).increment(0);
+        metrics::counter!("ankusa_rows_delivered_total", "module" => module).increment(0);
     }
     for to in ["open", "closed"] {
         metrics::counter!("ankusa_breaker_transitions_total", "to" => to).increment(0);

@@ -235,23 +235,20 @@ fn catalogue() -> BTreeMap<String, (String, String)> {
     out
 }
 
-/// What `src/metrics.rs` describes: name → type (`counter`, `gauge`, `histogram`).
+/// What `src/metrics.rs` describes (its catalogue table): name → type (`counter`, `gauge`,
+/// `histogram`).
 fn described() -> BTreeMap<String, String> {
+    use ankusa::metrics::{Kind, CATALOGUE};
     let text = read("src/metrics.rs");
     let mut out = BTreeMap::new();
-    for kind in ["counter", "gauge", "histogram"] {
-        let marker = format!("describe_{kind}!(");
-        for piece in text.split(&marker).skip(1) {
-            // The first argument, on the same line or the next (as rustfmt puts it).
-            let name = piece
-                .trim_start()
-                .strip_prefix('"')
-                .and_then(|p| p.split('"').next());
-            let name = name.unwrap_or_else(|| {
-                panic!("src/metrics.rs: describe_{kind}! without a literal name")
-            });
-            out.insert(name.to_string(), kind.to_string());
-        }
+    for m in CATALOGUE {
+        let kind = match m.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        };
+        let prev = out.insert(m.name.to_string(), kind.to_string());
+        assert!(prev.is_none(), "src/metrics.rs catalogues {} twice", m.name);
     }
     // The standard process family, described by the `metrics-process` collector that
     // src/metrics.rs installs.
