@@ -246,8 +246,46 @@ pub struct SourceSpec {
     pub sinks: Vec<SinkEntry>,
 }
 
-/// The sink modules this build can deliver to.
+/// The sink modules this build can deliver to, by their `module` names.
 pub const MODULES: &[&str] = &["http", "sqs", "pubsub"];
+
+/// A sink module this build delivers to: the typed form of a sink entry's `module` (which
+/// stays a string in the stored spec, so a spec naming a module another build knows still
+/// reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Module {
+    /// `http`: one POST per row (R6).
+    Http,
+    /// `sqs`: Amazon SQS, batched (R17).
+    Sqs,
+    /// `pubsub`: Google Pub/Sub, batched (R17).
+    PubSub,
+}
+
+impl Module {
+    /// Every module, in the order of [`MODULES`].
+    pub const ALL: [Module; 3] = [Module::Http, Module::Sqs, Module::PubSub];
+
+    /// The module's name in a sink entry and in the `module` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Module::Http => "http",
+            Module::Sqs => "sqs",
+            Module::PubSub => "pubsub",
+        }
+    }
+
+    /// The module named `name`; `None` for a module this build does not have.
+    pub fn parse(name: &str) -> Option<Module> {
+        Module::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 impl SourceSpec {
     /// Check every entry: a known module and the options it needs, under the secure default
@@ -260,13 +298,13 @@ impl SourceSpec {
     /// (`http.allow_cidrs`) and the secret references allowed (`secrets.*`).
     pub fn validate_with(&self, edge: &crate::sinks::EdgePolicy) -> Result<(), String> {
         for (i, s) in self.sinks.iter().enumerate() {
-            if !MODULES.contains(&s.module.as_str()) {
+            let Some(module) = Module::parse(&s.module) else {
                 return Err(format!(
                     "sinks[{i}].module: unknown module {:?} (known: {})",
                     s.module,
                     MODULES.join(", ")
                 ));
-            }
+            };
             if let Some(k) = &s.key {
                 if !s.ordered {
                     return Err(format!(
@@ -286,7 +324,7 @@ impl SourceSpec {
             if let Some(r) = &s.rate_limit {
                 r.validate()
                     .map_err(|e| format!("sinks[{i}].rate_limit.{e}"))?;
-                if s.module != "http" {
+                if module != Module::Http {
                     return Err(format!("sinks[{i}].rate_limit: only http entries have a rate limit (a batching sink's requests are bounded by dispatch.sink_concurrency)"));
                 }
             }
@@ -295,13 +333,14 @@ impl SourceSpec {
                     "sinks[{i}].disable_after_ms: must be > 0 (omit it to never disable)"
                 ));
             }
-            let checked = match s.module.as_str() {
-                "http" => crate::sinks::http::HttpOpts::from_opts_with(&s.opts, edge).map(drop),
-                "sqs" => crate::sinks::sqs::SqsOpts::from_opts_with(&s.opts, edge).map(drop),
-                "pubsub" => {
+            let checked = match module {
+                Module::Http => {
+                    crate::sinks::http::HttpOpts::from_opts_with(&s.opts, edge).map(drop)
+                }
+                Module::Sqs => crate::sinks::sqs::SqsOpts::from_opts_with(&s.opts, edge).map(drop),
+                Module::PubSub => {
                     crate::sinks::pubsub::PubSubOpts::from_opts_with(&s.opts, edge).map(drop)
                 }
-                _ => Ok(()),
             };
             checked.map_err(|e| format!("sinks[{i}].opts: {e}"))?;
         }
@@ -456,6 +495,17 @@ impl DeadReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_module_name_parses_to_its_module_and_no_other_does() {
+        let names: Vec<&str> = Module::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(names, MODULES);
+        for m in Module::ALL {
+            assert_eq!(Module::parse(m.as_str()), Some(m));
+        }
+        assert_eq!(Module::parse("HTTP"), None);
+        assert_eq!(Module::parse("kafka"), None);
+    }
 
     #[test]
     fn row_ids_round_trip_and_garbage_is_refused() {

@@ -149,7 +149,10 @@ print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_
     assert_eq!(v["refused"], true, "{v}");
     assert_eq!(v["typed"], serde_json::json!([[1, 0, 0], 2]), "{v}");
     let first = &v["idem"][0][0];
-    assert_eq!(v["idem"][1][0], *first, "a repeated key answers its first id: {v}");
+    assert_eq!(
+        v["idem"][1][0], *first,
+        "a repeated key answers its first id: {v}"
+    );
     assert_ne!(v["idem"][1][1], *first, "a new key commits: {v}");
     assert_eq!(
         v["sha"].as_str(),

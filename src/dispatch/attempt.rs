@@ -251,11 +251,7 @@ impl Session {
         result: Result<(), AttemptError>,
         elapsed: Duration,
     ) {
-        let module: &'static str = match &*job.target {
-            Target::Http(_) => "http",
-            Target::Sqs { .. } => "sqs",
-            Target::PubSub { .. } => "pubsub",
-        };
+        let module = job.target.module().as_str();
         let now = job.redis_now_ms();
         let attempts = job.attempts + 1;
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);

@@ -24,7 +24,7 @@
 
 use super::{breaker, Event, Job, Session, SinkKey, Target};
 use crate::claim_check::{self, BlobStore, Payload};
-use crate::model::RowId;
+use crate::model::{Module, RowId};
 use crate::sinks::batcher::{Batcher, Limits, Reply, Submission};
 use crate::sinks::pubsub::{PubSubClients, PubSubTarget};
 use crate::sinks::sqs::{SqsClients, SqsTarget};
@@ -60,8 +60,8 @@ impl Resolved {
     }
     fn module(&self) -> &'static str {
         match self {
-            Resolved::Sqs(_) => "sqs",
-            Resolved::PubSub(_) => "pubsub",
+            Resolved::Sqs(_) => Module::Sqs.as_str(),
+            Resolved::PubSub(_) => Module::PubSub.as_str(),
         }
     }
     fn message(

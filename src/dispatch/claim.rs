@@ -214,13 +214,18 @@ pub(super) async fn claim_and_prepare(
             .or_insert_with(|| {
                 let entry = &spec.sinks[index as usize];
                 let ordered = entry.ordered;
-                match entry.module.as_str() {
-                    "http" => HttpOpts::from_opts(&entry.opts).map(|o| Arc::new(Target::Http(o))),
-                    "sqs" => SqsOpts::from_opts(&entry.opts)
+                match Module::parse(&entry.module) {
+                    Some(Module::Http) => {
+                        HttpOpts::from_opts(&entry.opts).map(|o| Arc::new(Target::Http(o)))
+                    }
+                    Some(Module::Sqs) => SqsOpts::from_opts(&entry.opts)
                         .map(|opts| Arc::new(Target::Sqs { opts, ordered })),
-                    "pubsub" => PubSubOpts::from_opts(&entry.opts)
+                    Some(Module::PubSub) => PubSubOpts::from_opts(&entry.opts)
                         .map(|opts| Arc::new(Target::PubSub { opts, ordered })),
-                    m => Err(format!("module {m} is not supported by this worker")),
+                    None => Err(format!(
+                        "module {} is not supported by this worker",
+                        entry.module
+                    )),
                 }
             })
             .clone();

@@ -25,7 +25,7 @@ mod settle;
 pub use claim::bind;
 
 use crate::config::Config;
-use crate::model::{DeadReason, RowId, SinkEntry};
+use crate::model::{DeadReason, Module, RowId, SinkEntry};
 use crate::scheduler::backoff;
 use crate::scheduler::breaker::{self, Admit, Breaker};
 use crate::scheduler::rate;
@@ -106,6 +106,16 @@ enum Target {
         opts: PubSubOpts,
         ordered: bool,
     },
+}
+
+impl Target {
+    fn module(&self) -> Module {
+        match self {
+            Target::Http(_) => Module::Http,
+            Target::Sqs { .. } => Module::Sqs,
+            Target::PubSub { .. } => Module::PubSub,
+        }
+    }
 }
 
 /// A claimed row, bound and ready to run.
