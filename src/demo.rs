@@ -107,107 +107,29 @@ fn event_name(path: &std::path::Path) -> String {
         .to_string()
 }
 
-/// Run the demo; prints progress to stderr and the summary to stdout.
+/// Run the demo; prints progress to stderr and the summary to stdout. Errors: no
+/// `redis-server` on `PATH` without `--redis-url` ([`Error::BadRequest`], exit 2), Redis or
+/// the worker failing, and rows lost or bodies not byte-exact at the end.
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
-    let mut _redis = None;
-    let url = match &args.redis_url {
-        Some(u) => u.clone(),
-        None => match RedisServer::start() {
-            Ok(r) => {
-                let u = r.url();
-                _redis = Some(r);
-                u
-            }
-            Err(e @ TestkitError::RedisNotFound) => {
-                eprintln!("error: {e}");
-                std::process::exit(2);
-            }
-            Err(e) => return Err(Error::Other(e.to_string())),
-        },
-    };
+    let (url, _redis) = redis_for(&args)?;
     let receiver = Receiver::start_with(ReceiverOptions {
         record_bodies: false,
         threads: 1,
     })
     .map_err(|e| Error::Other(e.to_string()))?;
-
-    // Payloads: real files, or generated JSON.
-    let mut payloads: Vec<(Vec<u8>, String)> = Vec::new();
-    if let Some(dir) = &args.payloads {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| Error::Other(format!("--payloads {}: {e}", dir.display())))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        files.sort();
-        for f in files {
-            let body =
-                std::fs::read(&f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?;
-            payloads.push((body, event_name(&f)));
-        }
-        if payloads.is_empty() {
-            return Err(Error::Other(format!(
-                "--payloads {}: no .json files",
-                dir.display()
-            )));
-        }
-    }
+    let payloads = load_payloads(args.payloads.as_deref())?;
     let hooks_total = args.hooks.unwrap_or(if payloads.is_empty() {
         2000
     } else {
         payloads.len()
     });
-
-    let mut cfg = Config {
-        instance: format!("demo-{:06x}", rand::random::<u32>() & 0xff_ffff),
-        ..Config::default()
-    };
-    cfg.redis.url = url.clone();
-    cfg.retry.initial_backoff_ms = 50;
-    cfg.retry.max_backoff_ms = 1_000;
-    cfg.retry.min_backoff_ms = 50;
-    cfg.dispatch.attempt_timeout_ms = 10_000;
-    // The demo's receiver listens on loopback, which the SSRF guard refuses by default.
-    crate::testkit::allow_loopback(&mut cfg);
+    let cfg = demo_config(&url);
     let worker = Worker::start(cfg.clone(), Some("demo")).await?;
     let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes);
-
     let tenants: Vec<String> = (0..args.tenants.max(1))
         .map(|i| format!("tenant-{i}"))
         .collect();
-    for t in &tenants {
-        let ok = format!("{t}/orders");
-        let flaky = format!("{t}/flaky");
-        receiver.set(
-            &flaky,
-            Behavior::FailFraction {
-                status: 503,
-                fraction: args.fail_fraction,
-                seed: 7,
-            },
-        );
-        let sink = |path: &str| SinkEntry {
-            module: "http".into(),
-            opts: serde_json::json!({"url": receiver.url(path)})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            ordered: false,
-            key: None,
-            ..Default::default()
-        };
-        worker
-            .store()
-            .put_source(
-                t,
-                "github",
-                &SourceSpec {
-                    sinks: vec![sink(&ok), sink(&flaky)],
-                },
-            )
-            .await?;
-    }
-
+    register_sources(&worker, &receiver, &tenants, args.fail_fraction).await?;
     eprintln!(
         "demo: redis {url}, receiver {}, {} tenants × 2 sinks, {hooks_total} hooks ({})",
         receiver.url(""),
@@ -218,116 +140,24 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
             format!("{} real payloads", payloads.len())
         }
     );
-    let progress = indicatif::ProgressBar::new(hooks_total as u64 * 2);
-    progress.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} rows delivered ({per_sec}) {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-
-    // Commit, recording when each hook was committed and what its body hashes to.
-    let started = Instant::now();
-    let mut committed_at: HashMap<u64, Instant> = HashMap::with_capacity(hooks_total);
-    let mut sha: HashMap<u64, String> = HashMap::with_capacity(hooks_total);
-    let mut i = 0;
-    while i < hooks_total {
-        let t = &tenants[(i / 10) % tenants.len()];
-        let n = 10.min(hooks_total - i);
-        let batch: Vec<Hook> = (i..i + n)
-            .map(|k| match payloads.get(k % payloads.len().max(1)) {
-                Some((body, event)) if !payloads.is_empty() => Hook::new(body.clone())
-                    .header("content-type", "application/json")
-                    .header("x-github-event", event.clone()),
-                _ => Hook::new(generated_body(k)).header("content-type", "application/json"),
-            })
-            .collect();
-        let r = producer.commit_many(t, "github", &batch).await?;
-        let now = Instant::now();
-        for (j, h) in batch.iter().enumerate() {
-            let id = r.first_hook + j as u64;
-            committed_at.insert(id, now);
-            sha.insert(id, hex::encode(Sha256::digest(&h.body)));
-        }
-        i += n;
-        progress.set_position(receiver_delivered(&receiver));
-    }
     let rows = hooks_total as u64 * 2;
-
-    // Wait until every row is settled (delivered or dead-lettered), showing progress.
-    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
-    loop {
-        let totals = worker.store().totals().await?;
-        progress.set_position(receiver_delivered(&receiver));
-        progress.set_message(format!("{} dead-lettered", totals.dead_lettered));
-        if totals.delivered + totals.dead_lettered + totals.dropped >= rows
-            || Instant::now() > deadline
-        {
-            break;
-        }
-        let _ = receiver
-            .wait_until_async(Duration::from_millis(200), |_| false)
-            .await;
+    let progress = progress_bar(rows);
+    let started = Instant::now();
+    let sent = Committer {
+        producer: &producer,
+        tenants: &tenants,
+        payloads: &payloads,
+        receiver: &receiver,
+        progress: &progress,
     }
+    .commit_all(hooks_total)
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    wait_settled(&worker, &receiver, &progress, rows, deadline).await?;
     let elapsed = started.elapsed();
     progress.finish_and_clear();
 
-    // Summarise from what the receiver got.
-    let mut first_ok: HashMap<String, Instant> = HashMap::new();
-    let mut ok_receipts = 0u64;
-    let mut mismatched = 0u64;
-    let mut seen_bad: HashSet<String> = HashSet::new();
-    for r in receiver.requests() {
-        if !(200..300).contains(&r.status) {
-            continue;
-        }
-        let Some(delivery) = r.header("ankusa-delivery-id").map(str::to_string) else {
-            continue;
-        };
-        ok_receipts += 1;
-        let hook: u64 = delivery
-            .split('.')
-            .next()
-            .and_then(|h| h.parse().ok())
-            .unwrap_or(0);
-        if sha.get(&hook) != Some(&r.body_sha256) && seen_bad.insert(delivery.clone()) {
-            mismatched += 1;
-        }
-        first_ok.entry(delivery).or_insert(r.at);
-    }
-    let mut lat: Vec<f64> = first_ok
-        .iter()
-        .filter_map(|(d, at)| {
-            let hook: u64 = d.split('.').next()?.parse().ok()?;
-            Some(
-                at.saturating_duration_since(*committed_at.get(&hook)?)
-                    .as_secs_f64()
-                    * 1000.0,
-            )
-        })
-        .collect();
-    lat.sort_by(|a, b| a.total_cmp(b));
-    let mut dead = 0;
-    for t in &tenants {
-        dead += crate::dlq::count(worker.store(), t).await?;
-    }
-    let mut pending = worker.store().claimed_count().await?;
-    for t in &tenants {
-        pending += worker.store().pending_count(t).await?;
-    }
-    let delivered = first_ok.len() as u64;
-    let summary = DemoSummary {
-        committed: hooks_total as u64,
-        rows,
-        delivered,
-        dead_lettered: dead,
-        lost: rows.saturating_sub(delivered + dead + pending),
-        duplicates: ok_receipts - delivered,
-        mismatched,
-        deliveries_per_sec: (delivered as f64 / elapsed.as_secs_f64() * 10.0).round() / 10.0,
-        p50_ms: (percentile(&lat, 0.50) * 100.0).round() / 100.0,
-        p99_ms: (percentile(&lat, 0.99) * 100.0).round() / 100.0,
-    };
+    let (summary, pending) = summarise(&worker, &receiver, &tenants, &sent, elapsed).await?;
     worker.shutdown().await;
     let text = format!(
         "committed {} hooks → {} rows: {} delivered, {} dead-lettered, {} pending, {} lost, {} duplicates, {} byte mismatches\n\
@@ -349,6 +179,244 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         )));
     }
     Ok(summary)
+}
+
+/// The Redis to use: `--redis-url`, or a private `redis-server` kept alive by the returned
+/// handle.
+fn redis_for(args: &DemoArgs) -> Result<(String, Option<RedisServer>), Error> {
+    if let Some(u) = &args.redis_url {
+        return Ok((u.clone(), None));
+    }
+    match RedisServer::start() {
+        Ok(r) => Ok((r.url(), Some(r))),
+        Err(e @ TestkitError::RedisNotFound) => Err(Error::BadRequest(e.to_string())),
+        Err(e) => Err(Error::Other(e.to_string())),
+    }
+}
+
+/// The `.json` files of `--payloads`, sorted by name, each with its GitHub event name; empty
+/// without the flag (the demo then generates JSON).
+fn load_payloads(dir: Option<&std::path::Path>) -> Result<Vec<(Vec<u8>, String)>, Error> {
+    let Some(dir) = dir else {
+        return Ok(Vec::new());
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::Other(format!("--payloads {}: {e}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut payloads = Vec::with_capacity(files.len());
+    for f in files {
+        let body = std::fs::read(&f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?;
+        payloads.push((body, event_name(&f)));
+    }
+    if payloads.is_empty() {
+        return Err(Error::Other(format!(
+            "--payloads {}: no .json files",
+            dir.display()
+        )));
+    }
+    Ok(payloads)
+}
+
+/// The demo worker's config: a fresh instance name, quick retries, and the loopback receiver
+/// allowed past the SSRF guard (which refuses it by default).
+fn demo_config(url: &str) -> Config {
+    let mut cfg = Config {
+        instance: format!("demo-{:06x}", rand::random::<u32>() & 0xff_ffff),
+        ..Config::default()
+    };
+    cfg.redis.url = url.to_string();
+    cfg.retry.initial_backoff_ms = 50;
+    cfg.retry.max_backoff_ms = 1_000;
+    cfg.retry.min_backoff_ms = 50;
+    cfg.dispatch.attempt_timeout_ms = 10_000;
+    crate::testkit::allow_loopback(&mut cfg);
+    cfg
+}
+
+/// Each tenant's `github` source: one reliable sink and one failing `fail_fraction` of
+/// attempts with 503.
+async fn register_sources(
+    worker: &Worker,
+    receiver: &Receiver,
+    tenants: &[String],
+    fail_fraction: f64,
+) -> Result<(), Error> {
+    for t in tenants {
+        let ok = format!("{t}/orders");
+        let flaky = format!("{t}/flaky");
+        receiver.set(
+            &flaky,
+            Behavior::FailFraction {
+                status: 503,
+                fraction: fail_fraction,
+                seed: 7,
+            },
+        );
+        let sink = |path: &str| SinkEntry {
+            module: "http".into(),
+            opts: serde_json::json!({"url": receiver.url(path)})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            ordered: false,
+            key: None,
+            ..Default::default()
+        };
+        let spec = SourceSpec {
+            sinks: vec![sink(&ok), sink(&flaky)],
+        };
+        worker.store().put_source(t, "github", &spec).await?;
+    }
+    Ok(())
+}
+
+fn progress_bar(rows: u64) -> indicatif::ProgressBar {
+    let progress = indicatif::ProgressBar::new(rows);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} rows delivered ({per_sec}) {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    progress
+}
+
+/// What was committed: when each hook was, and the SHA-256 of its body.
+struct Sent {
+    at: HashMap<u64, Instant>,
+    sha: HashMap<u64, String>,
+}
+
+/// Commits the demo's hooks, ten per call, round robin over the tenants.
+struct Committer<'a> {
+    producer: &'a Producer,
+    tenants: &'a [String],
+    payloads: &'a [(Vec<u8>, String)],
+    receiver: &'a Receiver,
+    progress: &'a indicatif::ProgressBar,
+}
+
+impl Committer<'_> {
+    async fn commit_all(&self, hooks_total: usize) -> Result<Sent, Error> {
+        let mut sent = Sent {
+            at: HashMap::with_capacity(hooks_total),
+            sha: HashMap::with_capacity(hooks_total),
+        };
+        let mut i = 0;
+        while i < hooks_total {
+            let t = &self.tenants[(i / 10) % self.tenants.len()];
+            let n = 10.min(hooks_total - i);
+            let batch: Vec<Hook> = (i..i + n).map(|k| self.hook(k)).collect();
+            let r = self.producer.commit_many(t, "github", &batch).await?;
+            let now = Instant::now();
+            for (j, h) in batch.iter().enumerate() {
+                let id = r.first_hook + j as u64;
+                sent.at.insert(id, now);
+                sent.sha.insert(id, hex::encode(Sha256::digest(&h.body)));
+            }
+            i += n;
+            self.progress
+                .set_position(receiver_delivered(self.receiver));
+        }
+        Ok(sent)
+    }
+
+    /// Hook `k`: the next real payload with its `x-github-event`, or generated JSON.
+    fn hook(&self, k: usize) -> Hook {
+        match self.payloads.get(k % self.payloads.len().max(1)) {
+            Some((body, event)) => Hook::new(body.clone())
+                .header("content-type", "application/json")
+                .header("x-github-event", event.clone()),
+            None => Hook::new(generated_body(k)).header("content-type", "application/json"),
+        }
+    }
+}
+
+/// Wait until every row is settled (delivered or dead-lettered) or `deadline`, showing
+/// progress.
+async fn wait_settled(
+    worker: &Worker,
+    receiver: &Receiver,
+    progress: &indicatif::ProgressBar,
+    rows: u64,
+    deadline: Instant,
+) -> Result<(), Error> {
+    loop {
+        let totals = worker.store().totals().await?;
+        progress.set_position(receiver_delivered(receiver));
+        progress.set_message(format!("{} dead-lettered", totals.dead_lettered));
+        if totals.delivered + totals.dead_lettered + totals.dropped >= rows
+            || Instant::now() > deadline
+        {
+            return Ok(());
+        }
+        let _ = receiver
+            .wait_until_async(Duration::from_millis(200), |_| false)
+            .await;
+    }
+}
+
+/// The summary, from what the receiver got and what Redis still holds; with the rows still
+/// pending.
+async fn summarise(
+    worker: &Worker,
+    receiver: &Receiver,
+    tenants: &[String],
+    sent: &Sent,
+    elapsed: Duration,
+) -> Result<(DemoSummary, u64), Error> {
+    let hook_of = |delivery: &str| -> Option<u64> { delivery.split('.').next()?.parse().ok() };
+    let mut first_ok: HashMap<String, Instant> = HashMap::new();
+    let mut ok_receipts = 0u64;
+    let mut mismatched = 0u64;
+    let mut seen_bad: HashSet<String> = HashSet::new();
+    for r in receiver.requests() {
+        if !(200..300).contains(&r.status) {
+            continue;
+        }
+        let Some(delivery) = r.header("ankusa-delivery-id").map(str::to_string) else {
+            continue;
+        };
+        ok_receipts += 1;
+        let hook = hook_of(&delivery).unwrap_or(0);
+        if sent.sha.get(&hook) != Some(&r.body_sha256) && seen_bad.insert(delivery.clone()) {
+            mismatched += 1;
+        }
+        first_ok.entry(delivery).or_insert(r.at);
+    }
+    let mut lat: Vec<f64> = first_ok
+        .iter()
+        .filter_map(|(d, at)| {
+            let committed = sent.at.get(&hook_of(d)?)?;
+            Some(at.saturating_duration_since(*committed).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let mut dead = 0;
+    let mut pending = worker.store().claimed_count().await?;
+    for t in tenants {
+        dead += crate::dlq::count(worker.store(), t).await?;
+        pending += worker.store().pending_count(t).await?;
+    }
+    let committed = sent.sha.len() as u64;
+    let rows = committed * 2;
+    let delivered = first_ok.len() as u64;
+    let summary = DemoSummary {
+        committed,
+        rows,
+        delivered,
+        dead_lettered: dead,
+        lost: rows.saturating_sub(delivered + dead + pending),
+        duplicates: ok_receipts - delivered,
+        mismatched,
+        deliveries_per_sec: (delivered as f64 / elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        p50_ms: (percentile(&lat, 0.50) * 100.0).round() / 100.0,
+        p99_ms: (percentile(&lat, 0.99) * 100.0).round() / 100.0,
+    };
+    Ok((summary, pending))
 }
 
 fn receiver_delivered(r: &Receiver) -> u64 {

@@ -7,6 +7,7 @@
 //! all run here, so the figures are for everything sharing this machine's cores.
 
 mod args;
+mod phases;
 mod scripts;
 pub use args::BenchArgs;
 
@@ -443,286 +444,33 @@ async fn commit_backlog(
     Ok(body_bytes)
 }
 
-/// Run the benchmark and print the report.
+/// Run the benchmark and print the report (JSON on stdout; progress and the targets met or
+/// missed on stderr).
 pub async fn run(args: BenchArgs) -> Result<(), Error> {
     if args.scripts {
         return scripts::run(&args).await;
     }
     WORKER_HISTORY.store(!args.no_history, std::sync::atomic::Ordering::Relaxed);
     BENCH_POLICY.store(args.policy, std::sync::atomic::Ordering::Relaxed);
-    let redis = RedisServer::start().map_err(|e| Error::Other(e.to_string()))?;
-    let receiver = Receiver::start_with(ReceiverOptions {
-        record_bodies: false,
-        threads: 1,
-    })
-    .map_err(|e| Error::Other(e.to_string()))?;
-    let store = Store::connect(&redis.url(), "bench", 30_000)
-        .await?
-        .with_edge(crate::testkit::loopback_edge());
-    let producer = Producer::new(store.clone(), 16 << 20);
-    let tenants: Vec<String> = (0..args.tenants.max(1)).map(|i| format!("t{i}")).collect();
-    for t in &tenants {
-        let mut sink = SinkEntry {
-            module: "http".into(),
-            opts: serde_json::json!({"url": receiver.url(&format!("{t}/hook"))})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            ordered: false,
-            key: None,
-            ..Default::default()
-        };
-        if args.policy {
-            sink.filter = Some(crate::model::EventFilter {
-                event_types: vec!["bench.*".into()],
-            });
-            sink.rate_limit = Some(crate::model::RateLimit {
-                per_second: 1e6,
-                burst: Some(100_000),
-            });
-        }
-        store
-            .put_source(t, "s", &SourceSpec { sinks: vec![sink] })
-            .await?;
-    }
-    let bodies = bodies(&args)?;
+    let world = phases::World::start(&args).await?;
     let mut report = BenchReport {
         rows: args.rows,
         history: !args.no_history,
         policy: args.policy,
         ..Default::default()
     };
-    eprintln!(
-        "bench: redis {}, receiver {}, {} tenants, {} bodies",
-        redis.url(),
-        receiver.url(""),
-        tenants.len(),
-        bodies.len()
-    );
-
-    // 1. Memory per pending row: commit the backlog with no worker running.
-    let mem0 = info_field(&redis, "memory", "used_memory");
-    let body_bytes = commit_backlog(&producer, &tenants, &bodies, args.rows).await?;
-    let mem1 = info_field(&redis, "memory", "used_memory");
-    report.mean_body_bytes = (body_bytes / args.rows.max(1) as u64) as usize;
-    report.redis_bytes_per_pending_row =
-        ((mem1 - mem0 - body_bytes as f64) / args.rows as f64).round();
-    eprintln!(
-        "bench: {} rows pending, {:.0} bytes of Redis memory per row beyond the body",
-        args.rows, report.redis_bytes_per_pending_row
-    );
-
-    // 2. Throughput: a worker drains the backlog.
+    let mem0 = world.memory_per_pending_row(&args, &mut report).await?;
     let dir = tempfile::tempdir().map_err(|e| Error::Other(e.to_string()))?;
-    let cpu0 = redis_cpu(&redis);
-    let cmds0 = info_field(&redis, "stats", "total_commands_processed");
-    let started = Instant::now();
-    let worker = spawn_worker(&redis.url(), &dir, "bench")?;
-    let pid = worker.0.id();
-    let bar = indicatif::ProgressBar::new(args.rows as u64);
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while receiver.count() < args.rows && Instant::now() < deadline {
-        receiver
-            .wait_until_async(Duration::from_millis(250), |_| false)
-            .await;
-        bar.set_position(receiver.count() as u64);
-    }
-    bar.finish_and_clear();
-    let elapsed = started.elapsed().as_secs_f64();
-    let delivered = receiver.count();
-    // Let the last settle land before reading Redis' counters.
-    crate::ops::tick(&store, None).await?;
-    let cpu1 = redis_cpu(&redis);
-    let cmds1 = info_field(&redis, "stats", "total_commands_processed");
-    report.deliveries_per_sec = (delivered as f64 / elapsed).round();
-    report.redis_cpu_us_per_row = ((cpu1 - cpu0) * 1e6 / delivered as f64 * 10.0).round() / 10.0;
-    report.redis_commands_per_row = ((cmds1 - cmds0) / delivered as f64 * 100.0).round() / 100.0;
-    let mem2 = info_field(&redis, "memory", "used_memory");
-    report.redis_bytes_per_delivered_row = ((mem2 - mem0) / delivered.max(1) as f64).round();
-    eprintln!(
-        "bench: {:.0} bytes of Redis memory per delivered row kept (history {})",
-        report.redis_bytes_per_delivered_row,
-        if args.no_history { "off" } else { "on" }
-    );
-    eprintln!(
-        "bench: {delivered} rows in {elapsed:.2} s = {:.0} deliveries/s; Redis {:.1} µs CPU and {:.2} commands per row",
-        report.deliveries_per_sec, report.redis_cpu_us_per_row, report.redis_commands_per_row
-    );
-
-    // 3. Latency at half that rate.
-    let rate = (report.deliveries_per_sec / 2.0).max(100.0);
-    report.latency_rate = rate.round();
-    receiver.clear();
-    let mut committed_at: HashMap<u64, Instant> = HashMap::new();
-    let tick = Duration::from_millis(10);
-    let per_tick = ((rate * tick.as_secs_f64()).round() as usize).max(1);
-    let run_until = Instant::now() + Duration::from_secs(args.latency_secs);
-    let mut next = Instant::now();
-    let mut k = 0usize;
-    while Instant::now() < run_until {
-        for chunk_t in 0..tenants.len() {
-            let n = per_tick / tenants.len() + usize::from(chunk_t < per_tick % tenants.len());
-            if n == 0 {
-                continue;
-            }
-            let hooks: Vec<Hook> = (0..n)
-                .map(|j| hook(&bodies[(k + j) % bodies.len()]))
-                .collect();
-            k += n;
-            let r = producer.commit_many(&tenants[chunk_t], "s", &hooks).await?;
-            let now = Instant::now();
-            for j in 0..n as u64 {
-                committed_at.insert(r.first_hook + j, now);
-            }
-        }
-        next += tick;
-        tokio::time::sleep_until(next.into()).await;
-    }
-    let expected = committed_at.len();
-    receiver
-        .wait_until_async(Duration::from_secs(30), |r| r.len() >= expected)
-        .await;
-    let mut lat: Vec<f64> = receiver
-        .requests()
-        .iter()
-        .filter_map(|r| {
-            let id: u64 = r.header("ankusa-hook-id")?.parse().ok()?;
-            Some(
-                r.at.saturating_duration_since(*committed_at.get(&id)?)
-                    .as_secs_f64()
-                    * 1000.0,
-            )
-        })
-        .collect();
-    lat.sort_by(|a, b| a.total_cmp(b));
-    report.p50_ms = (percentile(&lat, 0.5) * 100.0).round() / 100.0;
-    report.p99_ms = (percentile(&lat, 0.99) * 100.0).round() / 100.0;
-    report.worker_peak_rss_mib =
-        (status_kib(pid, "VmHWM:").unwrap_or(0.0) / 1024.0 * 10.0).round() / 10.0;
-    eprintln!("bench: {expected} hooks at {rate:.0}/s: p50 {:.2} ms, p99 {:.2} ms; worker peak RSS {:.1} MiB", report.p50_ms, report.p99_ms, report.worker_peak_rss_mib);
-
-    // 4. RSS behind a dead sink: every endpoint hangs, a large backlog waits in Redis.
+    let worker = world.throughput(&args, &dir, mem0, &mut report).await?;
+    world.latency(&args, worker.0.id(), &mut report).await?;
     if args.dead_backlog > 0 {
-        for t in &tenants {
-            receiver.set(&format!("{t}/hook"), Behavior::Status(503));
-        }
-        let small: Vec<Vec<u8>> = vec![b"{\"dead\":true}".to_vec()];
-        let bar = indicatif::ProgressBar::new(args.dead_backlog as u64);
-        let mut i = 0;
-        let mut samples = Vec::new();
-        let mut last_sample = Instant::now();
-        while i < args.dead_backlog {
-            let n = 1000.min(args.dead_backlog - i);
-            let hooks: Vec<Hook> = (0..n).map(|_| Hook::new(small[0].clone())).collect();
-            producer
-                .commit_many(&tenants[(i / 1000) % tenants.len()], "s", &hooks)
-                .await?;
-            i += n;
-            bar.set_position(i as u64);
-            if last_sample.elapsed() >= Duration::from_secs(1) {
-                samples.push(
-                    (status_kib(pid, "VmRSS:").unwrap_or(0.0) / 1024.0 * 10.0).round() / 10.0,
-                );
-                last_sample = Instant::now();
-            }
-        }
-        bar.finish_and_clear();
-        for _ in 0..5 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            samples.push((status_kib(pid, "VmRSS:").unwrap_or(0.0) / 1024.0 * 10.0).round() / 10.0);
-        }
-        report.dead_backlog = args.dead_backlog;
-        report.dead_backlog_rss_mib = samples;
-        report.dead_backlog_claimed = store.claimed_count().await?;
-        eprintln!(
-            "bench: {} rows behind a dead sink: worker RSS {:?} MiB, {} rows claimed",
-            args.dead_backlog, report.dead_backlog_rss_mib, report.dead_backlog_claimed
-        );
+        world
+            .dead_backlog(&args, worker.0.id(), &mut report)
+            .await?;
     }
     drop(worker);
-
-    if args.fairness_backlog > 0 {
-        let (without, with) =
-            fairness(&redis, &receiver, &dir, &bodies, args.fairness_backlog).await?;
-        report.fairness_p99_ms_without_backlog = without;
-        report.fairness_p99_ms_with_backlog = with;
-        report.fairness_ratio = if without > 0.0 {
-            (with / without * 100.0).round() / 100.0
-        } else {
-            0.0
-        };
-        eprintln!("bench: small tenants' p99 lag {without:.1} ms alone, {with:.1} ms beside a {}-row backlog: ratio {:.2}", args.fairness_backlog, report.fairness_ratio);
-    }
-    if args.isolation_rows > 0 {
-        let (healthy, one_down) =
-            isolation(&redis, &receiver, &dir, &bodies, args.isolation_rows).await?;
-        report.isolation_healthy_per_sec = healthy;
-        report.isolation_one_down_per_sec = one_down;
-        report.isolation_ratio = (one_down / healthy * 100.0).round() / 100.0;
-        eprintln!("bench: 7 healthy tenants: {healthy:.0}/s all healthy, {one_down:.0}/s with an 8th tenant's endpoint hanging: ratio {:.2}", report.isolation_ratio);
-    }
-    if args.lanes > 0 {
-        let (unordered, ordered) = lanes(
-            &redis,
-            &receiver,
-            &dir,
-            &bodies,
-            args.rows.min(50_000),
-            args.lanes,
-        )
-        .await?;
-        report.unordered_per_sec = unordered;
-        report.ordered_per_sec = ordered;
-        report.ordered_ratio = (ordered / unordered * 100.0).round() / 100.0;
-        eprintln!(
-            "bench: {} lanes: {ordered:.0}/s ordered vs {unordered:.0}/s unordered: ratio {:.2}",
-            args.lanes, report.ordered_ratio
-        );
-    }
-    // The targets: say which are met and by how much the others are missed.
-    let check = |name: &str, got: f64, target: f64, higher_is_better: bool| {
-        let met = if higher_is_better {
-            got >= target
-        } else {
-            got <= target
-        };
-        let factor = if higher_is_better {
-            target / got.max(f64::MIN_POSITIVE)
-        } else {
-            got / target
-        };
-        if met {
-            eprintln!("target {name}: met ({got} vs {target})");
-        } else {
-            eprintln!("target {name}: MISSED ({got} vs {target}, {factor:.2}× off)");
-        }
-    };
-    check(
-        "deliveries/s ≥ 30000",
-        report.deliveries_per_sec,
-        30_000.0,
-        true,
-    );
-    check(
-        "Redis CPU µs/row ≤ 15",
-        report.redis_cpu_us_per_row,
-        15.0,
-        false,
-    );
-    check("p50 ms ≤ 2 at half rate", report.p50_ms, 2.0, false);
-    check("p99 ms ≤ 20 at half rate", report.p99_ms, 20.0, false);
-    check(
-        "Redis bytes/pending row ≤ 200",
-        report.redis_bytes_per_pending_row,
-        200.0,
-        false,
-    );
-    if args.fairness_backlog > 0 {
-        check("fairness ratio ≤ 1.5", report.fairness_ratio, 1.5, false);
-    }
-    if args.isolation_rows > 0 {
-        check("isolation ratio ≥ 0.9", report.isolation_ratio, 0.9, true);
-    }
+    world.extras(&args, &dir, &mut report).await?;
+    phases::check_targets(&args, &report);
     if args.json {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {
