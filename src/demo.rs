@@ -108,7 +108,7 @@ fn event_name(path: &std::path::Path) -> String {
 }
 
 /// Run the demo; prints progress to stderr and the summary to stdout. Errors: no
-/// `redis-server` on `PATH` without `--redis-url` ([`Error::BadRequest`], exit 2), Redis or
+/// `redis-server` on `PATH` without `--redis-url` ([`Error::Unavailable`], exit 3), Redis or
 /// the worker failing, and rows lost or bodies not byte-exact at the end.
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     let (url, _redis) = redis_for(&args)?;
@@ -189,7 +189,7 @@ fn redis_for(args: &DemoArgs) -> Result<(String, Option<RedisServer>), Error> {
     }
     match RedisServer::start() {
         Ok(r) => Ok((r.url(), Some(r))),
-        Err(e @ TestkitError::RedisNotFound) => Err(Error::BadRequest(e.to_string())),
+        Err(e @ TestkitError::RedisNotFound) => Err(Error::Unavailable(e.to_string())),
         Err(e) => Err(Error::Other(e.to_string())),
     }
 }
