@@ -76,36 +76,7 @@ pub enum Cmd {
         cmd: SourceCmd,
     },
     /// Commit hooks from files, directories of payloads, or stdin.
-    Produce {
-        /// Tenant id.
-        tenant: String,
-        /// Source id.
-        source: String,
-        /// Payload files or directories (every regular file inside, or those matching
-        /// --glob); none or `-` reads stdin.
-        paths: Vec<PathBuf>,
-        /// Header `name: value` to send with every hook (repeatable).
-        #[arg(long = "header", short = 'H')]
-        headers: Vec<String>,
-        /// Commit each file this many times.
-        #[arg(long, default_value_t = 1)]
-        repeat: usize,
-        /// In directories, commit only the files matching this pattern (`*.json`,
-        /// `**/*.json` to descend).
-        #[arg(long)]
-        glob: Option<String>,
-        /// Commit empty bodies too (refused by default: an empty stdin is usually a mistake).
-        #[arg(long)]
-        allow_empty: bool,
-        /// Producer idempotency key of the one hook committed: a repeat within
-        /// `commit.idempotency_ms` prints the first hook's id and writes nothing.
-        #[arg(long)]
-        idempotency_key: Option<String>,
-        /// Event type of every hook committed (`push`, `pull_request.opened`): what the
-        /// source's event filters match (docs/sinks.md "Per-entry policy").
-        #[arg(long)]
-        event_type: Option<String>,
-    },
+    Produce(ProduceArgs),
     /// Hooks: show one with its rows and attempts, or resend it.
     Hooks {
         #[command(subcommand)]
@@ -346,4 +317,37 @@ mod tests {
         });
         assert!(problems.is_empty(), "{problems:#?}");
     }
+}
+
+/// The arguments of `ankusa produce`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProduceArgs {
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+    /// Payload files or directories (every regular file inside, or those matching
+    /// --glob); none or `-` reads stdin.
+    pub paths: Vec<PathBuf>,
+    /// Header `name: value` to send with every hook (repeatable).
+    #[arg(long = "header", short = 'H')]
+    pub headers: Vec<String>,
+    /// Commit each file this many times.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// In directories, commit only the files matching this pattern (`*.json`,
+    /// `**/*.json` to descend).
+    #[arg(long)]
+    pub glob: Option<String>,
+    /// Commit empty bodies too (refused by default: an empty stdin is usually a mistake).
+    #[arg(long)]
+    pub allow_empty: bool,
+    /// Producer idempotency key of the one hook committed: a repeat within
+    /// `commit.idempotency_ms` prints the first hook's id and writes nothing.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Event type of every hook committed (`push`, `pull_request.opened`): what the
+    /// source's event filters match (docs/sinks.md "Per-entry policy").
+    #[arg(long)]
+    pub event_type: Option<String>,
 }

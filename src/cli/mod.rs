@@ -5,9 +5,11 @@
 pub mod args;
 pub mod ops;
 pub mod out;
+pub mod produce;
 pub mod redis_words;
 pub mod run;
 pub mod signals;
+pub mod sources;
 pub mod vis;
 pub mod worker;
 

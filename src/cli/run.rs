@@ -1,12 +1,12 @@
 //! Running one parsed command: config, sources, produce, dead letters, hooks, demo, bench.
 
-use super::args::{Cli, Cmd, ConfigCmd, DlqCmd, LogFormat, SourceCmd};
+use super::args::{Cli, Cmd, ConfigCmd, DlqCmd, LogFormat};
 use super::worker::{receiver, worker};
-use super::{ops, vis};
+use super::{ops, produce, sources, vis};
 use ankusa::config::Config;
 use ankusa::model::SourceSpec;
 use ankusa::store::Store;
-use ankusa::{Error, Hook, Producer};
+use ankusa::Error;
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
@@ -132,55 +132,13 @@ pub fn json_line<T: serde::Serialize>(value: &T) -> Result<(), Error> {
 pub async fn run(cli: Cli) -> Result<(), Error> {
     let json = cli.json;
     match &cli.cmd {
-        Cmd::Config {
-            cmd: ConfigCmd::Default,
-        } => {
-            if json {
-                json_line(&Config::default())
-            } else {
-                crate::cli::out::text(ankusa::config::DEFAULT_CONFIG_TOML);
-                Ok(())
-            }
-        }
-        Cmd::Config {
-            cmd: ConfigCmd::Check { file },
-        } => {
-            let mut cfg = Config::load(file.as_deref().or(cli.config.as_deref()))?;
-            if let Some(i) = &cli.instance {
-                cfg.instance = i.clone();
-            }
-            cfg.validate()?;
-            cfg.admin.check_exposure()?;
-            if json {
-                json_line(&serde_json::json!({"ok": true}))
-            } else {
-                crate::cli::out::text(&cfg.redacted_toml());
-                eprintln!("config ok");
-                Ok(())
-            }
-        }
+        Cmd::Config { cmd } => config(&cli, cmd),
         Cmd::Completions { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "ankusa", &mut buf);
             emit_text(json, "script", &buf)
         }
-        Cmd::CommitScript { sha } => {
-            let script = ankusa::store::scripts::COMMIT;
-            let digest = fred::types::scripts::Script::from_lua(script)
-                .sha1()
-                .to_string();
-            match (json, sha) {
-                (true, _) => json_line(&serde_json::json!({"sha": digest, "script": script})),
-                (false, true) => {
-                    outln!("{digest}");
-                    Ok(())
-                }
-                (false, false) => {
-                    crate::cli::out::text(script);
-                    Ok(())
-                }
-            }
-        }
+        Cmd::CommitScript { sha } => commit_script(json, *sha),
         Cmd::Man => {
             let mut buf = Vec::new();
             clap_mangen::Man::new(Cli::command())
@@ -201,218 +159,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         }
         Cmd::Receiver { listen, fail } => receiver(*listen, fail).await,
         Cmd::Worker { name, listen } => worker(&cli, name.as_deref(), listen.as_deref()).await,
-        Cmd::Source { cmd } => {
-            let cfg = load_config(&cli)?;
-            if let SourceCmd::Put {
-                tenant,
-                source,
-                file,
-                allow_no_sinks,
-            } = cmd
-            {
-                // Read and check the file before connecting: a bad file is a usage error.
-                let spec = read_spec(file)?;
-                if spec.sinks.is_empty() && !allow_no_sinks {
-                    return Err(Error::InvalidSource(format!(
-                        "{}: no sinks: hooks committed to {tenant}/{source} would be stored and go nowhere; add a sink, or pass --allow-no-sinks if that is what you want",
-                        file.display()
-                    )));
-                }
-                let s = store(&cfg).await?;
-                let v = s.put_source(tenant, source, &spec).await?;
-                return if json {
-                    json_line(&serde_json::json!({
-                        "tenant": tenant, "source": source, "version": v, "sinks": spec.sinks.len()
-                    }))
-                } else {
-                    outln!(
-                        "source {tenant}/{source} stored (version {v}, {} sinks)",
-                        spec.sinks.len()
-                    );
-                    Ok(())
-                };
-            }
-            let s = store(&cfg).await?;
-            match cmd {
-                SourceCmd::Put { .. } => Ok(()),
-                SourceCmd::Get { tenant, source } => match s.get_source(tenant, source).await? {
-                    Some(spec) if json => json_line(&spec),
-                    Some(spec) => {
-                        outln!(
-                            "{}",
-                            serde_json::to_string_pretty(&spec)
-                                .map_err(|e| Error::Other(e.to_string()))?
-                        );
-                        Ok(())
-                    }
-                    None => Err(Error::NotFound(format!("no source {tenant}/{source}"))),
-                },
-                SourceCmd::List => {
-                    let all = s.list_sources().await?;
-                    if json {
-                        let list: Vec<_> = all
-                            .iter()
-                            .map(|(t, so)| serde_json::json!({"tenant": t, "source": so}))
-                            .collect();
-                        return json_line(&serde_json::json!({ "sources": list }));
-                    }
-                    for (t, so) in all {
-                        outln!("{t}/{so}");
-                    }
-                    Ok(())
-                }
-                SourceCmd::Delete { tenant, source } => {
-                    if !s.delete_source(tenant, source).await? {
-                        return Err(Error::NotFound(format!("no source {tenant}/{source}")));
-                    }
-                    if json {
-                        json_line(
-                            &serde_json::json!({"tenant": tenant, "source": source, "deleted": true}),
-                        )
-                    } else {
-                        outln!("source {tenant}/{source} deleted; its pending rows are dead-lettered source_gone({source}) as they come due");
-                        Ok(())
-                    }
-                }
-                SourceCmd::Enable {
-                    tenant,
-                    source,
-                    index,
-                } => {
-                    let r = ankusa::ops::enable_sink(
-                        &s,
-                        tenant,
-                        source,
-                        *index,
-                        cfg.operator.events_max_len,
-                    )
-                    .await?;
-                    if json {
-                        json_line(&r)
-                    } else {
-                        if r.was_disabled {
-                            outln!("sink {index} of {tenant}/{source} enabled; new hooks make rows for it again");
-                        } else {
-                            outln!("sink {index} of {tenant}/{source} was not disabled; nothing changed");
-                        }
-                        Ok(())
-                    }
-                }
-            }
-        }
-        Cmd::Produce {
-            tenant,
-            source,
-            paths,
-            headers,
-            repeat,
-            glob,
-            allow_empty,
-            idempotency_key,
-            event_type,
-        } => {
-            let cfg = load_config(&cli)?;
-            let mut base = Hook::default();
-            if let Some(e) = event_type {
-                ankusa::model::check_event_type(e)
-                    .map_err(|e| Error::BadRequest(format!("--event-type: {e}")))?;
-                base = base.event_type(e.as_str());
-            }
-            for h in headers {
-                let (k, v) = h.split_once(':').ok_or_else(|| {
-                    Error::BadRequest(format!("--header {h:?}: expected `name: value`"))
-                })?;
-                base = base.header(k.trim(), v.trim());
-            }
-            // Read every body and check it before the first commit: a refusal commits nothing.
-            let files = collect_files(paths, glob.as_deref())?;
-            let mut bodies: Vec<(String, Vec<u8>)> = Vec::new();
-            if files.is_empty() || files.iter().any(|f| f.as_os_str() == "-") {
-                use std::io::Read;
-                let mut buf = Vec::new();
-                std::io::stdin()
-                    .read_to_end(&mut buf)
-                    .map_err(|e| Error::Other(format!("stdin: {e}")))?;
-                bodies.push(("stdin".into(), buf));
-            }
-            for f in files.iter().filter(|f| f.as_os_str() != "-") {
-                let b =
-                    std::fs::read(f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?;
-                bodies.push((f.display().to_string(), b));
-            }
-            if !allow_empty {
-                if let Some((name, _)) = bodies.iter().find(|(_, b)| b.is_empty()) {
-                    return Err(Error::BadRequest(format!(
-                        "{name}: empty body (0 bytes); nothing committed. Pass --allow-empty to commit empty hooks"
-                    )));
-                }
-            }
-            let producer = Producer::new(store(&cfg).await?, cfg.commit.max_hook_bytes)
-                .with_idempotency_ms(cfg.commit.idempotency_ms);
-            if let Some(key) = idempotency_key {
-                if bodies.len() * *repeat != 1 {
-                    return Err(Error::BadRequest(
-                        "--idempotency-key names one hook: give one file (or stdin) and no --repeat".into(),
-                    ));
-                }
-                let mut hook = base.clone().idempotency_key(key.as_str());
-                hook.body = bodies.remove(0).1.into();
-                let r = producer.commit(tenant, source, hook).await?;
-                return if json {
-                    json_line(&serde_json::json!({
-                        "committed": 1, "first_hook": r.first_hook, "rows_per_hook": r.rows_per_hook
-                    }))
-                } else {
-                    outln!(
-                        "committed 1 hooks to {tenant}/{source} (first hook id {}, {} rows each)",
-                        r.first_hook,
-                        r.rows_per_hook
-                    );
-                    Ok(())
-                };
-            }
-            let mut n = 0u64;
-            let mut first = None;
-            let mut rows = 0u32;
-            for _ in 0..*repeat {
-                for chunk in bodies.chunks(100) {
-                    let hooks: Vec<Hook> = chunk
-                        .iter()
-                        .map(|(_, b)| Hook {
-                            body: b.clone().into(),
-                            headers: base.headers.clone(),
-                            idempotency_key: None,
-                            event_type: base.event_type.clone(),
-                        })
-                        .collect();
-                    let r = producer.commit_many(tenant, source, &hooks).await?;
-                    first.get_or_insert(r.first_hook);
-                    rows = r.rows_per_hook;
-                    n += hooks.len() as u64;
-                }
-            }
-            let warning = (n > 0 && rows == 0).then(|| {
-                format!("{tenant}/{source} has no sinks taking these hooks (no sink entry, or every entry filtered them out): they go nowhere")
-            });
-            if json {
-                let mut v = serde_json::json!({
-                    "committed": n, "first_hook": first.unwrap_or(0), "rows_per_hook": rows
-                });
-                if let Some(w) = &warning {
-                    v["warning"] = w.clone().into();
-                }
-                json_line(&v)
-            } else {
-                outln!(
-                    "committed {n} hooks to {tenant}/{source} (first hook id {}, {rows} rows each)",
-                    first.unwrap_or(0)
-                );
-                if let Some(w) = warning {
-                    eprintln!("warning: {w}");
-                }
-                Ok(())
-            }
-        }
+        Cmd::Source { cmd } => sources::source(&cli, cmd).await,
+        Cmd::Produce(args) => produce::produce(&cli, args).await,
         Cmd::Hooks { cmd } => {
             let cfg = load_config(&cli)?;
             vis::hooks(&store(&cfg).await?, &cfg, cmd, json).await
@@ -450,32 +198,85 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             let t = store(&cfg).await?.totals().await?;
             ops::stats(&t, json)
         }
-        Cmd::Dlq { cmd } => {
-            let cfg = load_config(&cli)?;
-            let s = store(&cfg).await?;
-            match cmd {
-                DlqCmd::List { filter, limit } => ops::dlq_list(&s, filter, *limit, json).await,
-                DlqCmd::Show { tenant, id } => ops::dlq_show(&s, tenant, id, json).await,
-                DlqCmd::Replay {
-                    filter,
-                    max_lag_ms,
-                    batch,
-                    limit,
-                    max_pause_ms,
-                    no_pace,
-                } => {
-                    let opts = ankusa::dlq::ReplayOptions {
-                        max_lag_ms: *max_lag_ms,
-                        batch: *batch,
-                        limit: *limit,
-                        max_pause_ms: *max_pause_ms,
-                        pace: !*no_pace,
-                    };
-                    ops::dlq_replay(&s, filter, &opts, json).await
-                }
-                DlqCmd::Purge { filter, all } => ops::dlq_purge(&s, &cfg, filter, *all, json).await,
+        Cmd::Dlq { cmd } => dlq(&cli, cmd).await,
+    }
+}
+
+/// `ankusa config default|check`.
+fn config(cli: &Cli, cmd: &ConfigCmd) -> Result<(), Error> {
+    let json = cli.json;
+    match cmd {
+        ConfigCmd::Default => {
+            if json {
+                json_line(&Config::default())
+            } else {
+                crate::cli::out::text(ankusa::config::DEFAULT_CONFIG_TOML);
+                Ok(())
             }
         }
+        ConfigCmd::Check { file } => {
+            let mut cfg = Config::load(file.as_deref().or(cli.config.as_deref()))?;
+            if let Some(i) = &cli.instance {
+                cfg.instance = i.clone();
+            }
+            cfg.validate()?;
+            cfg.admin.check_exposure()?;
+            if json {
+                json_line(&serde_json::json!({"ok": true}))
+            } else {
+                crate::cli::out::text(&cfg.redacted_toml());
+                eprintln!("config ok");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `ankusa commit-script [--sha]`: the script producers in other languages load.
+fn commit_script(json: bool, sha: bool) -> Result<(), Error> {
+    let script = ankusa::store::scripts::COMMIT;
+    let digest = fred::types::scripts::Script::from_lua(script)
+        .sha1()
+        .to_string();
+    match (json, sha) {
+        (true, _) => json_line(&serde_json::json!({"sha": digest, "script": script})),
+        (false, true) => {
+            outln!("{digest}");
+            Ok(())
+        }
+        (false, false) => {
+            crate::cli::out::text(script);
+            Ok(())
+        }
+    }
+}
+
+/// `ankusa dlq list|show|replay|purge`.
+async fn dlq(cli: &Cli, cmd: &DlqCmd) -> Result<(), Error> {
+    let json = cli.json;
+    let cfg = load_config(cli)?;
+    let s = store(&cfg).await?;
+    match cmd {
+        DlqCmd::List { filter, limit } => ops::dlq_list(&s, filter, *limit, json).await,
+        DlqCmd::Show { tenant, id } => ops::dlq_show(&s, tenant, id, json).await,
+        DlqCmd::Replay {
+            filter,
+            max_lag_ms,
+            batch,
+            limit,
+            max_pause_ms,
+            no_pace,
+        } => {
+            let opts = ankusa::dlq::ReplayOptions {
+                max_lag_ms: *max_lag_ms,
+                batch: *batch,
+                limit: *limit,
+                max_pause_ms: *max_pause_ms,
+                pace: !*no_pace,
+            };
+            ops::dlq_replay(&s, filter, &opts, json).await
+        }
+        DlqCmd::Purge { filter, all } => ops::dlq_purge(&s, &cfg, filter, *all, json).await,
     }
 }
 
