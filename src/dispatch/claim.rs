@@ -106,144 +106,151 @@ pub(super) async fn claim_and_prepare(
             Some(budget),
         )
         .await?;
-    let claimed_at = Instant::now();
-    let now = claim.now_ms;
-
     let ids: Vec<Option<RowId>> = claim.rows.iter().map(|r| RowId::parse(&r.row)).collect();
-    let mut hook_ids: Vec<u64> = ids.iter().flatten().map(|r| r.hook).collect();
-    hook_ids.sort_unstable();
-    hook_ids.dedup();
-    let hooks = store.fetch_hooks(&hook_ids).await?;
-    let hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>> = hook_ids
-        .iter()
-        .copied()
-        .zip(hooks.into_iter().map(|h| h.map(|h| h.map(Arc::new))))
-        .collect();
-
-    let mut source_keys: Vec<(String, String)> = hooks
-        .values()
-        .flatten()
-        .flatten()
-        .map(|h| (h.tenant.clone(), h.source.clone()))
-        .collect();
-    source_keys.sort();
-    source_keys.dedup();
-    let specs = store.fetch_sources(&source_keys).await?;
-    let specs: HashMap<(String, String), Option<Result<crate::model::SourceSpec, String>>> =
-        source_keys.into_iter().zip(specs).collect();
-    let mut targets: HashMap<(String, String, u32), Result<Arc<Target>, String>> = HashMap::new();
-    let mut entries: HashMap<(String, String, u32), Arc<SinkEntry>> = HashMap::new();
-
+    let mut binder = Binder::fetch(store, &ids, claim.now_ms).await?;
     let mut jobs = Vec::with_capacity(claim.rows.len());
     let mut immediate = Vec::new();
     for (r, id) in claim.rows.iter().zip(ids) {
-        let imm = |op: SettleOp| Immediate {
-            tenant: r.tenant.clone(),
-            row: r.row.clone(),
-            claim: r.claim,
-            attempts: r.attempts,
-            first_attempt_ms: r.first_attempt_ms,
-            op,
-            now_ms: now,
-        };
+        match binder.bind(r, id) {
+            Ok(job) => jobs.push(job),
+            Err(op) => immediate.push(Immediate {
+                tenant: r.tenant.clone(),
+                row: r.row.clone(),
+                claim: r.claim,
+                attempts: r.attempts,
+                first_attempt_ms: r.first_attempt_ms,
+                op,
+                now_ms: claim.now_ms,
+            }),
+        }
+    }
+    Ok(Prepared {
+        claim,
+        jobs,
+        immediate,
+        page,
+    })
+}
+
+/// A source's key: (tenant, source).
+type SourceId = (String, String);
+/// A sink entry's key: (tenant, source, index).
+type EntryId = (String, String, u32);
+
+/// What binds one claim's rows: their hooks and sources, read once for the page, and each
+/// entry's parsed options and policy, built once per entry.
+struct Binder {
+    hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>>,
+    specs: HashMap<SourceId, Option<Result<crate::model::SourceSpec, String>>>,
+    targets: HashMap<EntryId, Result<Arc<Target>, String>>,
+    entries: HashMap<EntryId, Arc<SinkEntry>>,
+    /// Redis time of the claim (ms) and the local instant it was read.
+    now: i64,
+    claimed_at: Instant,
+}
+
+impl Binder {
+    /// Read the hooks of `ids` and their sources (pipelined; one round trip each).
+    async fn fetch(store: &Store, ids: &[Option<RowId>], now: i64) -> Result<Binder, StoreError> {
+        let claimed_at = Instant::now();
+        let mut hook_ids: Vec<u64> = ids.iter().flatten().map(|r| r.hook).collect();
+        hook_ids.sort_unstable();
+        hook_ids.dedup();
+        let hooks = store.fetch_hooks(&hook_ids).await?;
+        let hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>> = hook_ids
+            .iter()
+            .copied()
+            .zip(hooks.into_iter().map(|h| h.map(|h| h.map(Arc::new))))
+            .collect();
+        let mut source_keys: Vec<SourceId> = hooks
+            .values()
+            .flatten()
+            .flatten()
+            .map(|h| (h.tenant.clone(), h.source.clone()))
+            .collect();
+        source_keys.sort();
+        source_keys.dedup();
+        let specs = store.fetch_sources(&source_keys).await?;
+        Ok(Binder {
+            hooks,
+            specs: source_keys.into_iter().zip(specs).collect(),
+            targets: HashMap::new(),
+            entries: HashMap::new(),
+            now,
+            claimed_at,
+        })
+    }
+
+    /// A claimed row as a job ready to run, or the settle operation it gets at once: a row
+    /// that cannot be read is dead-lettered `malformed` (and counted), a row whose hook is
+    /// gone dropped (R20), a row whose source or sink entry is gone dead-lettered
+    /// `source_gone` / `sink_gone` (R19), a disabled entry's `sink_disabled` (P9).
+    fn bind(&mut self, r: &crate::store::ClaimedRow, id: Option<RowId>) -> Result<Job, SettleOp> {
         let dead = |reason: DeadReason| SettleOp::DeadLetter {
             reason,
             error: String::new(),
         };
-        // Every row that cannot be read is counted, whatever its fate.
         let malformed = |detail: String| {
             metrics::counter!("ankusa_malformed_rows_total").increment(1);
             dead(DeadReason::Malformed(detail))
         };
         let Some(id) = id else {
-            immediate.push(imm(malformed(format!(
+            return Err(malformed(format!(
                 "row id {:?}",
                 truncate(r.row.clone(), 64)
-            ))));
-            continue;
+            )));
         };
-        let hook = match hooks.get(&id.hook).cloned().flatten() {
+        let hook = match self.hooks.get(&id.hook).cloned().flatten() {
             Some(Ok(hook)) => hook,
-            Some(Err(e)) => {
-                immediate.push(imm(malformed(format!("hook {}: {e}", id.hook))));
-                continue;
-            }
+            Some(Err(e)) => return Err(malformed(format!("hook {}: {e}", id.hook))),
             None => {
                 // The hook is gone: nothing to deliver (R20: dropped, not dead-lettered).
                 metrics::counter!("ankusa_malformed_rows_total").increment(1);
-                immediate.push(imm(SettleOp::Drop));
-                continue;
+                return Err(SettleOp::Drop);
             }
         };
         if hook.tenant != r.tenant {
-            immediate.push(imm(malformed(format!(
+            return Err(malformed(format!(
                 "hook {} belongs to another tenant",
                 id.hook
-            ))));
-            continue;
+            )));
         }
         let Some(module) = hook.modules.get(id.sink as usize).cloned() else {
-            immediate.push(imm(malformed(format!(
+            return Err(malformed(format!(
                 "sink index {} not in hook {}",
                 id.sink, id.hook
-            ))));
-            continue;
+            )));
         };
-        let spec = match specs.get(&(hook.tenant.clone(), hook.source.clone())) {
+        let source_id = (hook.tenant.clone(), hook.source.clone());
+        let spec = match self.specs.get(&source_id) {
             Some(Some(Ok(spec))) => spec,
-            Some(Some(Err(e))) => {
-                immediate.push(imm(malformed(format!("source spec: {e}"))));
-                continue;
-            }
-            _ => {
-                immediate.push(imm(dead(DeadReason::SourceGone(hook.source.clone()))));
-                continue;
-            }
+            Some(Some(Err(e))) => return Err(malformed(format!("source spec: {e}"))),
+            _ => return Err(dead(DeadReason::SourceGone(hook.source.clone()))),
         };
         let Some(index) = bind(&spec.sinks, id.sink, &module) else {
-            immediate.push(imm(dead(DeadReason::SinkGone(id.sink, module))));
-            continue;
+            return Err(dead(DeadReason::SinkGone(id.sink, module)));
         };
-        if spec.sinks[index as usize].disabled.is_some() {
+        let spec_entry = &spec.sinks[index as usize];
+        if spec_entry.disabled.is_some() {
             // Disabled after prolonged failure (P9): replayable once enabled again.
-            immediate.push(imm(dead(DeadReason::SinkDisabled(index))));
-            continue;
+            return Err(dead(DeadReason::SinkDisabled(index)));
         }
-        let target = targets
-            .entry((hook.tenant.clone(), hook.source.clone(), index))
-            .or_insert_with(|| {
-                let entry = &spec.sinks[index as usize];
-                let ordered = entry.ordered;
-                match Module::parse(&entry.module) {
-                    Some(Module::Http) => {
-                        HttpOpts::from_opts(&entry.opts).map(|o| Arc::new(Target::Http(o)))
-                    }
-                    Some(Module::Sqs) => SqsOpts::from_opts(&entry.opts)
-                        .map(|opts| Arc::new(Target::Sqs { opts, ordered })),
-                    Some(Module::PubSub) => PubSubOpts::from_opts(&entry.opts)
-                        .map(|opts| Arc::new(Target::PubSub { opts, ordered })),
-                    None => Err(format!(
-                        "module {} is not supported by this worker",
-                        entry.module
-                    )),
-                }
-            })
+        let entry_id = (source_id.0, source_id.1, index);
+        let target = self
+            .targets
+            .entry(entry_id.clone())
+            .or_insert_with(|| target_of(spec_entry))
             .clone();
-        let entry = entries
-            .entry((hook.tenant.clone(), hook.source.clone(), index))
-            .or_insert_with(|| Arc::new(spec.sinks[index as usize].clone()))
+        let entry = self
+            .entries
+            .entry(entry_id)
+            .or_insert_with(|| Arc::new(spec_entry.clone()))
             .clone();
-        let target = match target {
-            Ok(t) => t,
-            Err(e) => {
-                immediate.push(imm(SettleOp::DeadLetter {
-                    reason: DeadReason::Permanent(format!("invalid sink options: {e}")),
-                    error: e,
-                }));
-                continue;
-            }
-        };
-        jobs.push(Job {
+        let target = target.map_err(|e| SettleOp::DeadLetter {
+            reason: DeadReason::Permanent(format!("invalid sink options: {e}")),
+            error: e,
+        })?;
+        Ok(Job {
             tenant: r.tenant.clone(),
             row: r.row.clone(),
             claim: r.claim,
@@ -260,18 +267,29 @@ pub(super) async fn claim_and_prepare(
             hook,
             target,
             entry,
-            claim_ms: now,
-            claimed_at,
+            claim_ms: self.now,
+            claimed_at: self.claimed_at,
             probe: false,
             status: None,
-        });
+        })
     }
-    Ok(Prepared {
-        claim,
-        jobs,
-        immediate,
-        page,
-    })
+}
+
+/// A sink entry's parsed options: where its rows go.
+fn target_of(entry: &SinkEntry) -> Result<Arc<Target>, String> {
+    let ordered = entry.ordered;
+    match Module::parse(&entry.module) {
+        Some(Module::Http) => HttpOpts::from_opts(&entry.opts).map(|o| Arc::new(Target::Http(o))),
+        Some(Module::Sqs) => {
+            SqsOpts::from_opts(&entry.opts).map(|opts| Arc::new(Target::Sqs { opts, ordered }))
+        }
+        Some(Module::PubSub) => PubSubOpts::from_opts(&entry.opts)
+            .map(|opts| Arc::new(Target::PubSub { opts, ordered })),
+        None => Err(format!(
+            "module {} is not supported by this worker",
+            entry.module
+        )),
+    }
 }
 
 /// Bind a row to a sink entry (R19): its own index when the module still matches, else the
