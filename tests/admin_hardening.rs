@@ -67,20 +67,20 @@ async fn status_of(admin: &str, path: &str, token: Option<&str>) -> u16 {
 
 /// `POST /admin/tick` until it answers 200 (a leader is elected first).
 async fn tick(admin: &str, token: Option<&str>) {
-    let deadline = Instant::now() + LIVENESS;
-    loop {
+    common::procs::eventually("POST /admin/tick answers 200", LIVENESS, || async {
         let mut req = http()
             .post(format!("http://{admin}/admin/tick"))
             .timeout(LIVENESS);
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
-        if req.send().await.is_ok_and(|r| r.status() == 200) {
-            return;
+        match req.send().await {
+            Ok(r) if r.status() == 200 => Ok(()),
+            Ok(r) => Err(format!("status {}", r.status())),
+            Err(e) => Err(e.to_string()),
         }
-        assert!(Instant::now() < deadline, "tick never answered 200");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 /// Run `ankusa worker` as given, expecting it to exit on its own: `(exit code, stderr)`.

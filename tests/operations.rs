@@ -9,10 +9,10 @@ use ankusa::dlq::{self, Filter, PurgeScope, ReplayOptions, ReplayProgress, Reten
 use ankusa::ops;
 use ankusa::testkit::Behavior;
 use ankusa::Error;
+use common::procs::eventually;
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// A pool of two worker processes sharing one config file.
 struct Pool {
@@ -60,17 +60,16 @@ impl Pool {
 
     /// The index of the worker that leads now.
     async fn leader(&self) -> usize {
-        let deadline = tokio::time::Instant::now() + LIVENESS;
-        loop {
+        eventually("a worker leads", LIVENESS, || async {
             for i in 0..self.workers.len() {
                 let (status, body) = http_get(&format!("{}/admin/state", self.url(i)), None).await;
                 if status == 200 && body["state"]["leading"] == true {
-                    return i;
+                    return Ok(i);
                 }
             }
-            assert!(tokio::time::Instant::now() < deadline, "no worker leads");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            Err("none does".to_string())
+        })
+        .await
     }
 }
 
@@ -80,14 +79,15 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + LIVENESS;
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(what, LIVENESS, || {
+        let held = cond();
+        async move {
+            held.await
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        }
+    })
+    .await
 }
 
 async fn http(

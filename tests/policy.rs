@@ -344,14 +344,14 @@ async fn an_entry_failing_for_disable_after_ms_is_disabled_dead_lettered_announc
         .expect("worker starts");
     // Disabled after about 3 s of continuous failure (breakers open meanwhile: default 5
     // failures, so the disable cannot wait for attempts).
-    let deadline = Instant::now() + LIVENESS;
-    let spec = loop {
+    let spec = common::procs::eventually("entry 0 is disabled", LIVENESS, || async {
         let s = env.store.get_source("acme", "s").await.unwrap().unwrap();
-        if s.sinks[0].disabled.is_some() || Instant::now() > deadline {
-            break s;
+        match s.sinks[0].disabled {
+            Some(_) => Ok(s),
+            None => Err("still enabled".to_string()),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let first_failure = env.receiver.requests_for("bad")[0].at;
     let after = first_failure.elapsed();
     let mark = spec.sinks[0].disabled.clone().expect("entry 0 disabled");

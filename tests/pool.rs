@@ -82,16 +82,15 @@ impl LeaderSampler {
 
 /// The index of the one worker that says it leads, waiting for one to.
 async fn the_leader(workers: &[WorkerProcess]) -> usize {
-    let deadline = Instant::now() + LIVENESS;
-    loop {
+    eventually("a worker leads", LIVENESS, || async {
         for (i, w) in workers.iter().enumerate() {
             if is_leader(&w.admin).await {
-                return i;
+                return Ok(i);
             }
         }
-        assert!(Instant::now() < deadline, "no worker leads");
-        tokio::time::sleep(POLL).await;
-    }
+        Err("none does".to_string())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,15 +52,19 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Value>,
 {
-    let deadline = std::time::Instant::now() + LIVENESS;
-    loop {
-        let v = read().await;
-        if done(&v) {
-            return v;
+    common::procs::eventually(what, LIVENESS, || {
+        let v = read();
+        let done = &done;
+        async move {
+            let v = v.await;
+            if done(&v) {
+                Ok(v)
+            } else {
+                Err(v.to_string())
+            }
         }
-        assert!(std::time::Instant::now() < deadline, "{what}: {v}");
-        tokio::time::sleep(common::procs::POLL).await;
-    }
+    })
+    .await
 }
 
 fn statuses(attempts: &Value) -> Vec<Value> {

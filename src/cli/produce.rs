@@ -29,7 +29,7 @@ pub async fn produce(cli: &Cli, args: &ProduceArgs) -> Result<(), Error> {
             }))
         } else {
             outln!(
-                "committed 1 hook to {tenant}/{source} (hook id {}, {} rows)",
+                "committed 1 hook to {tenant}/{source} (first hook id {}, {} rows each)",
                 r.first_hook,
                 r.rows_per_hook
             );

@@ -14,6 +14,28 @@ use std::time::{Duration, Instant};
 /// Redis): a poll interval, never a synchronisation by itself.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// Poll `probe` every [`POLL`] until it answers `Some(value)`, and answer the value; panics
+/// naming `what` (and `probe`'s last answer) after `bound`. For state a test cannot await
+/// (a worker's admin API, Redis, a CLI); never a synchronisation by itself.
+pub async fn eventually<T, F, Fut>(what: &str, bound: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + bound;
+    loop {
+        let last = match probe().await {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {bound:?} waiting until {what}: {last}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Poll `cond` every [`POLL`] until it holds or `timeout` passes; returns whether it held.
 pub async fn poll_until<F, Fut>(timeout: Duration, mut cond: F) -> bool
 where
