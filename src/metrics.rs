@@ -132,7 +132,14 @@ pub fn describe() {
         "ankusa_malformed_rows_total",
         "Claimed rows whose id or hook could not be read."
     );
-    describe_gauge!("ankusa_leader", "1 while this process leads its partition.");
+    describe_gauge!(
+        "ankusa_leader",
+        "1 while this process leads the partition of its `partition` label."
+    );
+    describe_gauge!(
+        "ankusa_workers_live",
+        "Live workers of the instance as this process's last heartbeat saw them."
+    );
     describe_counter!(
         "ankusa_leadership_changes_total",
         "Times this process became leader."

@@ -267,6 +267,9 @@ pub struct SessionCtx {
     pub progress: Arc<Progress>,
     /// Health: a claim or settle Redis refuses turns it red until one succeeds (issue 17.8).
     pub health: Arc<crate::health::Health>,
+    /// The process's global window, shared with the sessions of its other partitions
+    /// (issue 13).
+    pub shared: Arc<crate::scheduler::slots::SharedWindow>,
 }
 
 struct Session {
@@ -374,7 +377,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         warn!(error = %e, "could not publish the settings; the scripts use the last ones");
     }
     let mut s = Session {
-        slots: Slots::new(&cfg.dispatch),
+        slots: Slots::with_shared(&cfg.dispatch, ctx.shared.clone()),
         cfg,
         pending: Vec::new(),
         tx,
@@ -409,9 +412,12 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
     // A node that stepped down must not keep exporting the state of its last term (a window,
     // a lag, breakers that lived in this session, the partition's lane members): the next
     // leader reports them.
-    metrics::gauge!("ankusa_claimed_rows").set(0.0);
-    metrics::gauge!("ankusa_claimed_bytes").set(0.0);
-    metrics::gauge!("ankusa_running_attempts").set(0.0);
+    // The window gauges are the process's: what the other partitions' sessions still hold.
+    let shared = s.slots.shared().clone();
+    drop(s);
+    metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
+    metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
+    metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
     metrics::gauge!("ankusa_due_lag_seconds").set(0.0);
     metrics::gauge!("ankusa_breakers_open").set(0.0);
     metrics::gauge!("ankusa_lane_members").set(0.0);
@@ -421,6 +427,8 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
 impl Session {
     async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>) -> SessionEnd {
         let mut config_rx = self.ctx.config.clone();
+        // Room another partition's session freed in the process's window (issue 13).
+        let mut freed = self.slots.shared().freed();
         loop {
             if self.ctx.lost.is_cancelled() {
                 return SessionEnd::Fenced;
@@ -453,6 +461,7 @@ impl Session {
                     }
                 }
                 _ = self.ctx.wake.notified() => self.claim_wanted = true,
+                Ok(()) = freed.changed() => {}
                 _ = tokio::time::sleep_until(self.next_scan), if !self.claim_wanted && !self.claiming => self.claim_wanted = true,
                 _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => self.settle_retry_at = None,
                 _ = tokio::time::sleep_until(rate_at.unwrap_or_else(tokio::time::Instant::now)), if rate_at.is_some() => self.rate_wake = None,
@@ -487,9 +496,11 @@ impl Session {
                 false
             }
         });
-        metrics::gauge!("ankusa_claimed_rows").set(self.slots.rows() as f64);
-        metrics::gauge!("ankusa_claimed_bytes").set(self.slots.bytes() as f64);
-        metrics::gauge!("ankusa_running_attempts").set(self.slots.running() as f64);
+        // The process's window: the sum over the partitions it leads (issue 13).
+        let shared = self.slots.shared();
+        metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
+        metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
+        metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
     }
 
     fn lease_ok(&self) -> bool {

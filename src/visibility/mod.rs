@@ -136,6 +136,9 @@ pub struct HookView {
 /// `ankusa hooks show` / `GET /admin/hooks/{tenant}/{hook}`: the hook, each row's state and
 /// every recorded attempt. Errors: `not_found` when neither the hook nor any record is left.
 pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookView, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     let ks = store.keyspace();
     let read = read_hook(store, hook).await?;
@@ -307,6 +310,9 @@ pub async fn list_rows(
     state: Option<RowFilter>,
     limit: usize,
 ) -> Result<RowsPage, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     if let Some(s) = source {
         check_id("source", s)?;
@@ -419,6 +425,9 @@ pub async fn resend(
     sink: Option<u32>,
     max_hook_bytes: usize,
 ) -> Result<Resent, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     let h = read_hook(store, hook)
         .await?
@@ -512,6 +521,9 @@ pub async fn resend_many(
     pace: &crate::dlq::ReplayOptions,
     mut progress: impl FnMut(crate::dlq::ReplayProgress),
 ) -> Result<ResendReport, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     let total = hooks.len() as u64;
     progress(crate::dlq::ReplayProgress::Matched { total });
