@@ -396,3 +396,62 @@ async fn the_process_concurrency_is_shared_by_the_partitions_it_leads() {
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_dead_letters_and_pressure_answer_for_every_partition() {
+    let env = Env::tuned(four).await;
+    env.receiver.set("gone", Behavior::Status(410));
+    let tenants = tenants();
+    for t in &tenants {
+        env.http_source(t, "s", &["gone"]).await;
+        env.commit_n(t, "s", 5).await;
+    }
+    // No worker: pressure names a partition without a live leader.
+    match ankusa::ops::pressure(&env.store).await {
+        Err(Error::Unavailable(why)) => assert!(why.contains("partition"), "{why}"),
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    let worker = start(&env, "solo").await;
+    assert!(
+        eventually(LIVENESS, || worker.led_partitions().len() == P as usize).await,
+        "alone, the worker leads every partition"
+    );
+    worker.tick().await.expect("idle");
+    let totals = env.store.totals().await.expect("totals");
+    assert_eq!(totals.committed as usize, tenants.len() * 5);
+    assert_eq!(totals.dead_lettered as usize, tenants.len() * 5);
+    // Dead letters of every partition are listed, shown and replayed from one call.
+    let page = ankusa::dlq::browse(&env.store, &Default::default(), 10_000)
+        .await
+        .expect("browse");
+    assert_eq!(page.dead_letters.len(), tenants.len() * 5);
+    let seen: HashSet<String> = page.dead_letters.iter().map(|d| d.tenant.clone()).collect();
+    assert_eq!(seen.len(), tenants.len());
+    for d in page.dead_letters.iter().take(3) {
+        let shown = ankusa::dlq::show(&env.store, &d.tenant, &d.id)
+            .await
+            .expect("shown from its tenant's partition");
+        assert!(shown.hook_body.is_some());
+    }
+    // Each partition's leader publishes its window about every second.
+    let end = Instant::now() + LIVENESS;
+    let mut last = ankusa::ops::pressure(&env.store).await;
+    while last.is_err() && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        last = ankusa::ops::pressure(&env.store).await;
+    }
+    assert!(last.is_ok(), "every partition has a leader: {last:?}");
+    env.receiver.set("gone", Behavior::Ok);
+    let opts = ankusa::dlq::ReplayOptions {
+        pace: false,
+        ..Default::default()
+    };
+    let report = ankusa::dlq::replay(&env.store, &Default::default(), &opts, |_| {})
+        .await
+        .expect("replay");
+    assert_eq!(report.replayed as usize, tenants.len() * 5);
+    worker.tick().await.expect("idle");
+    let totals = env.store.totals().await.expect("totals");
+    assert_eq!(totals.delivered as usize, tenants.len() * 5);
+    worker.shutdown().await;
+}

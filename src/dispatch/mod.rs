@@ -355,7 +355,8 @@ async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
             "breakers restored from the last term's snapshots"
         );
     }
-    metrics::gauge!("ankusa_breakers_open").set(out.len() as f64);
+    metrics::gauge!("ankusa_breakers_open", "partition" => store.partition_index().to_string())
+        .set(out.len() as f64);
     out
 }
 
@@ -401,6 +402,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         ctx,
     };
     let end = s.run(&mut rx).await;
+    let partition = s.ctx.store.partition_index();
     s.attempts.abort_all();
     s.ctx.state.send_modify(|st| {
         st.leading = false;
@@ -418,9 +420,11 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
     metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
     metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
     metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
-    metrics::gauge!("ankusa_due_lag_seconds").set(0.0);
-    metrics::gauge!("ankusa_breakers_open").set(0.0);
-    metrics::gauge!("ankusa_lane_members").set(0.0);
+    // The partition's gauges (issue 13): this node no longer speaks for it.
+    let p = partition.to_string();
+    metrics::gauge!("ankusa_due_lag_seconds", "partition" => p.clone()).set(0.0);
+    metrics::gauge!("ankusa_breakers_open", "partition" => p.clone()).set(0.0);
+    metrics::gauge!("ankusa_lane_members", "partition" => p).set(0.0);
     end
 }
 
@@ -503,6 +507,11 @@ impl Session {
         metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
     }
 
+    /// The `partition` label of this session's per-partition gauges (issue 13).
+    fn partition_label(&self) -> String {
+        self.ctx.store.partition_index().to_string()
+    }
+
     fn lease_ok(&self) -> bool {
         Instant::now() < *self.ctx.lease_deadline.borrow()
     }
@@ -519,12 +528,13 @@ impl Session {
                 metrics::counter!("ankusa_rows_claimed_total").increment(got as u64);
                 let now = p.claim.now_ms;
                 let lag = p.claim.oldest_due_ms.map_or(0, |o| (now - o).max(0));
-                metrics::gauge!("ankusa_due_lag_seconds").set(lag as f64 / 1000.0);
+                metrics::gauge!("ankusa_due_lag_seconds", "partition" => self.partition_label())
+                    .set(lag as f64 / 1000.0);
                 // No sweep ran only because the partition holds no lane member (claim.lua).
                 if p.claim.lane_members.is_some() {
                     metrics::counter!("ankusa_lane_sweeps_total").increment(1);
                 }
-                metrics::gauge!("ankusa_lane_members")
+                metrics::gauge!("ankusa_lane_members", "partition" => self.partition_label())
                     .set(p.claim.lane_members.unwrap_or(0) as f64);
                 if p.claim.lanes_promoted > 0 {
                     metrics::counter!("ankusa_lane_sweep_promotions_total")

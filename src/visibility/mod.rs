@@ -581,26 +581,29 @@ pub async fn tenants_top(
     only: Option<&[String]>,
     limit: usize,
 ) -> Result<Vec<TenantTop>, Error> {
-    let ks = store.keyspace();
     let now = store.now_ms().await?;
-    let claimed: Vec<String> = store
-        .client()
-        .zrange(ks.claimed(), 0, -1, None, false, None, false)
-        .await
-        .map_err(store_err)?;
+    // Every partition's claimed rows and line of tenants (issue 13).
     let mut per: BTreeMap<String, TenantTop> = BTreeMap::new();
-    for m in &claimed {
-        if let Some((t, _)) = m.split_once('/') {
-            per.entry(t.to_string()).or_default().claimed += 1;
+    for p in store.all_partitions() {
+        let ks = p.keyspace();
+        let claimed: Vec<String> = p
+            .client()
+            .zrange(ks.claimed(), 0, -1, None, false, None, false)
+            .await
+            .map_err(store_err)?;
+        for m in &claimed {
+            if let Some((t, _)) = m.split_once('/') {
+                per.entry(t.to_string()).or_default().claimed += 1;
+            }
         }
-    }
-    let active: Vec<String> = store
-        .client()
-        .zrange(ks.tenants(), 0, -1, None, false, None, false)
-        .await
-        .map_err(store_err)?;
-    for t in active {
-        per.entry(t).or_default();
+        let active: Vec<String> = p
+            .client()
+            .zrange(ks.tenants(), 0, -1, None, false, None, false)
+            .await
+            .map_err(store_err)?;
+        for t in active {
+            per.entry(t).or_default();
+        }
     }
     if let Some(only) = only {
         per.retain(|t, _| only.contains(t));
@@ -611,7 +614,7 @@ pub async fn tenants_top(
     let mut out = Vec::with_capacity(per.len());
     for (tenant, mut top) in per {
         top.tenant = tenant.clone();
-        let due = ks.due(&tenant);
+        let due = store.for_tenant(&tenant).keyspace().due(&tenant);
         top.due_rows = store.client().zcard(&due).await.map_err(store_err)?;
         top.due_now = store
             .client()
