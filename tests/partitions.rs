@@ -455,3 +455,54 @@ async fn stats_dead_letters_and_pressure_answer_for_every_partition() {
     assert_eq!(totals.delivered as usize, tenants.len() * 5);
     worker.shutdown().await;
 }
+
+/// `ankusa <args>` against `env`'s Redis and instance with `ANKUSA_PARTITIONS=<p>`.
+fn cli(env: &Env, partitions: u32, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .args([
+            "--redis-url",
+            &env.redis.url(),
+            "--instance",
+            &env.config.instance,
+        ])
+        .args(args)
+        .env("ANKUSA_PARTITIONS", partitions.to_string())
+        .env_remove("ANKUSA_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ankusa runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("stdin written");
+    child.wait_with_output().expect("ankusa ends")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_routes_by_tenant_and_refuses_another_partition_count() {
+    let env = Env::tuned(four).await;
+    let worker = start(&env, "w").await;
+    let tenant = "tenant-3";
+    env.http_source(tenant, "s", &["in"]).await;
+    let out = cli(&env, P, &["produce", tenant, "s"], b"{\"x\":1}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    worker.tick().await.expect("idle");
+    assert_eq!(env.receiver.count_for("in"), 1);
+    let n = partition_of(tenant, P);
+    let stats = env.redis_cmd(&["HGET", &format!("ankusa:{{test.p{n}}}:stats"), "committed"]);
+    assert_eq!(stats, "1", "the hook went to its tenant's partition");
+    let out = cli(&env, 2, &["stats"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("partitions = 4"), "{err}");
+    worker.shutdown().await;
+}
