@@ -25,6 +25,19 @@ pub enum Error {
     /// Redis may evict keys (`maxmemory-policy` is not `noeviction`): rows could vanish.
     #[error("redis maxmemory-policy is {0:?}: evicting policies can silently drop hooks and rows; set it to noeviction, or set redis.allow_evicting = true to run anyway")]
     EvictingRedis(String),
+    /// The config's `partitions` differs from the count recorded in Redis at the instance's
+    /// first start (issue 13): routing tenants with another count would lose their rows.
+    #[error("partitions = {configured} in the config, but instance {instance:?} was started with partitions = {recorded} (recorded in redis key {key}); set partitions = {recorded}, or change the count as docs/operations.md \"Partitions\" says: drain, stop every worker, move the data (or start empty), SET {key} <new count>, set partitions in every config, start the workers")]
+    PartitionsMismatch {
+        /// The instance.
+        instance: String,
+        /// `partitions` of the config.
+        configured: u32,
+        /// The count recorded in Redis.
+        recorded: u32,
+        /// The Redis key holding it.
+        key: String,
+    },
     /// No leader answers or the store cannot answer (R20, R21).
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -48,6 +61,7 @@ impl Error {
             | Error::BadId(_)
             | Error::InvalidSource(_)
             | Error::BadRequest(_)
+            | Error::PartitionsMismatch { .. }
             | Error::Store(StoreError::Tls(_)) => 2,
             Error::Commit(
                 CommitError::BadRequest(_)
@@ -78,6 +92,7 @@ impl Error {
             | Error::Commit(CommitError::Store(_))
             | Error::Unavailable(_) => "unavailable",
             Error::EvictingRedis(_) => "evicting_redis",
+            Error::PartitionsMismatch { .. } => "partitions_mismatch",
             Error::Store(_) | Error::Other(_) => "failed",
         }
     }

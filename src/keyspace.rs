@@ -4,11 +4,45 @@
 //! key a script touches sits in one Redis Cluster slot. User data (tenant ids,
 //! source ids) is never inside the braces. The Lua side mirrors this layout in
 //! `lua/prelude.lua`; `tests/keyspace.rs` builds every key both ways and compares.
+//!
+//! A tenant lives in one partition, [`partition_of`] its id (issue 13); the few keys of the
+//! whole instance (the partition count, the workers' heartbeats) sit under the hash tag
+//! `{<instance>}`, outside every partition's slot, and no script touches them together
+//! with a partition's keys.
+
+/// The partition of `tenant` among `partitions` (issue 13): CRC-32 (IEEE 802.3, the
+/// checksum of zlib's `crc32`, Go's `hash/crc32.ChecksumIEEE`, Java's `CRC32`) of the
+/// tenant id's UTF-8 bytes, modulo `partitions`. With one partition every tenant is in
+/// partition 0. Stable across versions and languages: producers compute it to find the
+/// tenant's keys (`docs/commit-protocol.md`), e.g. in Python
+/// `zlib.crc32(tenant.encode()) % partitions`.
+pub fn partition_of(tenant: &str, partitions: u32) -> u32 {
+    if partitions <= 1 {
+        return 0;
+    }
+    crc32(tenant.as_bytes()) % partitions
+}
+
+/// CRC-32/ISO-HDLC (reflected polynomial `0xEDB88320`, initial and final XOR `0xFFFFFFFF`),
+/// bit by bit: tenant ids are short, and no table or dependency is worth it.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            let mask = (crc & 1).wrapping_neg();
+            crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
+        }
+    }
+    !crc
+}
 
 /// The key builder of one partition of one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyspace {
     prefix: String,
+    instance: String,
+    partition: u32,
 }
 
 impl Keyspace {
@@ -16,7 +50,42 @@ impl Keyspace {
     pub fn new(instance: &str, partition: u32) -> Self {
         Keyspace {
             prefix: format!("ankusa:{{{instance}.p{partition}}}:"),
+            instance: instance.to_string(),
+            partition,
         }
+    }
+
+    /// The instance these keys belong to.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The partition these keys belong to.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The keys of another partition of the same instance.
+    pub fn with_partition(&self, partition: u32) -> Keyspace {
+        Keyspace::new(&self.instance, partition)
+    }
+
+    /// String: the instance's partition count, written once (`SET NX`) by the first worker
+    /// (issue 13). Outside every partition's slot: `ankusa:{<instance>}:partitions`.
+    pub fn partition_count(&self) -> String {
+        format!("ankusa:{{{}}}:partitions", self.instance)
+    }
+
+    /// Sorted set: the instance's live workers, node id → when its heartbeat expires (ms,
+    /// Redis clock), refreshed every renew interval (issue 13). `ankusa:{<instance>}:workers`.
+    pub fn workers(&self) -> String {
+        format!("ankusa:{{{}}}:workers", self.instance)
+    }
+
+    /// Hash: node id → how many partitions it leads, written with its heartbeat, so every
+    /// worker sees how leadership is spread (issue 13). `ankusa:{<instance>}:leads`.
+    pub fn leads(&self) -> String {
+        format!("ankusa:{{{}}}:leads", self.instance)
     }
 
     /// The prefix every key of the partition starts with, e.g. `ankusa:{default.p0}:`.
@@ -204,5 +273,28 @@ mod tests {
             assert!(k.starts_with("ankusa:{prod.p0}:"), "{k}");
             assert_eq!(k.find('}'), Some("ankusa:{prod.p0".len()));
         }
+    }
+
+    #[test]
+    fn partition_of_is_crc32_ieee_of_the_tenant_id_modulo_the_partition_count() {
+        // Fixed vectors, checked against Python's zlib.crc32.
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b"acme"), 0x05C4_BA3E);
+        assert_eq!(crc32("ü".as_bytes()), 0x63D9_69D5);
+        assert_eq!(partition_of("acme", 4), 0x05C4_BA3E % 4);
+        assert_eq!(partition_of("123456789", 7), 0xCBF4_3926 % 7);
+        for t in ["", "acme", "t-1", "ü"] {
+            assert_eq!(partition_of(t, 1), 0);
+        }
+    }
+
+    #[test]
+    fn one_partition_keeps_the_layout_of_before_partitions() {
+        let ks = Keyspace::new("default", 0);
+        assert_eq!(ks.lease(), "ankusa:{default.p0}:lease");
+        assert_eq!(ks.with_partition(3).lease(), "ankusa:{default.p3}:lease");
+        assert_eq!(ks.partition_count(), "ankusa:{default}:partitions");
+        assert_eq!(ks.workers(), "ankusa:{default}:workers");
     }
 }

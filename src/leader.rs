@@ -1,6 +1,7 @@
 //! Leader election through a lease key, with a fencing epoch (R25).
 //!
-//! Every worker runs [`run_node`]. It tries to take the partition's lease
+//! Every worker runs [`run_node`]: one campaign per partition (issue 13), each kept to the
+//! worker's share by [`crate::spread`]. A campaign tries to take its partition's lease
 //! (`SET PX` inside `lease.lua`, which increments the epoch); the winner
 //! requeues the rows claimed under older epochs (R3) and runs a scheduler
 //! session while a renewer extends the lease every `renew_ms`. The others stand
@@ -29,7 +30,9 @@
 use crate::config::Config;
 use crate::dispatch::{run_session, Progress, SchedulerState, SessionCtx, SessionEnd};
 pub use crate::health::Health;
+use crate::scheduler::slots::SharedWindow;
 use crate::sinks::http::HttpSink;
+use crate::spread::{must_give, Spread};
 use crate::store::{LeaseAcquire, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,38 +61,121 @@ pub fn node_id(name: Option<&str>) -> String {
     )
 }
 
+/// One partition's side of a node: where its wakes, lease releases and state go.
+pub struct PartitionSide {
+    /// Wake notifications from commits to the partition (R2).
+    pub wake: Arc<Notify>,
+    /// Notified when the partition's leader released its lease: campaign at once.
+    pub released: Arc<Notify>,
+    /// The partition's scheduler state for observers.
+    pub state: watch::Sender<SchedulerState>,
+}
+
 /// What a node needs to run.
 pub struct Node {
-    /// The store.
+    /// The store (any partition: each campaign addresses its own, issue 13).
     pub store: Store,
     /// This process's node id.
     pub node_id: String,
     /// Current config.
     pub config: watch::Receiver<Arc<Config>>,
-    /// Wake notifications (R2).
-    pub wake: Arc<Notify>,
-    /// Notified when a leader released the lease: standbys campaign at once.
-    pub released: Arc<Notify>,
+    /// One side per partition of the instance, in order.
+    pub partitions: Vec<PartitionSide>,
     /// Graceful shutdown.
     pub shutdown: CancellationToken,
-    /// Scheduler state for observers.
-    pub state: watch::Sender<SchedulerState>,
     /// Health for `/healthz` and `/readyz`.
     pub health: Arc<Health>,
-    /// HTTP sink.
+    /// HTTP sink (one client for every partition's sessions).
     pub http: HttpSink,
+    /// Which partitions this node leads, and the view of the other workers (issue 13).
+    pub spread: Arc<Spread>,
 }
 
-/// Elect, lead, stand by, until shutdown.
+/// Announce this node, then campaign for every partition (one loop each, issue 13), each
+/// leading its own scheduler sessions under its own lease, epoch and breakers, until
+/// shutdown; the heartbeat keeps the node to its share ([`crate::spread`]). Returns when
+/// every loop ended; the node's heartbeat is removed on the way out.
 pub async fn run_node(node: Node) {
+    let node = Arc::new(node);
+    let shared = Arc::new(SharedWindow::default());
+    // The first heartbeat before any campaign, so a joining node is counted by the others
+    // (and sees them) before it takes a partition.
+    beat(&node).await;
+    let heart = AbortOnDrop(tokio::spawn(heartbeat(node.clone())));
+    let mut campaigns = tokio::task::JoinSet::new();
+    for n in 0..node.partitions.len() as u32 {
+        campaigns.spawn(campaign(node.clone(), n, shared.clone()));
+    }
+    while campaigns.join_next().await.is_some() {}
+    drop(heart);
+    // Leaving: the others need not wait for the heartbeat to expire to count one fewer.
+    if let Err(e) = node.store.heartbeat(&node.node_id, 0, 0).await {
+        warn!(error = %e, "could not remove the heartbeat; it expires after leader.lease_ms");
+    }
+}
+
+/// One heartbeat: announce the partitions led, take the others' view.
+async fn beat(node: &Node) -> bool {
+    let ttl = node.config.borrow().leader.lease_ms;
+    let leads = node.spread.led().len() as u32;
+    match node.store.heartbeat(&node.node_id, ttl, leads).await {
+        Ok(seen) => {
+            node.spread.observe(&node.node_id, &seen.workers);
+            metrics::gauge!("ankusa_workers_live").set(seen.workers.len() as f64);
+            if must_give(
+                &node.node_id,
+                node.spread.keeping(),
+                &seen.workers,
+                node.partitions.len() as u32,
+            ) {
+                if let Some(p) = node.spread.give_one() {
+                    info!(
+                        partition = p,
+                        workers = seen.workers.len(),
+                        "handing a partition over: more than this worker's share"
+                    );
+                    return true;
+                }
+            }
+            false
+        }
+        Err(e) => {
+            warn!(error = %e, "heartbeat failed; will try again");
+            false
+        }
+    }
+}
+
+/// Beat every renew interval, and at once when this node's leadership changed; after a
+/// hand-over skip one round, so the others' counts are fresh before the next.
+async fn heartbeat(node: Arc<Node>) {
+    loop {
+        let every = Duration::from_millis(node.config.borrow().leader.renew_interval_ms());
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = node.spread.changed.notified() => {}
+            _ = node.shutdown.cancelled() => return,
+        }
+        if beat(&node).await {
+            wait(&node.shutdown, every).await;
+        }
+    }
+}
+
+/// Elect, lead, stand by for partition `n`, until shutdown.
+async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
+    let side = &node.partitions[n as usize];
+    let store = node.store.partition(n);
+    let label = n.to_string();
     let mut backoff = Duration::from_millis(200);
-    metrics::gauge!("ankusa_leader").set(0.0);
+    metrics::gauge!("ankusa_leader", "partition" => label.clone()).set(0.0);
     loop {
         if node.shutdown.is_cancelled() {
             return;
         }
         if let Some(d) = node.health.hold_off() {
             info!(
+                partition = n,
                 hold_off_ms = d.as_millis() as u64,
                 "self-check failed: staying out of elections"
             );
@@ -99,30 +185,58 @@ pub async fn run_node(node: Node) {
         let cfg = node.config.borrow().clone();
         let lease_ms = cfg.leader.lease_ms;
         let renew_ms = cfg.leader.renew_interval_ms();
+        // Keep to this node's share (issue 13): past it, wait for the view to change, the
+        // partition's lease to be released, or a renew interval.
+        if !node.spread.try_campaign(node.partitions.len() as u32) {
+            let changed = node.spread.changed.notified();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(renew_ms)) => {}
+                _ = changed => {}
+                _ = side.released.notified() => {}
+                _ = node.shutdown.cancelled() => {}
+            }
+            continue;
+        }
         let sent = Instant::now();
-        let acquired = node.store.lease_acquire(&node.node_id, lease_ms).await;
+        let acquired = store.lease_acquire(&node.node_id, lease_ms).await;
         node.health.record_write("lease", &acquired);
         match acquired {
             Ok(LeaseAcquire::Acquired { token, epoch }) => {
                 backoff = Duration::from_millis(200);
-                info!(%token, epoch, "leading");
+                // The term's own shutdown: the process's, or a hand-over of this partition.
+                let handover = node.shutdown.child_token();
+                node.spread.campaigned(n, Some(handover.clone()));
+                info!(partition = n, %token, epoch, "leading");
                 metrics::counter!("ankusa_leadership_changes_total").increment(1);
                 node.health.leading_again();
-                let end = lead(&node, &cfg, token.clone(), epoch, sent).await;
-                metrics::gauge!("ankusa_leader").set(0.0);
-                info!(?end, "stepped down");
+                let term = Term {
+                    store: &store,
+                    side,
+                    shutdown: handover.clone(),
+                    shared: shared.clone(),
+                };
+                let end = lead(&node, &term, &cfg, token.clone(), epoch, sent).await;
+                node.spread.stepped_down(n);
+                metrics::gauge!("ankusa_leader", "partition" => label.clone()).set(0.0);
+                info!(partition = n, ?end, "stepped down");
                 match end {
-                    SessionEnd::Shutdown => return,
+                    SessionEnd::Shutdown if node.shutdown.is_cancelled() => return,
+                    SessionEnd::Shutdown => {
+                        // Handed over (the lease is released): leave the partition to the
+                        // worker that lacks one for a lease's time.
+                        wait(&node.shutdown, Duration::from_millis(lease_ms)).await;
+                    }
                     SessionEnd::Fenced => {}
                     SessionEnd::StoreFailed(_) => {
                         // Release if we can, so the next term (ours or another's) starts now;
                         // if Redis is away, lease.lua lets this node retake its own lease.
-                        let _ = node.store.lease_release(&node.node_id, &token).await;
+                        let _ = store.lease_release(&node.node_id, &token).await;
                         wait(&node.shutdown, Duration::from_millis(100)).await;
                     }
                 }
             }
             Ok(LeaseAcquire::Held { pttl_ms, .. }) => {
+                node.spread.campaigned(n, None);
                 backoff = Duration::from_millis(200);
                 // Campaign again when the lease can have lapsed, at least every renew
                 // interval, or at once when its holder releases it.
@@ -133,17 +247,38 @@ pub async fn run_node(node: Node) {
                 };
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(w)) => {}
-                    _ = node.released.notified() => {}
+                    _ = side.released.notified() => {}
                     _ = node.shutdown.cancelled() => {}
                 }
             }
             Err(e) => {
-                warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot reach redis for the lease");
+                node.spread.campaigned(n, None);
+                warn!(partition = n, error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot reach redis for the lease");
                 wait(&node.shutdown, backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
+}
+
+/// A task that ends with its owner: a node or a term whose future is dropped (a crashed or
+/// aborted worker, [`crate::Worker::abort`]) takes its heartbeat and renewer with it, as a
+/// killed process would, instead of leaving them renewing a lease nobody works under.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What one term of one partition runs with.
+struct Term<'a> {
+    store: &'a Store,
+    side: &'a PartitionSide,
+    /// Cancelled by the process's shutdown or a hand-over: the session drains and releases.
+    shutdown: CancellationToken,
+    shared: Arc<SharedWindow>,
 }
 
 async fn wait(shutdown: &CancellationToken, d: Duration) {
@@ -270,15 +405,27 @@ impl Renewer {
     }
 }
 
-async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instant) -> SessionEnd {
+async fn lead(
+    node: &Node,
+    term: &Term<'_>,
+    cfg: &Config,
+    token: String,
+    epoch: u64,
+    sent: Instant,
+) -> SessionEnd {
     let lease_ms = cfg.leader.lease_ms;
     let renew_ms = cfg.leader.renew_interval_ms();
+    let partition = term.store.partition_index();
     // Takeover (R3): rows claimed under older epochs are due again. Circuit breakers need no
     // work here: they live in the session, and this term's session starts with none open.
-    match node.store.requeue_claimed(&token, epoch).await {
+    match term.store.requeue_claimed(&token, epoch).await {
         Ok(n) if n > 0 => {
             metrics::counter!("ankusa_requeued_rows_total").increment(n);
-            info!(rows = n, "requeued rows claimed under older epochs");
+            info!(
+                partition,
+                rows = n,
+                "requeued rows claimed under older epochs"
+            );
         }
         Ok(_) => {}
         Err(e) => {
@@ -286,14 +433,14 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
             return SessionEnd::StoreFailed(e.to_string());
         }
     }
-    metrics::gauge!("ankusa_leader").set(1.0);
+    metrics::gauge!("ankusa_leader", "partition" => partition.to_string()).set(1.0);
     let lost = CancellationToken::new();
     let done = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let (dl_tx, dl_rx) = watch::channel(deadline(sent, lease_ms));
-    let renewer = tokio::spawn(
+    let mut renewer = AbortOnDrop(tokio::spawn(
         Renewer {
-            store: node.store.clone(),
+            store: term.store.clone(),
             node_id: node.node_id.clone(),
             token: token.clone(),
             lease_ms,
@@ -309,24 +456,25 @@ async fn lead(node: &Node, cfg: &Config, token: String, epoch: u64, sent: Instan
             done: done.clone(),
         }
         .run(),
-    );
+    ));
     let ctx = SessionCtx {
-        store: node.store.clone(),
+        store: term.store.clone(),
         config: node.config.clone(),
         token,
         epoch,
-        wake: node.wake.clone(),
-        shutdown: node.shutdown.clone(),
+        wake: term.side.wake.clone(),
+        shutdown: term.shutdown.clone(),
         lost: lost.clone(),
         lease_deadline: dl_rx,
-        state: node.state.clone(),
+        state: term.side.state.clone(),
         http: node.http.clone(),
         progress,
         health: node.health.clone(),
+        shared: term.shared.clone(),
     };
     let end = run_session(ctx).await;
     done.cancel();
-    let _ = renewer.await;
+    let _ = (&mut renewer.0).await;
     end
 }
 

@@ -13,7 +13,8 @@
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
 //! | [`store`] | Redis pool, the `lua/` scripts and one typed wrapper file each |
 //! | [`producer`] | committing hooks (R1, R2) |
-//! | [`leader`] | lease, renewal, fencing epoch, standby (R25) |
+//! | [`leader`] | lease, renewal, fencing epoch, standby (R25), one campaign per partition |
+//! | [`spread`] | how many partitions each worker leads: heartbeats, shares, hand-over (issue 13) |
 //! | [`health`] | what `/healthz` and `/readyz` report beyond "the process answers" |
 //! | [`dispatch`] | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
 //! | [`scheduler`] | pure decisions: [`scheduler::slots`], [`scheduler::breaker`], [`scheduler::backoff`] |
@@ -60,6 +61,7 @@ pub mod producer;
 pub mod scheduler;
 pub mod secrets;
 pub mod sinks;
+pub mod spread;
 pub mod store;
 pub mod telemetry;
 pub mod testkit;

@@ -215,7 +215,14 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Gauge,
         unit: None,
         zero: false,
-        help: "1 while this process leads its partition.",
+        help: "1 while this process leads the partition of its `partition` label.",
+    },
+    Metric {
+        name: "ankusa_workers_live",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "Live workers of the instance as this process's last heartbeat saw them.",
     },
     Metric {
         name: "ankusa_leadership_changes_total",

@@ -17,10 +17,33 @@ use crate::store::{PressureRead, SourcePage, SourcePhase, Store, StoreError};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Block until nothing is claimed, running or due by Redis time (R23); return the rows
-/// settled (delivered, dead-lettered or dropped) meanwhile. A row waiting out a backoff is
-/// not due, so this does not wait for it. `local` wakes the wait early when this process
-/// leads; otherwise Redis is polled every 20 ms. Errors: the store failing.
+/// Whether every partition of the instance is idle (nothing claimed, nothing due by
+/// Redis time, R23), each read atomically by `idle.lua`.
+pub async fn all_idle(store: &Store) -> Result<bool, StoreError> {
+    for p in store.all_partitions() {
+        if !p.idle().await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The partitions whose lease no leader holds now (issue 13); empty while every partition
+/// has a leader.
+pub async fn leaderless(store: &Store) -> Result<Vec<u32>, StoreError> {
+    let mut out = Vec::new();
+    for p in store.all_partitions() {
+        if p.lease_holder().await?.is_none() {
+            out.push(p.partition_index());
+        }
+    }
+    Ok(out)
+}
+
+/// Block until nothing is claimed, running or due by Redis time in any partition (R23);
+/// return the rows settled (delivered, dead-lettered or dropped) meanwhile. A row waiting
+/// out a backoff is not due, so this does not wait for it. `local` wakes the wait early when
+/// this process leads; otherwise Redis is polled every 20 ms. Errors: the store failing.
 pub async fn tick(
     store: &Store,
     local: Option<watch::Receiver<SchedulerState>>,
@@ -28,7 +51,7 @@ pub async fn tick(
     let start = store.totals().await?;
     let mut local = local;
     loop {
-        if store.idle().await? {
+        if all_idle(store).await? {
             let end = store.totals().await?;
             return Ok((end.delivered + end.dead_lettered + end.dropped)
                 .saturating_sub(start.delivered + start.dead_lettered + start.dropped));
@@ -60,23 +83,41 @@ pub struct Pressure {
 /// Tenants at the front of the line that [`pressure`] looks at for the oldest due row.
 pub const PRESSURE_TENANTS: usize = 1_000;
 
-/// Read [`Pressure`] in one atomic script (`pressure.lua`): the lag of the oldest due row
-/// from the heads of the (first 1 000) tenants in line, the window state from what the
-/// leader holding the lease publishes every second with a 3 s TTL.
-/// Errors: [`Error::Unavailable`] when nobody holds the lease, the leader has not
-/// published (it died or is starting), or Redis cannot answer.
+/// Read [`Pressure`] with one atomic script (`pressure.lua`) per partition: the lag of the
+/// oldest due row from the heads of the (first 1 000) tenants in line, the window state
+/// from what the leader holding the partition's lease publishes every second with a 3 s
+/// TTL. Over partitions (issue 13) the lag is the largest and the window is full when any
+/// partition's leader says so.
+/// Errors: [`Error::Unavailable`] when nobody holds a partition's lease, its leader has not
+/// published (it died or is starting), or Redis cannot answer; with several partitions the
+/// message names the partition.
 pub async fn pressure(store: &Store) -> Result<Pressure, Error> {
-    match store.pressure(PRESSURE_TENANTS).await {
-        Ok(PressureRead::Ok {
-            lag_ms,
-            window_full,
-        }) => Ok(Pressure {
-            lag_ms,
-            window_full,
-        }),
-        Ok(PressureRead::Unavailable(why)) => Err(Error::Unavailable(why)),
-        Err(e) => Err(unavailable(e)),
+    let mut out = Pressure {
+        lag_ms: 0,
+        window_full: false,
+    };
+    let many = store.partitions() > 1;
+    for p in store.all_partitions() {
+        match p.pressure(PRESSURE_TENANTS).await {
+            Ok(PressureRead::Ok {
+                lag_ms,
+                window_full,
+            }) => {
+                out.lag_ms = out.lag_ms.max(lag_ms);
+                out.window_full |= window_full;
+            }
+            Ok(PressureRead::Unavailable(why)) if many => {
+                return Err(Error::Unavailable(format!(
+                    "partition {} of {} has no live leader: {why}",
+                    p.partition_index(),
+                    store.partitions()
+                )))
+            }
+            Ok(PressureRead::Unavailable(why)) => return Err(Error::Unavailable(why)),
+            Err(e) => return Err(unavailable(e)),
+        }
     }
+    Ok(out)
 }
 
 fn unavailable(e: StoreError) -> Error {
@@ -132,6 +173,9 @@ pub async fn dead_letter_source(
     crate::model::check_id("source", source)?;
     let started = tokio::time::Instant::now();
     let mut total = SourceDeadLettered::default();
+    // The tenant's partition (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     for phase in [SourcePhase::Lanes, SourcePhase::Due] {
         let mut cursor = "0".to_string();
         loop {

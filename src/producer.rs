@@ -92,6 +92,9 @@ pub const DEFAULT_IDEMPOTENCY_MS: u64 = 24 * 3_600_000;
 
 impl Producer {
     /// A producer over a connected store; bodies over `max_hook_bytes` are refused (R1).
+    /// Each commit goes to its tenant's partition ([`crate::keyspace::partition_of`]) among
+    /// the store's [`Store::partitions`] (set it with [`Store::with_partitions`] to the
+    /// instance's `partitions`).
     pub fn new(store: Store, max_hook_bytes: usize) -> Producer {
         Producer {
             store,
@@ -107,7 +110,7 @@ impl Producer {
         self
     }
 
-    /// Connect to `url` for `instance`.
+    /// Connect to `url` for `instance` of one partition (see [`Producer::new`] for more).
     pub async fn connect(
         url: &str,
         instance: &str,

@@ -6,9 +6,10 @@
 use crate::config::Config;
 use crate::dispatch::SchedulerState;
 use crate::error::Error;
-use crate::leader::{node_id, run_node, Health, Node};
+use crate::leader::{node_id, run_node, Health, Node, PartitionSide};
 use crate::ops::{self, Pressure};
 use crate::sinks::http::HttpSink;
+use crate::spread::Spread;
 use crate::store::Store;
 use fred::prelude::*;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,9 @@ pub struct Worker {
     node_id: String,
     config: watch::Sender<Arc<Config>>,
     state: watch::Receiver<SchedulerState>,
+    /// Each partition's scheduler state (issue 13).
+    partition_states: Vec<watch::Receiver<SchedulerState>>,
+    spread: Arc<Spread>,
     health: Arc<Health>,
     shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -44,7 +48,8 @@ impl Worker {
         config.validate()?;
         let store = Store::connect_config(&config.redis, &config.instance)
             .await?
-            .with_edge(crate::sinks::EdgePolicy::from_config(&config));
+            .with_edge(crate::sinks::EdgePolicy::from_config(&config))
+            .with_partitions(config.partitions);
         if let Some(policy) = store.maxmemory_policy().await? {
             if policy != "noeviction" {
                 if config.redis.allow_evicting {
@@ -54,13 +59,15 @@ impl Worker {
                 }
             }
         }
+        // The partition count is the instance's (issue 13): recorded at its first start,
+        // refused when this config says otherwise.
+        store.check_partitions(true).await?;
         let node_id = node_id(name);
         let http = HttpSink::new(crate::sinks::EdgePolicy::from_config(&config))
             .map_err(|e| Error::Other(format!("http client: {e}")))?;
-        let wake = Arc::new(Notify::new());
-        let released = Arc::new(Notify::new());
         let health = Arc::new(Health::default());
         let shutdown = CancellationToken::new();
+        let spread = Arc::new(Spread::default());
         let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
         let (state_tx, state_rx) = watch::channel(SchedulerState::default());
         metrics::gauge!("ankusa_window_max_rows").set(config.dispatch.max_inflight as f64);
@@ -68,27 +75,53 @@ impl Worker {
         metrics::gauge!("ankusa_concurrency_max").set(config.dispatch.concurrency as f64);
 
         let mut tasks = Vec::new();
-        // Wake channel (R2): a commit's PUBLISH wakes the scan at once. The lease channel
-        // (named like the lease key): a release wakes the standbys' election at once (R25).
+        let stores = store.all_partitions();
+        let mut sides = Vec::with_capacity(stores.len());
+        let mut states = Vec::with_capacity(stores.len());
+        for _ in &stores {
+            let (tx, rx) = watch::channel(SchedulerState::default());
+            sides.push(PartitionSide {
+                wake: Arc::new(Notify::new()),
+                released: Arc::new(Notify::new()),
+                state: tx,
+            });
+            states.push(rx);
+        }
+        // Wake channels (R2): a commit's PUBLISH wakes its partition's scan at once. Lease
+        // channels (named like the lease keys): a release wakes that partition's election
+        // at once (R25). One subscriber connection for every partition.
         let sub = store.subscriber()?;
         sub.init().await.map_err(crate::store::StoreError::from)?;
-        let lease_channel = store.keyspace().lease();
-        sub.subscribe(vec![store.keyspace().wake(), lease_channel.clone()])
+        let mut channels = std::collections::HashMap::new();
+        for (i, p) in stores.iter().enumerate() {
+            channels.insert(p.keyspace().wake(), (i, false));
+            channels.insert(p.keyspace().lease(), (i, true));
+        }
+        sub.subscribe(channels.keys().cloned().collect::<Vec<_>>())
             .await
             .map_err(crate::store::StoreError::from)?;
         let _resub = sub.manage_subscriptions();
         let mut messages = sub.message_rx();
         {
-            let (wake, released, shutdown) = (wake.clone(), released.clone(), shutdown.clone());
+            let shutdown = shutdown.clone();
+            let notifies: Vec<(Arc<Notify>, Arc<Notify>)> = sides
+                .iter()
+                .map(|s| (s.wake.clone(), s.released.clone()))
+                .collect();
             tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         m = messages.recv() => match m {
-                            Ok(m) if *m.channel == *lease_channel => released.notify_one(),
-                            Ok(_) => wake.notify_one(),
+                            Ok(m) => match channels.get(&*m.channel) {
+                                Some(&(i, true)) => notifies[i].1.notify_one(),
+                                Some(&(i, false)) => notifies[i].0.notify_one(),
+                                None => {}
+                            },
                             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                                wake.notify_one();
-                                released.notify_one();
+                                for (wake, released) in &notifies {
+                                    wake.notify_one();
+                                    released.notify_one();
+                                }
                             }
                             Err(_) => break,
                         },
@@ -98,56 +131,116 @@ impl Worker {
                 let _ = sub.quit().await;
             }));
         }
-        // Window state for pressure() from any process (R21), fenced by this term's token,
-        // with the settings the scripts keep server side (issue 17.10, R18).
+        // The process's state: the partitions' states summed (one partition: its state).
         {
-            let (store, mut state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
-            let node = node_id.clone();
-            let cfg = config_rx.clone();
+            let changed = Arc::new(Notify::new());
+            for rx in &states {
+                let (mut rx, changed, shutdown) = (rx.clone(), changed.clone(), shutdown.clone());
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            r = rx.changed() => if r.is_err() { break },
+                            _ = shutdown.cancelled() => break,
+                        }
+                        changed.notify_one();
+                    }
+                }));
+            }
+            let (states, shutdown) = (states.clone(), shutdown.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let st = state.borrow_and_update().clone();
-                    if st.leading {
-                        if let Ok(json) = serde_json::to_string(&st) {
-                            let token = format!("{node}:{}", st.epoch);
-                            let settings = {
-                                let c = cfg.borrow();
-                                [
-                                    ("max_hook_bytes", c.commit.max_hook_bytes as u64),
-                                    ("cc_retention_ms", c.claim_check.retention_ms),
-                                ]
-                            };
-                            let _ = store.publish_window(&token, &json, 3_000, &settings).await;
-                        }
-                    }
+                    let sum = sum_states(&states);
+                    state_tx.send_if_modified(|old| {
+                        let new = *old != sum;
+                        *old = sum;
+                        new
+                    });
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(1_000)) => {}
-                        _ = state.changed() => tokio::time::sleep(Duration::from_millis(100)).await,
+                        _ = changed.notified() => {}
                         _ = shutdown.cancelled() => break,
                     }
                 }
             }));
         }
-        // Dead-letter retention (count and age per tenant), applied by the leader only.
-        if config.dlq.sweep_ms > 0 {
-            let (store, state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
-            let dlq = config.dlq.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(dlq.sweep_ms)) => {}
-                        _ = shutdown.cancelled() => break,
+        for (pstore, state_rx) in stores.iter().zip(&states) {
+            // Window state for pressure() from any process (R21), fenced by this term's
+            // token, with the settings the scripts keep server side (issue 17.10, R18).
+            {
+                let (store, mut state, shutdown) =
+                    (pstore.clone(), state_rx.clone(), shutdown.clone());
+                let node = node_id.clone();
+                let cfg = config_rx.clone();
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        let st = state.borrow_and_update().clone();
+                        if st.leading {
+                            if let Ok(json) = serde_json::to_string(&st) {
+                                let token = format!("{node}:{}", st.epoch);
+                                let settings = {
+                                    let c = cfg.borrow();
+                                    [
+                                        ("max_hook_bytes", c.commit.max_hook_bytes as u64),
+                                        ("cc_retention_ms", c.claim_check.retention_ms),
+                                    ]
+                                };
+                                let _ = store.publish_window(&token, &json, 3_000, &settings).await;
+                            }
+                        }
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(1_000)) => {}
+                            _ = state.changed() => tokio::time::sleep(Duration::from_millis(100)).await,
+                            _ = shutdown.cancelled() => break,
+                        }
                     }
-                    if !state.borrow().leading {
-                        continue;
+                }));
+            }
+            // Dead-letter retention (count and age per tenant), applied by the leader only:
+            // partition 0's, whose walk covers every partition's tenants (issue 13).
+            if config.dlq.sweep_ms > 0 && pstore.partition_index() == 0 {
+                let (store, state, shutdown) = (pstore.clone(), state_rx.clone(), shutdown.clone());
+                let dlq = config.dlq.clone();
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(dlq.sweep_ms)) => {}
+                            _ = shutdown.cancelled() => break,
+                        }
+                        if !state.borrow().leading {
+                            continue;
+                        }
+                        match crate::dlq::apply_retention(&store, &dlq).await {
+                            Ok(0) => {}
+                            Ok(n) => info!(purged = n, "dead-letter retention applied"),
+                            Err(e) => {
+                                warn!(error = %e, "dead-letter retention failed; will try again")
+                            }
+                        }
                     }
-                    match crate::dlq::apply_retention(&store, &dlq).await {
-                        Ok(0) => {}
-                        Ok(n) => info!(purged = n, "dead-letter retention applied"),
-                        Err(e) => warn!(error = %e, "dead-letter retention failed; will try again"),
+                }));
+            }
+            // Per-tenant gauges for the tenants listed in `history.metrics_tenants` only, so
+            // the `tenant` label stays bounded; published by their partition's leader every 5 s.
+            let tenants: Vec<String> = config
+                .history
+                .metrics_tenants
+                .iter()
+                .filter(|t| store.for_tenant(t).partition_index() == pstore.partition_index())
+                .cloned()
+                .collect();
+            if !tenants.is_empty() {
+                let (store, state, shutdown) = (pstore.clone(), state_rx.clone(), shutdown.clone());
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(5_000)) => {}
+                            _ = shutdown.cancelled() => break,
+                        }
+                        if state.borrow().leading {
+                            crate::visibility::publish_tenant_gauges(&store, &tenants).await;
+                        }
                     }
-                }
-            }));
+                }));
+            }
         }
         // The eviction policy, re-checked while running (issue 17.9): a policy changed to an
         // evicting one turns health red (and is logged) until it is noeviction again.
@@ -174,41 +267,25 @@ impl Worker {
                 }
             }));
         }
-        // Per-tenant gauges for the tenants listed in `history.metrics_tenants` only, so the
-        // `tenant` label stays bounded; published by the leader every 5 s.
-        if !config.history.metrics_tenants.is_empty() {
-            let (store, state, shutdown) = (store.clone(), state_rx.clone(), shutdown.clone());
-            let tenants = config.history.metrics_tenants.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(5_000)) => {}
-                        _ = shutdown.cancelled() => break,
-                    }
-                    if state.borrow().leading {
-                        crate::visibility::publish_tenant_gauges(&store, &tenants).await;
-                    }
-                }
-            }));
-        }
         let node = Node {
             store: store.clone(),
             node_id: node_id.clone(),
             config: config_rx,
-            wake,
-            released,
+            partitions: sides,
             shutdown: shutdown.clone(),
-            state: state_tx,
             health: health.clone(),
             http,
+            spread: spread.clone(),
         };
         tasks.push(tokio::spawn(run_node(node)));
-        info!(%node_id, instance = %config.instance, "worker started");
+        info!(%node_id, instance = %config.instance, partitions = config.partitions, "worker started");
         Ok(Worker {
             store,
             node_id,
             config: config_tx,
             state: state_rx,
+            partition_states: states,
+            spread,
             health,
             shutdown,
             tasks: Mutex::new(tasks),
@@ -225,9 +302,23 @@ impl Worker {
         &self.node_id
     }
 
-    /// The scheduler's state as last published.
+    /// The scheduler's state as last published: with several partitions, the sum over the
+    /// partitions this worker leads (`leading` if it leads any, `epoch` the highest;
+    /// [`Worker::partition_state`] tells one partition's).
     pub fn state(&self) -> SchedulerState {
         self.state.borrow().clone()
+    }
+
+    /// The scheduler state of partition `n` (`None` past the instance's partitions).
+    pub fn partition_state(&self, n: u32) -> Option<SchedulerState> {
+        self.partition_states
+            .get(n as usize)
+            .map(|rx| rx.borrow().clone())
+    }
+
+    /// The partitions this worker leads now, in order (issue 13).
+    pub fn led_partitions(&self) -> Vec<u32> {
+        self.spread.led()
     }
 
     /// A receiver of the scheduler's state, to await changes.
@@ -240,7 +331,7 @@ impl Worker {
         &self.health
     }
 
-    /// Whether this worker leads now.
+    /// Whether this worker leads now (any partition).
     pub fn is_leader(&self) -> bool {
         self.state.borrow().leading
     }
@@ -304,4 +395,21 @@ impl Worker {
             t.abort();
         }
     }
+}
+
+/// The process's state from its partitions' (issue 13): counts summed, `leading` if any
+/// partition is led, the highest epoch, the window full if any session says so.
+fn sum_states(states: &[watch::Receiver<SchedulerState>]) -> SchedulerState {
+    let mut sum = SchedulerState::default();
+    for rx in states {
+        let st = rx.borrow();
+        sum.leading |= st.leading;
+        sum.epoch = sum.epoch.max(st.epoch);
+        sum.claimed_rows += st.claimed_rows;
+        sum.claimed_bytes += st.claimed_bytes;
+        sum.running += st.running;
+        sum.window_full |= st.window_full;
+        sum.settled_total += st.settled_total;
+    }
+    sum
 }

@@ -304,6 +304,10 @@ pub struct StateView {
     /// The scheduler's state: leading, epoch, claimed rows and bytes, running, window_full.
     #[schema(value_type = Object)]
     pub state: crate::dispatch::SchedulerState,
+    /// The partitions this worker leads now, of the instance's `partitions` (issue 13).
+    pub led_partitions: Vec<u32>,
+    /// The instance's partition count.
+    pub partitions: u32,
     /// The limits in force (R22).
     pub limits: Limits,
 }
@@ -316,6 +320,8 @@ async fn state(State(st): State<AdminState>) -> Json<StateView> {
     Json(StateView {
         node_id: st.worker.node_id().to_string(),
         state: st.worker.state(),
+        led_partitions: st.worker.led_partitions(),
+        partitions: st.worker.config().partitions,
         limits: Limits::of(&st.worker.config()),
     })
 }

@@ -169,9 +169,10 @@ async fn source_get(
         .get_source(&tenant, &source)
         .await?
         .ok_or_else(|| no_source(&tenant, &source))?;
-    let version: Option<u64> = store
+    let home = store.for_tenant(&tenant);
+    let version: Option<u64> = home
         .client()
-        .hget(store.keyspace().source(&tenant, &source), "version")
+        .hget(home.keyspace().source(&tenant, &source), "version")
         .await
         .map_err(|e| Error::Store(StoreError::from(e)))?;
     Ok(Json(SourceView {

@@ -69,13 +69,20 @@ fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
 pub async fn connect(cfg: &Config) -> Result<Store, Error> {
     crate::cli::redis_words::remember(&cfg.redis.url);
     let url = ankusa::config::redact_url(&cfg.redis.url);
-    Store::connect_config(&cfg.redis, &cfg.instance)
+    let store = Store::connect_config(&cfg.redis, &cfg.instance)
         .await
         .map_err(|e| match e {
             ankusa::store::StoreError::Redis(r) => crate::cli::redis_words::describe(&r, &url),
             other => Error::Store(other),
         })
-        .map(|s| s.with_edge(ankusa::sinks::EdgePolicy::from_config(cfg)))
+        .map(|s| {
+            s.with_edge(ankusa::sinks::EdgePolicy::from_config(cfg))
+                .with_partitions(cfg.partitions)
+        })?;
+    // A command routing tenants by another partition count would read and write the wrong
+    // partitions: refuse it as a worker would (nothing is recorded by a command).
+    store.check_partitions(false).await?;
+    Ok(store)
 }
 
 /// Why nothing would settle without a leader, for `tick`.
@@ -91,16 +98,17 @@ fn no_leader(cfg: &Config) -> Error {
 /// died and no standby took over), or when `timeout_ms` passes, saying which.
 pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(), Error> {
     let s = connect(cfg).await?;
-    if s.lease_holder().await?.is_none() && !s.idle().await? {
+    // Every partition needs a leader (issue 13): one without makes the whole wait hopeless.
+    if !ops::leaderless(&s).await?.is_empty() && !ops::all_idle(&s).await? {
         return Err(no_leader(cfg));
     }
     let watch_leader = async {
         let mut unheld_since: Option<tokio::time::Instant> = None;
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            match s.lease_holder().await {
-                Ok(Some(_)) | Err(_) => unheld_since = None,
-                Ok(None) => {
+            match ops::leaderless(&s).await.map(|v| v.is_empty()) {
+                Ok(true) | Err(_) => unheld_since = None,
+                Ok(false) => {
                     let since = *unheld_since.get_or_insert_with(tokio::time::Instant::now);
                     if since.elapsed() > Duration::from_millis(cfg.leader.lease_ms) {
                         return no_leader(cfg);
@@ -120,7 +128,11 @@ pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(
         e = watch_leader => return Err(e),
         () = deadline => {
             let ms = timeout_ms.unwrap_or_default();
-            return Err(match s.lease_holder().await? {
+            let held = match ops::leaderless(&s).await?.is_empty() {
+                true => s.lease_holder().await?,
+                false => None,
+            };
+            return Err(match held {
                 None => Error::Unavailable(format!("not idle after {ms} ms, and no leader holds the lease: start a worker (`ankusa worker`)")),
                 Some((token, _)) => Error::Unavailable(format!(
                     "not idle after {ms} ms: the leader ({}) is still delivering; rows are claimed, running or due",

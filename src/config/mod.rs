@@ -70,6 +70,8 @@ const STRING_KEYS: [&str; 17] = [
 ];
 /// Replaces secrets in [`Config::redacted_toml`].
 const REDACTED: &str = "***";
+/// The most partitions an instance may have (`partitions`).
+pub const MAX_PARTITIONS: u32 = 1024;
 /// The `dispatch.tenants` entry every tenant falls back to.
 const DEFAULT_TENANT: &str = "default";
 
@@ -80,6 +82,12 @@ pub struct Config {
     /// Namespace of every Redis key and metric of this pipeline, so several instances share one
     /// Redis without seeing each other (R29). Must match `[a-z0-9_-]{1,64}`. Default `"default"`.
     pub instance: String,
+    /// Partitions of the instance (issue 13): each tenant lives in one, by
+    /// [`crate::keyspace::partition_of`] its id; each has its own lease, so up to this many
+    /// workers lead at once. `1..=1024`, default 1 (the layout from before partitions).
+    /// Recorded in Redis at first start; changing it needs the procedure of
+    /// `docs/operations.md` ("Partitions").
+    pub partitions: u32,
     /// Redis connection.
     pub redis: RedisConfig,
     /// Leader election (R25).
@@ -159,6 +167,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             instance: "default".into(),
+            partitions: 1,
             redis: RedisConfig::default(),
             leader: LeaderConfig::default(),
             dispatch: DispatchConfig::default(),
@@ -223,6 +232,11 @@ impl Config {
             }),
             "instance",
             "must match [a-z0-9_-]{1,64}",
+        );
+        p.check(
+            (1..=MAX_PARTITIONS).contains(&self.partitions),
+            "partitions",
+            "must be in 1..=1024",
         );
 
         let r = &self.redis;

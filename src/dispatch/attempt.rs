@@ -144,7 +144,7 @@ impl Session {
         if closed_clean {
             self.breakers.remove(&job.key);
         }
-        metrics::gauge!("ankusa_breakers_open")
+        metrics::gauge!("ankusa_breakers_open", "partition" => self.partition_label())
             .set(self.breakers.values().filter(|b| b.is_open()).count() as f64);
     }
 

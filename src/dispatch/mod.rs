@@ -277,6 +277,9 @@ pub struct SessionCtx {
     pub progress: Arc<Progress>,
     /// Health: a claim or settle Redis refuses turns it red until one succeeds (issue 17.8).
     pub health: Arc<crate::health::Health>,
+    /// The process's global window, shared with the sessions of its other partitions
+    /// (issue 13).
+    pub shared: Arc<crate::scheduler::slots::SharedWindow>,
 }
 
 struct Session {
@@ -362,7 +365,8 @@ async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
             "breakers restored from the last term's snapshots"
         );
     }
-    metrics::gauge!("ankusa_breakers_open").set(out.len() as f64);
+    metrics::gauge!("ankusa_breakers_open", "partition" => store.partition_index().to_string())
+        .set(out.len() as f64);
     out
 }
 
@@ -384,7 +388,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         warn!(error = %e, "could not publish the settings; the scripts use the last ones");
     }
     let mut s = Session {
-        slots: Slots::new(&cfg.dispatch),
+        slots: Slots::with_shared(&cfg.dispatch, ctx.shared.clone()),
         cfg,
         pending: Vec::new(),
         tx,
@@ -408,6 +412,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         ctx,
     };
     let end = s.run(&mut rx).await;
+    let partition = s.ctx.store.partition_index();
     s.attempts.abort_all();
     s.ctx.state.send_modify(|st| {
         st.leading = false;
@@ -419,18 +424,25 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
     // A node that stepped down must not keep exporting the state of its last term (a window,
     // a lag, breakers that lived in this session, the partition's lane members): the next
     // leader reports them.
-    metrics::gauge!("ankusa_claimed_rows").set(0.0);
-    metrics::gauge!("ankusa_claimed_bytes").set(0.0);
-    metrics::gauge!("ankusa_running_attempts").set(0.0);
-    metrics::gauge!("ankusa_due_lag_seconds").set(0.0);
-    metrics::gauge!("ankusa_breakers_open").set(0.0);
-    metrics::gauge!("ankusa_lane_members").set(0.0);
+    // The window gauges are the process's: what the other partitions' sessions still hold.
+    let shared = s.slots.shared().clone();
+    drop(s);
+    metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
+    metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
+    metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
+    // The partition's gauges (issue 13): this node no longer speaks for it.
+    let p = partition.to_string();
+    metrics::gauge!("ankusa_due_lag_seconds", "partition" => p.clone()).set(0.0);
+    metrics::gauge!("ankusa_breakers_open", "partition" => p.clone()).set(0.0);
+    metrics::gauge!("ankusa_lane_members", "partition" => p).set(0.0);
     end
 }
 
 impl Session {
     async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>) -> SessionEnd {
         let mut config_rx = self.ctx.config.clone();
+        // Room another partition's session freed in the process's window (issue 13).
+        let mut freed = self.slots.shared().freed();
         loop {
             if self.ctx.lost.is_cancelled() {
                 return SessionEnd::Fenced;
@@ -463,6 +475,7 @@ impl Session {
                     }
                 }
                 _ = self.ctx.wake.notified() => self.claim_wanted = true,
+                Ok(()) = freed.changed() => {}
                 _ = tokio::time::sleep_until(self.next_scan), if !self.claim_wanted && !self.claiming => self.claim_wanted = true,
                 _ = tokio::time::sleep_until(settle_at.unwrap_or_else(tokio::time::Instant::now)), if settle_at.is_some() => self.settle_retry_at = None,
                 _ = tokio::time::sleep_until(rate_at.unwrap_or_else(tokio::time::Instant::now)), if rate_at.is_some() => self.rate_wake = None,
@@ -497,9 +510,16 @@ impl Session {
                 false
             }
         });
-        metrics::gauge!("ankusa_claimed_rows").set(self.slots.rows() as f64);
-        metrics::gauge!("ankusa_claimed_bytes").set(self.slots.bytes() as f64);
-        metrics::gauge!("ankusa_running_attempts").set(self.slots.running() as f64);
+        // The process's window: the sum over the partitions it leads (issue 13).
+        let shared = self.slots.shared();
+        metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
+        metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
+        metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
+    }
+
+    /// The `partition` label of this session's per-partition gauges (issue 13).
+    fn partition_label(&self) -> String {
+        self.ctx.store.partition_index().to_string()
     }
 
     fn lease_ok(&self) -> bool {
@@ -518,12 +538,13 @@ impl Session {
                 metrics::counter!("ankusa_rows_claimed_total").increment(got as u64);
                 let now = p.claim.now_ms;
                 let lag = p.claim.oldest_due_ms.map_or(0, |o| (now - o).max(0));
-                metrics::gauge!("ankusa_due_lag_seconds").set(lag as f64 / 1000.0);
+                metrics::gauge!("ankusa_due_lag_seconds", "partition" => self.partition_label())
+                    .set(lag as f64 / 1000.0);
                 // No sweep ran only because the partition holds no lane member (claim.lua).
                 if p.claim.lane_members.is_some() {
                     metrics::counter!("ankusa_lane_sweeps_total").increment(1);
                 }
-                metrics::gauge!("ankusa_lane_members")
+                metrics::gauge!("ankusa_lane_members", "partition" => self.partition_label())
                     .set(p.claim.lane_members.unwrap_or(0) as f64);
                 if p.claim.lanes_promoted > 0 {
                     metrics::counter!("ankusa_lane_sweep_promotions_total")

@@ -228,18 +228,20 @@ fn id_key(id: &str) -> (u64, u64) {
     (m.parse().unwrap_or(0), s.parse().unwrap_or(0))
 }
 
-/// Tenants that have dead letters, sorted.
+/// Tenants that have dead letters, in every partition (issue 13), sorted.
 pub async fn tenants(store: &Store) -> Result<Vec<String>, StoreError> {
-    let mut t: Vec<String> = store
-        .client()
-        .smembers(store.keyspace().dlq_tenants())
-        .await?;
+    let mut t: Vec<String> = Vec::new();
+    for p in store.all_partitions() {
+        let here: Vec<String> = p.client().smembers(p.keyspace().dlq_tenants()).await?;
+        t.extend(here);
+    }
     t.sort();
     Ok(t)
 }
 
 /// Number of dead letters of `tenant`.
 pub async fn count(store: &Store, tenant: &str) -> Result<u64, StoreError> {
+    let store = store.for_tenant(tenant);
     Ok(store.client().xlen(store.keyspace().dlq(tenant)).await?)
 }
 
@@ -276,6 +278,7 @@ async fn range(
     end: &str,
     count: u64,
 ) -> Result<Vec<DeadLetter>, Error> {
+    let store = store.for_tenant(tenant);
     let v: Value = store
         .client()
         .xrange(store.keyspace().dlq(tenant), start, end, Some(count))
@@ -310,6 +313,7 @@ impl Walk {
         tenant: &str,
         bounds: (Option<i64>, Option<i64>),
     ) -> Result<Walk, Error> {
+        let store = store.for_tenant(tenant);
         let last: Value = store
             .client()
             .xrevrange(store.keyspace().dlq(tenant), "+", "-", Some(1))
@@ -447,6 +451,9 @@ pub async fn show(store: &Store, tenant: &str, id: &str) -> Result<DeadLetterDet
         .into_iter()
         .next()
         .ok_or_else(|| Error::NotFound(format!("dead letter {tenant}/{id}")))?;
+    // The hook is in the tenant's partition (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     let hook_body = match d.hook {
         None => None,
         Some(h) => {

@@ -5,10 +5,71 @@
 //! queue until a slot is free: slots go round-robin across tenants first, then
 //! across each tenant's keys, under three caps — `dispatch.concurrency` (global),
 //! the tenant's `concurrency`, and `dispatch.sink_concurrency` per key.
+//!
+//! The global caps (`dispatch.concurrency`, `max_inflight`, `max_inflight_bytes`) belong to
+//! the worker process, not to one partition (issue 13): every scheduler session of the
+//! process counts against one [`SharedWindow`]. A tenant lives in one partition, so its
+//! limits and its sink keys' `sink_concurrency` stay in that partition's [`Slots`].
 
 use crate::config::{DispatchConfig, ResolvedLimits};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The process-wide counters behind the global caps, shared by the sessions of every
+/// partition a worker leads (issue 13). Each [`Slots`] adds what it holds and takes it
+/// back (also when it is dropped with rows still held: a term that ended abruptly), so
+/// the counters are always the sum over the live sessions. Room is first come, first
+/// served across partitions; a session that found none marks the window starved, and the
+/// next room freed by any session signals [`SharedWindow::freed`] so it asks again.
+#[derive(Debug)]
+pub struct SharedWindow {
+    rows: AtomicUsize,
+    bytes: AtomicU64,
+    running: AtomicUsize,
+    starved: AtomicBool,
+    freed: tokio::sync::watch::Sender<()>,
+}
+
+impl Default for SharedWindow {
+    fn default() -> Self {
+        SharedWindow {
+            rows: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
+            running: AtomicUsize::new(0),
+            starved: AtomicBool::new(false),
+            freed: tokio::sync::watch::Sender::new(()),
+        }
+    }
+}
+
+impl SharedWindow {
+    /// Rows held by every session of the process.
+    pub fn rows(&self) -> usize {
+        self.rows.load(Ordering::Relaxed)
+    }
+    /// Bytes held by every session of the process.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+    /// Attempts running in every session of the process.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+    /// Changes whenever room freed after a session found none (a watch never misses one).
+    pub fn freed(&self) -> tokio::sync::watch::Receiver<()> {
+        self.freed.subscribe()
+    }
+    fn starve(&self) {
+        self.starved.store(true, Ordering::Relaxed);
+    }
+    fn release(&self) {
+        if self.starved.swap(false, Ordering::Relaxed) {
+            self.freed.send_replace(());
+        }
+    }
+}
 
 /// The next page (rows per claim, outcomes per settle) after a call that handled `asked`
 /// items took `took` of Redis time (the script's own measure, by Redis' clock) against the
@@ -68,6 +129,8 @@ struct Tenant<J: Slotted> {
 /// The windows, per-key queues and slot counters of one scheduler.
 #[derive(Debug)]
 pub struct Slots<J: Slotted> {
+    /// The process-wide counters the global caps apply to.
+    shared: Arc<SharedWindow>,
     global: ResolvedLimits,
     sink_concurrency: usize,
     rows: usize,
@@ -80,9 +143,15 @@ pub struct Slots<J: Slotted> {
 }
 
 impl<J: Slotted> Slots<J> {
-    /// Empty slots under `cfg`'s limits.
+    /// Empty slots under `cfg`'s limits, alone in their process.
     pub fn new(cfg: &DispatchConfig) -> Self {
+        Self::with_shared(cfg, Arc::new(SharedWindow::default()))
+    }
+
+    /// Empty slots whose global caps count every session sharing `shared` (issue 13).
+    pub fn with_shared(cfg: &DispatchConfig, shared: Arc<SharedWindow>) -> Self {
         Slots {
+            shared,
             global: ResolvedLimits {
                 max_inflight: cfg.max_inflight,
                 max_inflight_bytes: cfg.max_inflight_bytes,
@@ -110,29 +179,38 @@ impl<J: Slotted> Slots<J> {
         }
     }
 
-    /// Rows claimed and not yet settled.
+    /// Rows claimed by this session and not yet settled.
     pub fn rows(&self) -> usize {
         self.rows
     }
-    /// Bytes of hook bodies claimed and not yet settled.
+    /// Bytes of hook bodies claimed by this session and not yet settled.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
-    /// Attempts running.
+    /// Attempts running in this session.
     pub fn running(&self) -> usize {
         self.running
     }
-    /// Whether the global window is full (rows or bytes), for `pressure()` (R21).
+    /// The process-wide counters these slots share.
+    pub fn shared(&self) -> &Arc<SharedWindow> {
+        &self.shared
+    }
+    /// Whether the process's global window is full (rows or bytes), for `pressure()` (R21).
     pub fn window_full(&self) -> bool {
-        self.rows >= self.global.max_inflight || self.bytes >= self.global.max_inflight_bytes
+        self.shared.rows() >= self.global.max_inflight
+            || self.shared.bytes() >= self.global.max_inflight_bytes
     }
 
     /// Rows the next claim may take at most, given the global window and `batch`.
     pub fn claim_room(&self) -> usize {
         if self.window_full() {
+            self.shared.starve();
             return 0;
         }
-        (self.global.max_inflight - self.rows).min(self.cfg.batch)
+        self.global
+            .max_inflight
+            .saturating_sub(self.shared.rows())
+            .min(self.cfg.batch)
     }
 
     /// Room of every tenant in flight that is tighter than `page`: `(tenant, rows)`;
@@ -174,8 +252,11 @@ impl<J: Slotted> Slots<J> {
             }
         }
         crate::store::ByteRooms {
-            global: self.global.max_inflight_bytes.saturating_sub(self.bytes),
-            alone: self.rows == 0,
+            global: self
+                .global
+                .max_inflight_bytes
+                .saturating_sub(self.shared.bytes()),
+            alone: self.shared.rows() == 0,
             default_tenant,
             tenants,
         }
@@ -209,6 +290,8 @@ impl<J: Slotted> Slots<J> {
     pub fn hold(&mut self, tenant: &str, bytes: u64) {
         self.rows += 1;
         self.bytes += bytes;
+        self.shared.rows.fetch_add(1, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
         let t = self.tenant_mut(tenant);
         t.rows += 1;
         t.bytes += bytes;
@@ -216,8 +299,17 @@ impl<J: Slotted> Slots<J> {
 
     /// A row's outcome is in Redis: free its window room.
     pub fn settled(&mut self, tenant: &str, bytes: u64) {
+        let (rows, held) = (self.rows, self.bytes);
         self.rows = self.rows.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(bytes);
+        // Take back exactly what this session held, so the shared sums never drift.
+        self.shared
+            .rows
+            .fetch_sub(rows - self.rows, Ordering::Relaxed);
+        self.shared
+            .bytes
+            .fetch_sub(held - self.bytes, Ordering::Relaxed);
+        self.shared.release();
         let remove = match self.tenants.get_mut(tenant) {
             Some(t) => {
                 t.rows = t.rows.saturating_sub(1);
@@ -260,7 +352,8 @@ impl<J: Slotted> Slots<J> {
     /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit, P9): a key
     /// it refuses keeps its queue and its place in line and takes no slot.
     pub fn next_start_gated(&mut self, mut gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
-        if self.running >= self.global.concurrency {
+        if self.shared.running() >= self.global.concurrency {
+            self.shared.starve();
             return None;
         }
         let sink_cap = self.sink_concurrency;
@@ -302,6 +395,7 @@ impl<J: Slotted> Slots<J> {
             if let Some(job) = picked {
                 t.running += 1;
                 self.running += 1;
+                self.shared.running.fetch_add(1, Ordering::Relaxed);
                 return Some(job);
             }
         }
@@ -310,7 +404,11 @@ impl<J: Slotted> Slots<J> {
 
     /// An attempt of `key` finished: its slot is free (its window room is freed by `settled`).
     pub fn finished(&mut self, tenant: &str, key: &J::Key) {
-        self.running = self.running.saturating_sub(1);
+        if self.running > 0 {
+            self.running -= 1;
+            self.shared.running.fetch_sub(1, Ordering::Relaxed);
+            self.shared.release();
+        }
         if let Some(t) = self.tenants.get_mut(tenant) {
             t.running = t.running.saturating_sub(1);
             if let Some(q) = t.keys.get_mut(key) {
@@ -368,9 +466,41 @@ impl<J: Slotted> Slots<J> {
     }
 }
 
+impl<J: Slotted> Drop for Slots<J> {
+    /// A session that ends gives its room back to the process (its rows are requeued by
+    /// the next term, its attempts were aborted).
+    fn drop(&mut self) {
+        self.shared.rows.fetch_sub(self.rows, Ordering::Relaxed);
+        self.shared.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.shared
+            .running
+            .fetch_sub(self.running, Ordering::Relaxed);
+        self.shared.release();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_sharing_a_window_count_against_one_concurrency_and_give_room_back() {
+        let shared = Arc::new(SharedWindow::default());
+        let mut a = Slots::with_shared(&cfg(2, 10), shared.clone());
+        let mut b = Slots::with_shared(&cfg(2, 10), shared.clone());
+        push(&mut a, job("x", 0, 0));
+        push(&mut a, job("x", 1, 1));
+        push(&mut b, job("y", 0, 0));
+        assert!(a.next_start().is_some() && a.next_start().is_some());
+        let freed = shared.freed();
+        assert!(b.next_start().is_none(), "the process's 2 slots are taken");
+        a.finished("x", &("x".into(), 0));
+        assert!(freed.has_changed().unwrap_or(false), "b is told room freed");
+        assert!(b.next_start().is_some());
+        assert_eq!((shared.running(), shared.rows()), (2, 3));
+        drop(a);
+        assert_eq!((shared.running(), shared.rows()), (1, 1));
+    }
 
     #[test]
     fn a_script_page_shrinks_over_the_budget_and_grows_back_under_it() {

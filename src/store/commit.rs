@@ -92,9 +92,11 @@ impl Store {
                 });
             }
         }
+        // The tenant's partition (issue 13): this store itself with one partition.
+        let this = self.for_tenant(tenant);
         let mut args = Vec::with_capacity(5 + 2 * hooks.len() + extra.len());
         args.extend([
-            self.prefix(),
+            this.prefix(),
             tenant.into(),
             source.into(),
             (max_hook_bytes as i64).into(),
@@ -105,7 +107,7 @@ impl Store {
             args.push(Value::from(headers.as_str()));
         }
         args.extend(extra);
-        let v = self.call(&self.scripts.commit, args).await?;
+        let v = this.call(&this.scripts.commit, args).await?;
         let r = Reply::new("commit", &v);
         match status(&v) {
             "ok" => Ok(v),

@@ -18,6 +18,7 @@
 //! | `sink_state.rs` | `sink_state.lua`: disabling / enabling a sink entry, operational events (P9) |
 //! | `reads.rs` | totals, counts, Redis time, the window (R21, R23) |
 //! | `ops.rs` | `dead_letter_source.lua`, `pressure.lua`, `dlq_replay.lua`, `dlq_purge.lua` |
+//! | `partitions.rs` | routing to a tenant's partition, the recorded partition count, `heartbeat.lua` (issue 13) |
 //! | `scripts.rs`, `tls.rs` | the script registry; TLS to Redis |
 
 mod claim;
@@ -27,6 +28,7 @@ mod error;
 mod hooks;
 mod lease;
 mod ops;
+mod partitions;
 mod reads;
 pub mod scripts;
 mod settle;
@@ -50,16 +52,21 @@ pub use error::{CommitError, StoreError};
 pub use hooks::StoredHook;
 pub use lease::{token_node, LeaseAcquire};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
+pub use partitions::{LiveWorker, WorkersSeen};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
 
-/// A connection to one partition of one instance.
+/// A connection to one partition of one instance; [`Store::partition`] and
+/// [`Store::for_tenant`] address the others over the same pool.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
     ks: Keyspace,
+    /// The instance's partition count (`partitions`, issue 13); 1 unless
+    /// [`Store::with_partitions`] said otherwise.
+    partitions: u32,
     scripts: Scripts,
     /// Guards `put_source` applies to sink options (SSRF literal check, secret references).
     edge: crate::sinks::EdgePolicy,
@@ -139,6 +146,7 @@ impl Store {
         let store = Store {
             pool,
             ks: Keyspace::new(instance, 0),
+            partitions: 1,
             scripts: Scripts::default(),
             edge: crate::sinks::EdgePolicy::default(),
         };
@@ -181,10 +189,20 @@ impl Store {
     }
 
     async fn call(&self, s: &LuaScript, args: Vec<Value>) -> Result<Vec<Value>, StoreError> {
+        self.call_keys(s, vec![self.ks.lease()], args).await
+    }
+
+    /// [`Store::call`] with other keys than the partition's lease (the instance's own keys).
+    async fn call_keys(
+        &self,
+        s: &LuaScript,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Vec<Value>, StoreError> {
         let started = Instant::now();
         let r: Result<Value, _> = s
             .script
-            .evalsha_with_reload(self.pool.next(), vec![self.ks.lease()], args)
+            .evalsha_with_reload(self.pool.next(), keys, args)
             .await;
         metrics::histogram!("ankusa_script_duration_seconds", "script" => s.name)
             .record(started.elapsed().as_secs_f64());

@@ -97,19 +97,21 @@ impl Store {
         cursor: &str,
         count: usize,
     ) -> Result<SourcePage, StoreError> {
+        // The tenant's partition (issue 13).
+        let this = self.for_tenant(tenant);
         let phase = match phase {
             SourcePhase::Lanes => "lanes",
             SourcePhase::Due => "due",
         };
         let args = vec![
-            self.prefix(),
+            this.prefix(),
             tenant.into(),
             source.into(),
             phase.into(),
             cursor.into(),
             (count as i64).into(),
         ];
-        let v = self.call(&self.scripts.dead_letter_source, args).await?;
+        let v = this.call(&this.scripts.dead_letter_source, args).await?;
         match status(&v) {
             "ok" => {
                 let r = Reply::new("dead_letter_source", &v);
@@ -158,10 +160,12 @@ impl Store {
         tenant: &str,
         ids: &[String],
     ) -> Result<DlqReplayed, StoreError> {
+        // The tenant's partition (issue 13).
+        let this = self.for_tenant(tenant);
         let mut args = Vec::with_capacity(2 + ids.len());
-        args.extend([self.prefix(), tenant.into()]);
+        args.extend([this.prefix(), tenant.into()]);
         args.extend(ids.iter().map(|i| Value::from(i.as_str())));
-        let v = self.call(&self.scripts.dlq_replay, args).await?;
+        let v = this.call(&this.scripts.dlq_replay, args).await?;
         match status(&v) {
             "ok" => {
                 let r = Reply::new("dlq_replay", &v);
@@ -187,7 +191,9 @@ impl Store {
         tenant: &str,
         what: DlqPurge<'_>,
     ) -> Result<(u64, bool), StoreError> {
-        let mut args = vec![self.prefix(), tenant.into()];
+        // The tenant's partition (issue 13).
+        let this = self.for_tenant(tenant);
+        let mut args = vec![this.prefix(), tenant.into()];
         match what {
             DlqPurge::Ids(ids) => {
                 args.push("ids".into());
@@ -206,7 +212,7 @@ impl Store {
                 ]);
             }
         }
-        let v = self.call(&self.scripts.dlq_purge, args).await?;
+        let v = this.call(&this.scripts.dlq_purge, args).await?;
         match status(&v) {
             "ok" => {
                 let r = Reply::new("dlq_purge", &v);

@@ -17,8 +17,21 @@ pub struct Totals {
 }
 
 impl Store {
-    /// The running totals of the instance.
+    /// The running totals of the instance: the sum over its partitions (issue 13).
     pub async fn totals(&self) -> Result<Totals, StoreError> {
+        let mut sum = Totals::default();
+        for p in self.all_partitions() {
+            let t = p.partition_totals().await?;
+            sum.committed += t.committed;
+            sum.delivered += t.delivered;
+            sum.dead_lettered += t.dead_lettered;
+            sum.dropped += t.dropped;
+        }
+        Ok(sum)
+    }
+
+    /// The running totals of this store's partition.
+    pub async fn partition_totals(&self) -> Result<Totals, StoreError> {
         let v: Vec<Option<u64>> = self
             .client()
             .hmget(
@@ -71,7 +84,9 @@ impl Store {
 
     /// Rows waiting in a tenant's due set (due now or later).
     pub async fn pending_count(&self, tenant: &str) -> Result<u64, StoreError> {
-        Ok(self.client().zcard(self.ks.due(tenant)).await?)
+        // The tenant's partition (issue 13).
+        let this = self.for_tenant(tenant);
+        Ok(this.client().zcard(this.ks.due(tenant)).await?)
     }
 
     /// The Redis `maxmemory-policy`, read from `INFO memory` (field `maxmemory_policy`), which

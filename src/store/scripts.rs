@@ -27,13 +27,14 @@ macro_rules! lua {
 /// (`maxmemory` reached under `noeviction`) can still be drained by them and a leader still
 /// elected (issue 17.8). Every other script (commit above all) is refused on a full Redis
 /// before its first write.
-pub const ALLOW_OOM: [&str; 6] = [
+pub const ALLOW_OOM: [&str; 7] = [
     "claim",
     "settle",
     "requeue_claimed",
     "lease",
     "dlq_purge",
     "window",
+    "heartbeat",
 ];
 
 /// The source of `commit.lua` (R1, R2).
@@ -64,6 +65,8 @@ pub const CLAIM_REFS: &str = lua!("claim_refs.lua");
 pub const SINK_STATE: &str = lua!("sink_state.lua");
 /// The source of `dlq_purge.lua` (dead-letter purge and retention).
 pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
+/// The source of `heartbeat.lua` (workers announcing themselves, issue 13).
+pub const HEARTBEAT: &str = lua!(allow_oom "heartbeat.lua");
 
 /// A script with its name (the metric label) and SHA.
 #[derive(Debug, Clone)]
@@ -114,6 +117,8 @@ pub struct Scripts {
     pub breakers: LuaScript,
     /// `sink_state.lua`.
     pub sink_state: LuaScript,
+    /// `heartbeat.lua`.
+    pub heartbeat: LuaScript,
 }
 
 impl Default for Scripts {
@@ -133,13 +138,14 @@ impl Default for Scripts {
             claim_refs: LuaScript::new("claim_refs", CLAIM_REFS),
             breakers: LuaScript::new("breakers", BREAKERS),
             sink_state: LuaScript::new("sink_state", SINK_STATE),
+            heartbeat: LuaScript::new("heartbeat", HEARTBEAT),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 14] {
+    pub fn all(&self) -> [&LuaScript; 15] {
         [
             &self.commit,
             &self.claim,
@@ -155,6 +161,7 @@ impl Scripts {
             &self.claim_refs,
             &self.breakers,
             &self.sink_state,
+            &self.heartbeat,
         ]
     }
 }

@@ -55,10 +55,12 @@ impl Store {
         disabled: Option<Disabled>,
         events_max_len: u64,
     ) -> Result<SinkStateChange, crate::Error> {
+        // The tenant's partition (issue 13).
+        let this = self.for_tenant(tenant);
         crate::model::check_id("tenant", tenant)?;
         crate::model::check_id("source", source)?;
         for _ in 0..8 {
-            let key = self.ks.source(tenant, source);
+            let key = this.ks.source(tenant, source);
             let (spec, version): (Option<String>, Option<String>) = self
                 .client()
                 .hmget(&key, vec!["spec", "version"])
@@ -109,7 +111,7 @@ impl Store {
             let json = serde_json::to_string(&spec)
                 .map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
             let mut args: Vec<Value> = vec![
-                self.prefix(),
+                this.prefix(),
                 token.unwrap_or("").into(),
                 tenant.into(),
                 source.into(),
@@ -130,7 +132,7 @@ impl Store {
                 args.push(k.into());
                 args.push(v.into());
             }
-            let v = self.call(&self.scripts.sink_state, args).await?;
+            let v = this.call(&this.scripts.sink_state, args).await?;
             match status(&v) {
                 "ok" => {
                     let id = v.get(2).map(Value::text).unwrap_or_default();

@@ -42,8 +42,10 @@ impl Store {
             .map_err(crate::Error::InvalidSource)?;
         let json =
             serde_json::to_string(spec).map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
-        let key = self.ks.source(tenant, source);
-        let c = self.client();
+        // A source lives in its tenant's partition (issue 13).
+        let this = self.for_tenant(tenant);
+        let key = this.ks.source(tenant, source);
+        let c = this.client();
         let pipe = c.pipeline();
         let _: () = pipe
             .hset(&key, vec![("spec", json), ("modules", spec.modules_csv())])
@@ -77,7 +79,7 @@ impl Store {
             }
         }
         let _: () = pipe
-            .sadd(self.ks.sources(), format!("{tenant}/{source}"))
+            .sadd(this.ks.sources(), format!("{tenant}/{source}"))
             .await
             .map_err(StoreError::from)?;
         let replies: Vec<Value> = pipe.all().await.map_err(StoreError::from)?;
@@ -91,9 +93,10 @@ impl Store {
         tenant: &str,
         source: &str,
     ) -> Result<Option<SourceSpec>, crate::Error> {
-        let spec: Option<String> = self
+        let this = self.for_tenant(tenant);
+        let spec: Option<String> = this
             .client()
-            .hget(self.ks.source(tenant, source), "spec")
+            .hget(this.ks.source(tenant, source), "spec")
             .await
             .map_err(StoreError::from)?;
         match spec {
@@ -104,16 +107,16 @@ impl Store {
         }
     }
 
-    /// Every registered `(tenant, source)`, sorted.
+    /// Every registered `(tenant, source)` of every partition, sorted.
     pub async fn list_sources(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let members: Vec<String> = self.client().smembers(self.ks.sources()).await?;
-        let mut out: Vec<(String, String)> = members
-            .into_iter()
-            .filter_map(|m| {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for p in self.all_partitions() {
+            let members: Vec<String> = p.client().smembers(p.ks.sources()).await?;
+            out.extend(members.into_iter().filter_map(|m| {
                 m.split_once('/')
                     .map(|(t, s)| (t.to_string(), s.to_string()))
-            })
-            .collect();
+            }));
+        }
         out.sort();
         Ok(out)
     }
@@ -121,10 +124,11 @@ impl Store {
     /// Delete a source; its pending rows are dead-lettered `source_gone` when claimed (R19).
     /// Returns whether it existed.
     pub async fn delete_source(&self, tenant: &str, source: &str) -> Result<bool, StoreError> {
-        let c = self.client();
-        let n: i64 = c.del(self.ks.source(tenant, source)).await?;
+        let this = self.for_tenant(tenant);
+        let c = this.client();
+        let n: i64 = c.del(this.ks.source(tenant, source)).await?;
         let _: i64 = c
-            .srem(self.ks.sources(), format!("{tenant}/{source}"))
+            .srem(this.ks.sources(), format!("{tenant}/{source}"))
             .await?;
         Ok(n > 0)
     }

@@ -136,6 +136,9 @@ pub struct HookView {
 /// `ankusa hooks show` / `GET /admin/hooks/{tenant}/{hook}`: the hook, each row's state and
 /// every recorded attempt. Errors: `not_found` when neither the hook nor any record is left.
 pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookView, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     let ks = store.keyspace();
     let read = read_hook(store, hook).await?;
@@ -307,6 +310,9 @@ pub async fn list_rows(
     state: Option<RowFilter>,
     limit: usize,
 ) -> Result<RowsPage, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     if let Some(s) = source {
         check_id("source", s)?;
@@ -419,6 +425,9 @@ pub async fn resend(
     sink: Option<u32>,
     max_hook_bytes: usize,
 ) -> Result<Resent, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     let h = read_hook(store, hook)
         .await?
@@ -512,6 +521,9 @@ pub async fn resend_many(
     pace: &crate::dlq::ReplayOptions,
     mut progress: impl FnMut(crate::dlq::ReplayProgress),
 ) -> Result<ResendReport, Error> {
+    // The tenant's partition holds its hooks and rows (issue 13).
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
     check_id("tenant", tenant)?;
     let total = hooks.len() as u64;
     progress(crate::dlq::ReplayProgress::Matched { total });
@@ -569,26 +581,29 @@ pub async fn tenants_top(
     only: Option<&[String]>,
     limit: usize,
 ) -> Result<Vec<TenantTop>, Error> {
-    let ks = store.keyspace();
     let now = store.now_ms().await?;
-    let claimed: Vec<String> = store
-        .client()
-        .zrange(ks.claimed(), 0, -1, None, false, None, false)
-        .await
-        .map_err(store_err)?;
+    // Every partition's claimed rows and line of tenants (issue 13).
     let mut per: BTreeMap<String, TenantTop> = BTreeMap::new();
-    for m in &claimed {
-        if let Some((t, _)) = m.split_once('/') {
-            per.entry(t.to_string()).or_default().claimed += 1;
+    for p in store.all_partitions() {
+        let ks = p.keyspace();
+        let claimed: Vec<String> = p
+            .client()
+            .zrange(ks.claimed(), 0, -1, None, false, None, false)
+            .await
+            .map_err(store_err)?;
+        for m in &claimed {
+            if let Some((t, _)) = m.split_once('/') {
+                per.entry(t.to_string()).or_default().claimed += 1;
+            }
         }
-    }
-    let active: Vec<String> = store
-        .client()
-        .zrange(ks.tenants(), 0, -1, None, false, None, false)
-        .await
-        .map_err(store_err)?;
-    for t in active {
-        per.entry(t).or_default();
+        let active: Vec<String> = p
+            .client()
+            .zrange(ks.tenants(), 0, -1, None, false, None, false)
+            .await
+            .map_err(store_err)?;
+        for t in active {
+            per.entry(t).or_default();
+        }
     }
     if let Some(only) = only {
         per.retain(|t, _| only.contains(t));
@@ -599,7 +614,7 @@ pub async fn tenants_top(
     let mut out = Vec::with_capacity(per.len());
     for (tenant, mut top) in per {
         top.tenant = tenant.clone();
-        let due = ks.due(&tenant);
+        let due = store.for_tenant(&tenant).keyspace().due(&tenant);
         top.due_rows = store.client().zcard(&due).await.map_err(store_err)?;
         top.due_now = store
             .client()

@@ -67,7 +67,8 @@ impl Env {
         let store = Store::connect(&redis.url(), &config.instance, 5_000)
             .await
             .expect("store connects")
-            .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
+            .with_edge(ankusa::sinks::EdgePolicy::from_config(&config))
+            .with_partitions(config.partitions);
         let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
         Env {
             redis,

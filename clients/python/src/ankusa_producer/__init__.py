@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Union
@@ -41,6 +42,7 @@ __all__ = [
     "TooLarge",
     "UnknownSource",
     "commit_script",
+    "partition_of",
 ]
 
 #: ``commit.max_hook_bytes`` of ankusa's default config: the largest body, in bytes (10 MiB).
@@ -58,6 +60,15 @@ _ID = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 _INSTANCE = re.compile(r"[a-z0-9_-]{1,64}\Z")
 #: Event types: 1 to 128 of ``A-Z a-z 0-9 _ . : / -``.
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:/-]{1,128}\Z")
+
+
+def partition_of(tenant: str, partitions: int) -> int:
+    """The partition a tenant lives in: CRC-32 (IEEE, ``zlib.crc32``) of its id's UTF-8
+    bytes modulo the instance's ``partitions`` (the config key; 1 by default), exactly as
+    ankusa computes it (``docs/commit-protocol.md``)."""
+    if partitions <= 1:
+        return 0
+    return zlib.crc32(tenant.encode("utf-8")) % partitions
 
 
 def commit_script() -> str:
@@ -160,7 +171,9 @@ class Producer:
 
     ``client`` is a ``redis.Redis`` (any connection options: TLS, a password, a unix socket).
     ``instance`` is the pipeline's instance name (the config's ``instance``, default
-    ``"default"``). ``max_hook_bytes`` is checked here before sending; the commit script
+    ``"default"``); ``partitions`` its partition count (the config's ``partitions``, default
+    1): each commit goes to its tenant's partition (:func:`partition_of`).
+    ``max_hook_bytes`` is checked here before sending; the commit script
     enforces the leader's ``commit.max_hook_bytes`` itself (kept in Redis), so this can only
     lower the limit, never raise it.
     ``idempotency_ms`` is how long a hook's idempotency key is remembered (ankusa's
@@ -176,18 +189,21 @@ class Producer:
         instance: str = "default",
         max_hook_bytes: int = DEFAULT_MAX_HOOK_BYTES,
         script: Optional[str] = None,
+        partitions: int = 1,
         idempotency_ms: int = DEFAULT_IDEMPOTENCY_MS,
     ) -> None:
         if not _INSTANCE.match(instance):
             raise BadRequest(f"instance {instance!r}: must match [a-z0-9_-]{{1,64}}")
+        if not 1 <= partitions <= 1024:
+            raise BadRequest("partitions must be in 1..=1024")
         if max_hook_bytes <= 0:
             raise BadRequest("max_hook_bytes must be > 0")
         if idempotency_ms <= 0:
             raise BadRequest("idempotency_ms must be > 0")
         self._idem_ms = idempotency_ms
         self._client = client
-        self._prefix = f"ankusa:{{{instance}.p0}}:"
-        self._lease = self._prefix + "lease"
+        self._instance = instance
+        self._partitions = partitions
         self._max = max_hook_bytes
         self._script = client.register_script(script if script is not None else commit_script())
 
@@ -219,7 +235,9 @@ class Producer:
                 raise BadRequest(f"{what} id {value!r}: must match [A-Za-z0-9_.-]{{1,128}}")
         if not hooks:
             raise BadRequest("no hooks")
-        args: List[Union[bytes, str, int]] = [self._prefix, tenant, source, self._max, len(hooks)]
+        # The tenant's partition: its keys share the hash tag {<instance>.p<N>}.
+        prefix = f"ankusa:{{{self._instance}.p{partition_of(tenant, self._partitions)}}}:"
+        args: List[Union[bytes, str, int]] = [prefix, tenant, source, self._max, len(hooks)]
         for i, h in enumerate(hooks):
             body = h._body_bytes()
             if len(body) > self._max:
@@ -242,7 +260,7 @@ class Producer:
                     raise BadRequest(f"idempotency key {k!r}: must be a str of at most "
                                      f"{_MAX_IDEMPOTENCY_KEY_BYTES} bytes")
                 args.append(k)
-        reply = self._script(keys=[self._lease], args=args)
+        reply = self._script(keys=[prefix + "lease"], args=args)
         status = _text(reply[0]) if reply else ""
         if status == "ok":
             n = len(hooks)
