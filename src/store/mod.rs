@@ -19,6 +19,7 @@
 //! | `reads.rs` | totals, counts, Redis time, the window (R21, R23) |
 //! | `ops.rs` | `dead_letter_source.lua`, `pressure.lua`, `dlq_replay.lua`, `dlq_purge.lua` |
 //! | `scripts.rs`, `tls.rs` | the script registry; TLS to Redis |
+//! | `url.rs` | which deployment a `redis.url` names (one server, Cluster, Sentinel), or why it is refused |
 
 mod claim;
 mod commit;
@@ -33,6 +34,7 @@ mod settle;
 mod sink_state;
 mod sources;
 mod tls;
+pub mod url;
 
 use crate::keyspace::Keyspace;
 use crate::model::SourceSpec;
@@ -54,11 +56,14 @@ pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
+pub use url::{Topology, UnsupportedUrl};
 
 /// A connection to one partition of one instance.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// One server, a Cluster or a Sentinel-managed master (from the URL's scheme).
+    topology: Topology,
     ks: Keyspace,
     scripts: Scripts,
     /// Guards `put_source` applies to sink options (SSRF literal check, secret references).
@@ -69,6 +74,7 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("prefix", &self.ks.prefix())
+            .field("topology", &self.topology)
             .finish()
     }
 }
@@ -81,7 +87,9 @@ impl Store {
     /// could claim twice.
     ///
     /// A `rediss://` URL uses TLS with the system's trust store and no client certificate;
-    /// [`Store::connect_config`] takes `redis.tls_*` files.
+    /// [`Store::connect_config`] takes `redis.tls_*` files. `redis-cluster://` serves a Redis
+    /// Cluster and `redis-sentinel://` the master a sentinel names ([`url`] lists the forms);
+    /// a URL this build cannot serve is [`StoreError::UnsupportedUrl`], before any connection.
     pub async fn connect(
         url: &str,
         instance: &str,
@@ -97,7 +105,8 @@ impl Store {
     /// [`Store::connect`] with the whole `[redis]` section: `url`, `command_timeout_ms`, and
     /// for a `rediss://` URL the `tls_ca_file` and the `tls_cert_file` / `tls_key_file` of
     /// mutual TLS. Errors: [`StoreError::Tls`] for an unreadable file or a failed handshake
-    /// (it names the file or the server), [`StoreError::Redis`] when Redis cannot be reached.
+    /// (it names the file or the server), [`StoreError::Redis`] when Redis cannot be reached,
+    /// [`StoreError::UnsupportedUrl`] for a URL this build cannot serve ([`url`]).
     pub async fn connect_config(
         redis: &crate::config::RedisConfig,
         instance: &str,
@@ -111,6 +120,7 @@ impl Store {
         command_timeout_ms: u64,
     ) -> Result<Store, StoreError> {
         let url = redis.url.as_str();
+        let topology = url::topology(url)?;
         let mut config = Config::from_url(url)?;
         let tls = url.starts_with("rediss://");
         if tls {
@@ -138,6 +148,7 @@ impl Store {
         }
         let store = Store {
             pool,
+            topology,
             ks: Keyspace::new(instance, 0),
             scripts: Scripts::default(),
             edge: crate::sinks::EdgePolicy::default(),
@@ -158,13 +169,20 @@ impl Store {
         &self.ks
     }
 
+    /// The deployment this store talks to: one server, a Cluster or a Sentinel-managed master.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
     /// A client of the pool (round-robin): crate-private, so Redis is reached from outside
     /// the crate only through the store's typed calls (issue 18).
     pub(crate) fn client(&self) -> &Client {
         self.pool.next()
     }
 
-    /// A fresh subscriber connection to the same server, for the wake channel (R2).
+    /// A fresh subscriber connection to the same server, for the wake channel (R2). On a
+    /// cluster it subscribes on one node: classic `PUBLISH` (the scripts' wake, the lease's
+    /// release) reaches every node's subscribers. Behind sentinels it follows the master.
     pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, StoreError> {
         let cfg = self.pool.next().client_config();
         Ok(Builder::from_config(cfg)
@@ -172,7 +190,8 @@ impl Store {
             .build_subscriber_client()?)
     }
 
-    /// `SCRIPT LOAD` every script.
+    /// `SCRIPT LOAD` every script, on every primary of a cluster (a script's `EVALSHA` goes
+    /// to the primary of its partition's slot).
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         for s in self.scripts.all() {
             s.script.load(self.pool.next()).await?;
@@ -180,12 +199,33 @@ impl Store {
         Ok(())
     }
 
+    /// `EVALSHA` of `s` with the partition's lease key as its one key (so a cluster routes it
+    /// to the partition's slot; every key a script touches carries the partition's hash tag),
+    /// reloading on `NOSCRIPT`.
+    ///
+    /// On a cluster, a call refused by fred after a `MOVED` / `ASK` redirection is sent once
+    /// more: with `max_command_attempts = 1` fred syncs the slot map but will not re-write the
+    /// redirected command ("Too many failed write attempts"). The node that answered the
+    /// redirection did not run it and the new node was never sent it, so sending it again
+    /// (on the same client, whose slot map is now fresh) cannot run it twice.
     async fn call(&self, s: &LuaScript, args: Vec<Value>) -> Result<Vec<Value>, StoreError> {
         let started = Instant::now();
-        let r: Result<Value, _> = s
-            .script
-            .evalsha_with_reload(self.pool.next(), vec![self.ks.lease()], args)
-            .await;
+        let keys = vec![self.ks.lease()];
+        // One client for both sends: the one whose slot map the redirection refreshed. The
+        // arguments are kept for a second send on a cluster only (Bytes: cheap clones).
+        let client = self.pool.next();
+        let again = (self.topology == Topology::Cluster).then(|| (keys.clone(), args.clone()));
+        let mut r: Result<Value, fred::error::Error> =
+            s.script.evalsha_with_reload(client, keys, args).await;
+        if let Some((keys, args)) = again {
+            if r.as_ref().is_err_and(was_redirected) {
+                tracing::debug!(
+                    script = s.name,
+                    "cluster redirection: sending the call again"
+                );
+                r = s.script.evalsha_with_reload(client, keys, args).await;
+            }
+        }
         metrics::histogram!("ankusa_script_duration_seconds", "script" => s.name)
             .record(started.elapsed().as_secs_f64());
         match r {
@@ -201,4 +241,11 @@ impl Store {
     fn prefix(&self) -> Value {
         Value::from(self.ks.prefix())
     }
+}
+
+/// Whether fred refused to re-write a command after a cluster redirection (`MOVED` / `ASK`),
+/// which with one write attempt per command it reports as `Too many failed write attempts.`
+/// and only then: a command that failed on a lost connection answers with that failure.
+fn was_redirected(e: &fred::error::Error) -> bool {
+    e.details().starts_with("Too many failed write attempts")
 }
