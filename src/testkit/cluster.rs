@@ -92,31 +92,47 @@ impl RedisCluster {
     }
 
     /// Polls every node's `CLUSTER INFO` until all say `cluster_state:ok`, all slots are
-    /// assigned and each knows every node.
+    /// assigned and each knows every node, and every node's `CLUSTER NODES` shows each bus
+    /// link `connected` with no node in handshake: a classic `PUBLISH` travels the cluster
+    /// bus, so a link not up yet would drop messages (a wake) on the floor.
     fn wait_ok(&self, what: &str) -> Result<(), TestkitError> {
         let deadline = Instant::now() + FORM_TIMEOUT;
         let known = format!("cluster_known_nodes:{}", self.nodes.len());
         loop {
             let mut last = String::new();
-            let all_ok = self
-                .nodes
-                .iter()
-                .all(|n| match n.cmd(&["CLUSTER", "INFO"]) {
-                    Ok(info) => {
-                        let has = |w: &str| info.lines().any(|l| l.trim() == w);
-                        let ok = has("cluster_state:ok")
-                            && has("cluster_slots_assigned:16384")
-                            && has(&known);
-                        if !ok {
-                            last = format!("node {}: {}", n.port(), info.replace("\r\n", " "));
-                        }
-                        ok
-                    }
+            let all_ok = self.nodes.iter().all(|n| {
+                let info = match n.cmd(&["CLUSTER", "INFO"]) {
+                    Ok(info) => info,
                     Err(e) => {
                         last = format!("node {}: {e}", n.port());
-                        false
+                        return false;
                     }
+                };
+                let has = |w: &str| info.lines().any(|l| l.trim() == w);
+                if !(has("cluster_state:ok") && has("cluster_slots_assigned:16384") && has(&known))
+                {
+                    last = format!("node {}: {}", n.port(), info.replace("\r\n", " "));
+                    return false;
+                }
+                let nodes = match n.cmd(&["CLUSTER", "NODES"]) {
+                    Ok(nodes) => nodes,
+                    Err(e) => {
+                        last = format!("node {}: {e}", n.port());
+                        return false;
+                    }
+                };
+                let linked = nodes.lines().filter(|l| !l.trim().is_empty()).all(|l| {
+                    let fields: Vec<&str> = l.split_whitespace().collect();
+                    fields.get(7) == Some(&"connected")
+                        && fields
+                            .get(2)
+                            .is_some_and(|f| !f.contains("handshake") && !f.contains("fail"))
                 });
+                if !linked {
+                    last = format!("node {}: {nodes}", n.port());
+                }
+                linked
+            });
             if all_ok {
                 return Ok(());
             }
