@@ -203,29 +203,18 @@ impl Store {
     /// to the partition's slot; every key a script touches carries the partition's hash tag),
     /// reloading on `NOSCRIPT`.
     ///
-    /// On a cluster, a call refused by fred after a `MOVED` / `ASK` redirection is sent once
-    /// more: with `max_command_attempts = 1` fred syncs the slot map but will not re-write the
-    /// redirected command ("Too many failed write attempts"). The node that answered the
-    /// redirection did not run it and the new node was never sent it, so sending it again
-    /// (on the same client, whose slot map is now fresh) cannot run it twice.
+    /// On a cluster, a call answered `MOVED` / `ASK` (its slot moved) makes fred refresh the
+    /// client's slot map, but with one write attempt per command fred does not write it
+    /// again and answers `Too many failed write attempts.`: the call fails once, unrun, and
+    /// the caller's next call goes to the new node. It is not sent again here, because fred
+    /// gives the same answer for a command that was in flight on a connection that broke,
+    /// which may have run (a claim or a commit must never run twice unasked).
     async fn call(&self, s: &LuaScript, args: Vec<Value>) -> Result<Vec<Value>, StoreError> {
         let started = Instant::now();
-        let keys = vec![self.ks.lease()];
-        // One client for both sends: the one whose slot map the redirection refreshed. The
-        // arguments are kept for a second send on a cluster only (Bytes: cheap clones).
-        let client = self.pool.next();
-        let again = (self.topology == Topology::Cluster).then(|| (keys.clone(), args.clone()));
-        let mut r: Result<Value, fred::error::Error> =
-            s.script.evalsha_with_reload(client, keys, args).await;
-        if let Some((keys, args)) = again {
-            if r.as_ref().is_err_and(was_redirected) {
-                tracing::debug!(
-                    script = s.name,
-                    "cluster redirection: sending the call again"
-                );
-                r = s.script.evalsha_with_reload(client, keys, args).await;
-            }
-        }
+        let r: Result<Value, _> = s
+            .script
+            .evalsha_with_reload(self.pool.next(), vec![self.ks.lease()], args)
+            .await;
         metrics::histogram!("ankusa_script_duration_seconds", "script" => s.name)
             .record(started.elapsed().as_secs_f64());
         match r {
@@ -241,11 +230,4 @@ impl Store {
     fn prefix(&self) -> Value {
         Value::from(self.ks.prefix())
     }
-}
-
-/// Whether fred refused to re-write a command after a cluster redirection (`MOVED` / `ASK`),
-/// which with one write attempt per command it reports as `Too many failed write attempts.`
-/// and only then: a command that failed on a lost connection answers with that failure.
-fn was_redirected(e: &fred::error::Error) -> bool {
-    e.details().starts_with("Too many failed write attempts")
 }
