@@ -54,7 +54,8 @@ pub enum Error {
 
 impl Error {
     /// The CLI exit code: 1 operation failed, 2 usage or config error (a `rediss://` whose
-    /// TLS fails too: the URL, CA or certificates do not fit the server), 3 unavailable.
+    /// TLS fails too: the URL, CA or certificates do not fit the server; a `redis.url` this
+    /// build cannot serve), 3 unavailable.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_)
@@ -62,7 +63,7 @@ impl Error {
             | Error::InvalidSource(_)
             | Error::BadRequest(_)
             | Error::PartitionsMismatch { .. }
-            | Error::Store(StoreError::Tls(_)) => 2,
+            | Error::Store(StoreError::Tls(_) | StoreError::UnsupportedUrl(_)) => 2,
             Error::Commit(
                 CommitError::BadRequest(_)
                 | CommitError::ReservedHeader { .. }

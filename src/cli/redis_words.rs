@@ -42,7 +42,7 @@ pub fn describe(e: &fred::error::Error, url: &str) -> Error {
             "Redis at {url} refused the credentials ({reason}). Put the right user:password in redis.url (redis://user:password@host:port)"
         )),
         ErrorKind::Url | ErrorKind::Config => Error::BadRequest(format!(
-            "redis.url {url} is not usable ({reason}); expected redis://[user:password@]host:port, rediss://… or unix:///path"
+            "redis.url {url} is not usable ({reason}); expected {}", ankusa::store::url::SUPPORTED_FORMS
         )),
         _ => Error::Unavailable(format!("Redis at {url} failed: {reason}")),
     }

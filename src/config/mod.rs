@@ -240,13 +240,13 @@ impl Config {
         );
 
         let r = &self.redis;
-        p.check(
-            ["redis://", "rediss://", "unix://"]
-                .iter()
-                .any(|s| r.url.starts_with(s)),
-            "redis.url",
-            "must start with redis:// or rediss:// or unix://",
-        );
+        if let Err(e) = crate::store::url::topology(&r.url) {
+            p.check(
+                false,
+                "redis.url",
+                format!("{} cannot be served by this build: {}", e.url, e.reason),
+            );
+        }
         p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", gt0);
         let tls = r.url.starts_with("rediss://");
         for (key, file) in [

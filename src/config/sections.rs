@@ -51,8 +51,12 @@ impl Default for SecretsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://`, `rediss://` (TLS) or `unix://` URL, possibly with `user:password@`.
-    /// Default `"redis://127.0.0.1:6379"`.
+    /// Where Redis is, possibly with `user:password@`: `redis://host:port[/db]` (one
+    /// server), `rediss://…` (one server over TLS), `redis-cluster://host:port[?node=host:port…]`
+    /// (a Redis Cluster: the nodes are seeds, the rest is discovered) or
+    /// `redis-sentinel://host:port[/db]?sentinelServiceName=NAME[&node=host:port…]` (the master
+    /// the sentinels name, followed across failovers). Any other form is refused at start
+    /// (`crate::store::url`). Default `"redis://127.0.0.1:6379"`.
     pub url: String,
     /// Start even when Redis may evict keys (a `maxmemory-policy` other than `noeviction`);
     /// eviction silently loses queued hooks. Default `false`.

@@ -134,7 +134,11 @@ fn validation_reports_every_problem_with_its_key_path() {
     );
     for expected in [
         "instance: must match [a-z0-9_-]{1,64}",
-        "redis.url: must start with redis:// or rediss:// or unix://",
+        format!(
+            "redis.url: http://x cannot be served by this build: unknown scheme \"http\"; expected {}",
+            crate::store::url::SUPPORTED_FORMS
+        )
+        .as_str(),
         "leader.renew_ms: must be 0 (lease_ms / 3) or < leader.lease_ms / 2 = 4500",
         "dispatch.concurrency: must be > 0",
         "dispatch.batch: must be <= 10000",

@@ -15,6 +15,10 @@ pub enum StoreError {
     /// not verify). Never retried in plaintext.
     #[error("redis TLS: {0}")]
     Tls(String),
+    /// A `redis.url` this build cannot serve (an unknown scheme, TLS to a cluster, a sentinel
+    /// URL without its service name…): refused before any connection, never half-served.
+    #[error(transparent)]
+    UnsupportedUrl(#[from] super::url::UnsupportedUrl),
     /// A script answered a shape this build does not understand.
     #[error("unexpected reply from {script}: {detail}")]
     Protocol {
@@ -57,6 +61,7 @@ impl StoreError {
             }
             StoreError::Fenced => "fenced",
             StoreError::Tls(_) => "tls",
+            StoreError::UnsupportedUrl(_) => "other",
             StoreError::Protocol { .. } => "protocol",
         }
     }

@@ -20,6 +20,7 @@
 //! | `ops.rs` | `dead_letter_source.lua`, `pressure.lua`, `dlq_replay.lua`, `dlq_purge.lua` |
 //! | `partitions.rs` | routing to a tenant's partition, the recorded partition count, `heartbeat.lua` (issue 13) |
 //! | `scripts.rs`, `tls.rs` | the script registry; TLS to Redis |
+//! | `url.rs` | which deployment a `redis.url` names (one server, Cluster, Sentinel), or why it is refused |
 
 mod claim;
 mod commit;
@@ -35,6 +36,7 @@ mod settle;
 mod sink_state;
 mod sources;
 mod tls;
+pub mod url;
 
 use crate::keyspace::Keyspace;
 use crate::model::SourceSpec;
@@ -57,12 +59,15 @@ pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
+pub use url::{Topology, UnsupportedUrl};
 
 /// A connection to one partition of one instance; [`Store::partition`] and
 /// [`Store::for_tenant`] address the others over the same pool.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// One server, a Cluster or a Sentinel-managed master (from the URL's scheme).
+    topology: Topology,
     ks: Keyspace,
     /// The instance's partition count (`partitions`, issue 13); 1 unless
     /// [`Store::with_partitions`] said otherwise.
@@ -76,6 +81,7 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("prefix", &self.ks.prefix())
+            .field("topology", &self.topology)
             .finish()
     }
 }
@@ -88,7 +94,9 @@ impl Store {
     /// could claim twice.
     ///
     /// A `rediss://` URL uses TLS with the system's trust store and no client certificate;
-    /// [`Store::connect_config`] takes `redis.tls_*` files.
+    /// [`Store::connect_config`] takes `redis.tls_*` files. `redis-cluster://` serves a Redis
+    /// Cluster and `redis-sentinel://` the master a sentinel names ([`url`] lists the forms);
+    /// a URL this build cannot serve is [`StoreError::UnsupportedUrl`], before any connection.
     pub async fn connect(
         url: &str,
         instance: &str,
@@ -104,7 +112,8 @@ impl Store {
     /// [`Store::connect`] with the whole `[redis]` section: `url`, `command_timeout_ms`, and
     /// for a `rediss://` URL the `tls_ca_file` and the `tls_cert_file` / `tls_key_file` of
     /// mutual TLS. Errors: [`StoreError::Tls`] for an unreadable file or a failed handshake
-    /// (it names the file or the server), [`StoreError::Redis`] when Redis cannot be reached.
+    /// (it names the file or the server), [`StoreError::Redis`] when Redis cannot be reached,
+    /// [`StoreError::UnsupportedUrl`] for a URL this build cannot serve ([`url`]).
     pub async fn connect_config(
         redis: &crate::config::RedisConfig,
         instance: &str,
@@ -118,6 +127,7 @@ impl Store {
         command_timeout_ms: u64,
     ) -> Result<Store, StoreError> {
         let url = redis.url.as_str();
+        let topology = url::topology(url)?;
         let mut config = Config::from_url(url)?;
         let tls = url.starts_with("rediss://");
         if tls {
@@ -145,6 +155,7 @@ impl Store {
         }
         let store = Store {
             pool,
+            topology,
             ks: Keyspace::new(instance, 0),
             partitions: 1,
             scripts: Scripts::default(),
@@ -166,13 +177,20 @@ impl Store {
         &self.ks
     }
 
+    /// The deployment this store talks to: one server, a Cluster or a Sentinel-managed master.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
     /// A client of the pool (round-robin): crate-private, so Redis is reached from outside
     /// the crate only through the store's typed calls (issue 18).
     pub(crate) fn client(&self) -> &Client {
         self.pool.next()
     }
 
-    /// A fresh subscriber connection to the same server, for the wake channel (R2).
+    /// A fresh subscriber connection to the same server, for the wake channel (R2). On a
+    /// cluster it subscribes on one node: classic `PUBLISH` (the scripts' wake, the lease's
+    /// release) reaches every node's subscribers. Behind sentinels it follows the master.
     pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, StoreError> {
         let cfg = self.pool.next().client_config();
         Ok(Builder::from_config(cfg)
@@ -180,7 +198,8 @@ impl Store {
             .build_subscriber_client()?)
     }
 
-    /// `SCRIPT LOAD` every script.
+    /// `SCRIPT LOAD` every script, on every primary of a cluster (a script's `EVALSHA` goes
+    /// to the primary of its partition's slot).
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         for s in self.scripts.all() {
             s.script.load(self.pool.next()).await?;
@@ -188,6 +207,16 @@ impl Store {
         Ok(())
     }
 
+    /// `EVALSHA` of `s` with the partition's lease key as its one key (so a cluster routes it
+    /// to the partition's slot; every key a script touches carries the partition's hash tag),
+    /// reloading on `NOSCRIPT`.
+    ///
+    /// On a cluster, a call answered `MOVED` / `ASK` (its slot moved) makes fred refresh the
+    /// client's slot map, but with one write attempt per command fred does not write it
+    /// again and answers `Too many failed write attempts.`: the call fails once, unrun, and
+    /// the caller's next call goes to the new node. It is not sent again here, because fred
+    /// gives the same answer for a command that was in flight on a connection that broke,
+    /// which may have run (a claim or a commit must never run twice unasked).
     async fn call(&self, s: &LuaScript, args: Vec<Value>) -> Result<Vec<Value>, StoreError> {
         self.call_keys(s, vec![self.ks.lease()], args).await
     }

@@ -53,11 +53,13 @@ impl Store {
         Ok(self.client().zcard(self.ks.claimed()).await?)
     }
 
-    /// Redis server time (ms).
+    /// Redis server time (ms), of the server holding the partition (on a cluster, the
+    /// primary of its slot: the clock its scripts read).
     pub async fn now_ms(&self) -> Result<i64, StoreError> {
+        let slot = fred::util::redis_keyslot(self.ks.lease().as_bytes());
         let cmd = fred::types::CustomCommand::new_static(
             "TIME",
-            fred::types::ClusterHash::FirstKey,
+            fred::types::ClusterHash::Custom(slot),
             false,
         );
         let t: Vec<Value> = self.client().custom(cmd, Vec::<String>::new()).await?;
@@ -92,16 +94,36 @@ impl Store {
     /// The Redis `maxmemory-policy`, read from `INFO memory` (field `maxmemory_policy`), which
     /// servers answer also where `CONFIG` is renamed away, as managed services do (issue
     /// 17.9). `None` only when the server does not report it. Errors: Redis unreachable.
+    ///
+    /// On a cluster every primary is asked (each holds some partitions): the first one with
+    /// an evicting policy answers `"<policy> on <host:port>"`, else `"noeviction"`; `None`
+    /// when no primary reports it. Errors also when no primary is connected.
     pub async fn maxmemory_policy(&self) -> Result<Option<String>, StoreError> {
-        let info: String = self
-            .client()
-            .info(Some(fred::types::InfoKind::Memory))
-            .await?;
-        Ok(info.lines().find_map(|l| {
-            l.trim()
-                .strip_prefix("maxmemory_policy:")
-                .map(|p| p.trim().to_string())
-        }))
+        let client = self.client();
+        if self.topology != Topology::Cluster {
+            let info: String = client.info(Some(fred::types::InfoKind::Memory)).await?;
+            return Ok(policy_of(&info));
+        }
+        let primaries = client.active_connections();
+        if primaries.is_empty() {
+            return Err(StoreError::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Routing,
+                "no cluster primary is connected",
+            )));
+        }
+        let mut seen = None;
+        for server in primaries {
+            let info: String = client
+                .with_cluster_node(server.clone())
+                .info(Some(fred::types::InfoKind::Memory))
+                .await?;
+            match policy_of(&info) {
+                Some(p) if p != "noeviction" => return Ok(Some(format!("{p} on {server}"))),
+                Some(p) => seen = Some(p),
+                None => {}
+            }
+        }
+        Ok(seen)
     }
 
     /// Write breaker snapshots for the next term (`lua/breakers.lua`, R16, issue 17.4):
@@ -165,4 +187,13 @@ impl Store {
             other => Err(StoreError::protocol("window", format!("status {other:?}"))),
         }
     }
+}
+
+/// The `maxmemory_policy` field of an `INFO memory` reply.
+fn policy_of(info: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("maxmemory_policy:")
+            .map(|p| p.trim().to_string())
+    })
 }

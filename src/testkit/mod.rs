@@ -2,6 +2,8 @@
 //!
 //! - [`RedisServer`]: a private `redis-server` process on a free loopback port, in its own
 //!   temporary directory, killed and removed on drop.
+//! - [`RedisCluster`]: a Redis Cluster of such servers made with `redis-cli --cluster create`.
+//! - [`RedisSentinel`]: a master, a replica and sentinels monitoring them.
 //! - [`Receiver`]: a local webhook receiver that records every request and answers each
 //!   endpoint the way a test tells it to (fail, hang, slow down, redirect…).
 //!
@@ -9,11 +11,15 @@
 //! they work from any runtime or none, and a test's current-thread runtime that blocks never
 //! starves them. Every instance binds its own port, so tests run in parallel.
 
+pub mod cluster;
 pub mod receiver;
 pub mod redis;
+pub mod sentinel;
 
+pub use cluster::RedisCluster;
 pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
 pub use redis::{RedisOptions, RedisServer, RedisTls};
+pub use sentinel::RedisSentinel;
 
 /// The loopback blocks the tests, the demo and the bench exempt from the SSRF guard
 /// (`http.allow_cidrs`): their receivers listen on loopback.
@@ -47,6 +53,22 @@ pub enum TestkitError {
         reason: String,
         /// The last lines of its log file and standard error.
         log: String,
+    },
+    /// A tool a test deployment needs (`redis-cli`, `redis-sentinel`) is not on `PATH`.
+    #[error("{tool} not found on PATH: install it (Debian/Ubuntu: apt-get install -y {package})")]
+    ToolNotFound {
+        /// The executable.
+        tool: &'static str,
+        /// The Debian package that has it.
+        package: &'static str,
+    },
+    /// A cluster or sentinel deployment did not come up (or did not change as asked) in time.
+    #[error("{what}: {reason}")]
+    NotReady {
+        /// The deployment and the step, e.g. `redis cluster of 3 masters`.
+        what: String,
+        /// What was seen last.
+        reason: String,
     },
     /// Redis answered a command with an error reply (the text after `-`).
     #[error("redis error reply: {0}")]

@@ -393,8 +393,13 @@ impl Drop for RedisServer {
 
 /// The first executable `redis-server` in `path`, a `PATH`-style list of directories.
 fn find_binary(path: Option<&OsStr>) -> Option<PathBuf> {
+    find_tool(path, "redis-server")
+}
+
+/// The first executable `name` in `path`, a `PATH`-style list of directories.
+pub(super) fn find_tool(path: Option<&OsStr>, name: &str) -> Option<PathBuf> {
     env::split_paths(path?)
-        .map(|dir| dir.join("redis-server"))
+        .map(|dir| dir.join(name))
         .find(|candidate| {
             candidate
                 .metadata()
@@ -404,7 +409,7 @@ fn find_binary(path: Option<&OsStr>) -> Option<PathBuf> {
 
 /// A loopback port that was free a moment ago: bind port 0, read the port, release it.
 /// Another process may take it before Redis binds; the caller retries with a new one.
-fn free_port() -> Result<u16, TestkitError> {
+pub(super) fn free_port() -> Result<u16, TestkitError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(TestkitError::io("bind a free loopback port"))?;
     let addr = listener
@@ -415,7 +420,7 @@ fn free_port() -> Result<u16, TestkitError> {
 
 /// Sends `sig` to a child that has not been reaped yet (so its pid is still its own).
 #[allow(unsafe_code)]
-fn signal(child: &Child, sig: libc::c_int) {
+pub(super) fn signal(child: &Child, sig: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         unsafe { libc::kill(pid, sig) };
@@ -423,14 +428,14 @@ fn signal(child: &Child, sig: libc::c_int) {
 }
 
 /// The last `n` lines of `text`.
-fn tail(text: &str, n: usize) -> String {
+pub(super) fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Sends one RESP2 command to `127.0.0.1:port` and reads its reply (see
 /// [`RedisServer::cmd`]); `timeout` bounds the connect and each read and write.
-fn request(port: u16, args: &[&str], timeout: Duration) -> Result<String, TestkitError> {
+pub(super) fn request(port: u16, args: &[&str], timeout: Duration) -> Result<String, TestkitError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let stream =
         TcpStream::connect_timeout(&addr, timeout).map_err(TestkitError::io("connect to redis"))?;
