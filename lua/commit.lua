@@ -205,8 +205,18 @@ local function lane_key(spec, body, headers, cache)
   return scalar(v)
 end
 
+-- Hook ids are unique across the instance's partitions: partition N's ids are N * 2^40 + 1,
+-- + 2, … (partition 0's 1, 2, 3…, as before partitions). They are written with '%d': Lua
+-- would print a number of more than 14 digits in exponent form.
+local PART = tonumber(string.match(P, '%.p(%d+)}:$')) or 0
+local ID_SPACE = 2 ^ 40
+local function id_text(x) return string.format('%d', x) end
 local last = redis.call('INCRBY', K_SEQ, #fresh)
-local first = last - #fresh + 1
+if last >= ID_SPACE then
+  redis.call('DECRBY', K_SEQ, #fresh)
+  return {'bad_request', 'this partition has used its 2^40 hook ids'}
+end
+local first = PART * ID_SPACE + last - #fresh + 1
 local due = k_due(tenant)
 local pending = {}
 local vt = now
@@ -226,9 +236,9 @@ for f, i in ipairs(fresh) do
   ids[i] = hook
   local body, headers = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   local et = events and events[i] or ''
-  local hk = k_hook(hook)
+  local hk = k_hook(id_text(hook))
   if idem and idem[i] ~= '' then
-    redis.call('SET', k_idem(tenant, source, idem[i]), hook, 'PX', idem_ttl)
+    redis.call('SET', k_idem(tenant, source, idem[i]), id_text(hook), 'PX', idem_ttl)
   end
   if rows[i] == 0 then
     unmatched = unmatched + 1
@@ -240,7 +250,7 @@ for f, i in ipairs(fresh) do
   local cache = {}
   for idx = (only or 0), (only or sinks - 1) do
    if gate_ok(idx, et) then
-    local row = hook .. '.' .. idx
+    local row = id_text(hook) .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
       pending[#pending + 1] = next_score()

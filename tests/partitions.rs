@@ -206,6 +206,51 @@ async fn three_workers_share_four_partitions_and_a_killed_one_moves_only_its_own
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_ids_and_webhook_ids_are_unique_across_partitions() {
+    let env = Env::tuned(four).await;
+    // One tenant per partition, each with its own first hooks.
+    let mut by_partition: HashMap<u32, String> = HashMap::new();
+    for t in tenants() {
+        by_partition.entry(partition_of(&t, P)).or_insert(t);
+    }
+    let mut ids = HashMap::new();
+    for (n, t) in &by_partition {
+        env.http_source(t, "s", &["one"]).await;
+        let got = env.commit_n(t, "s", 3).await;
+        // Partition N's ids start at N * 2^40 + 1; partition 0's are 1, 2, 3 as before.
+        let base = u64::from(*n) << 40;
+        assert_eq!(got, vec![base + 1, base + 2, base + 3], "partition {n}");
+        ids.insert(t.clone(), got);
+    }
+    let w = start(&env, "w").await;
+    assert!(
+        eventually(LIVENESS, || delivered(&env).0 >= 3 * by_partition.len()).await,
+        "every hook delivered: {:?}",
+        delivered(&env)
+    );
+    w.tick().await.expect("idle");
+    let mut webhook_ids = HashSet::new();
+    for r in env.receiver.requests_for("one") {
+        let tenant = r.header("ankusa-tenant").expect("tenant").to_string();
+        let hook: u64 = r
+            .header("ankusa-hook-id")
+            .expect("hook id")
+            .parse()
+            .expect("u64");
+        assert!(ids[&tenant].contains(&hook), "{tenant} got hook {hook}");
+        let id = r.header("webhook-id").expect("webhook-id").to_string();
+        assert_eq!(id, format!("{hook}.0"));
+        webhook_ids.insert(id);
+    }
+    assert_eq!(
+        webhook_ids.len(),
+        3 * by_partition.len(),
+        "no webhook-id seen twice"
+    );
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_another_partition_count_is_refused_with_the_way_to_change_it() {
     let env = Env::tuned(four).await;
     let first = start(&env, "w").await;
@@ -388,6 +433,22 @@ async fn the_process_concurrency_is_shared_by_the_partitions_it_leads() {
         "alone, the worker leads every partition"
     );
     worker.tick().await.unwrap();
+    if env.receiver.count_for("slow") != tenants.len() * 20 {
+        for n in 0..P {
+            let pre = format!("ankusa:{{test.p{n}}}:");
+            eprintln!(
+                "DIAG p{n}: tenants={} claimed={} lease={}",
+                env.redis_cmd(&["ZRANGE", &format!("{pre}tenants"), "0", "-1", "WITHSCORES"]),
+                env.redis_cmd(&["ZCARD", &format!("{pre}claimed")]),
+                env.redis_cmd(&["GET", &format!("{pre}lease")])
+            );
+        }
+        eprintln!(
+            "DIAG time={} count={}",
+            env.redis_cmd(&["TIME"]),
+            env.receiver.count_for("slow")
+        );
+    }
     assert_eq!(env.receiver.count_for("slow"), tenants.len() * 20);
     let peak = env.receiver.max_concurrency("slow");
     assert!(
