@@ -24,7 +24,7 @@ pub struct DemoArgs {
     /// Use this Redis instead of starting one (the global `--redis-url`).
     #[arg(skip)]
     pub redis_url: Option<String>,
-    /// Commit every file of DIR as a hook (e.g. ../shared/data/github-webhooks); default: generated JSON.
+    /// Commit every `.json` file of DIR as a hook (e.g. ../shared/data/github-webhooks); default: generated JSON.
     #[arg(long)]
     pub payloads: Option<PathBuf>,
     /// Hooks to commit (payload files are cycled to reach it; default: one pass over the files, or 2000).
@@ -201,7 +201,7 @@ fn load_payloads(dir: Option<&std::path::Path>) -> Result<Vec<(Vec<u8>, String)>
         return Ok(Vec::new());
     };
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::Other(format!("--payloads {}: {e}", dir.display())))?
+        .map_err(|e| Error::BadRequest(format!("--payloads {}: {e}", dir.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
         .collect();
@@ -212,7 +212,7 @@ fn load_payloads(dir: Option<&std::path::Path>) -> Result<Vec<(Vec<u8>, String)>
         payloads.push((body, event_name(&f)));
     }
     if payloads.is_empty() {
-        return Err(Error::Other(format!(
+        return Err(Error::BadRequest(format!(
             "--payloads {}: no .json files",
             dir.display()
         )));

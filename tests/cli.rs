@@ -237,6 +237,9 @@ async fn every_command_prints_one_json_document_with_json_errors_and_usage_error
 async fn tick_without_a_worker_exits_3_at_once_saying_no_leader_holds_the_lease() {
     let env = Env::new().await;
     env.http_source("acme", "orders", &["ok"]).await;
+    // Nothing due (as while rows wait out a backoff): still no leader to finish anything.
+    let out = run(&env, &["tick"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
     env.commit("acme", "orders", "{}").await;
     for args in [&["tick"][..], &["tick", "--timeout-ms", "60000"]] {
         let started = Instant::now();

@@ -112,7 +112,7 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
     // Every byte value, invalid UTF-8 included; a str body; and a refusal.
     let program = r#"
 import json, sys, redis
-from ankusa_producer import Hook, Producer, UnknownSource
+from ankusa_producer import BadRequest, Hook, Producer, UnknownSource
 url, instance = sys.argv[1], sys.argv[2]
 p = Producer(redis.Redis.from_url(url), instance=instance)
 one = p.commit("acme", "orders", bytes(range(256)) + b"\xff\xfe",
@@ -123,6 +123,11 @@ try:
     refused = False
 except UnknownSource:
     refused = True
+try:
+    p.commit("acme", "orders", b"x", headers={"bad name": "v"})
+    bad_header = False
+except BadRequest:
+    bad_header = True
 typed = p.commit_many("acme", "gh", [Hook("{}", event_type="push"),
                                      Hook("{}", event_type="issues.opened"), Hook("{}")])
 # A retry after a lost reply: the same idempotency key commits once and answers its id.
@@ -130,7 +135,7 @@ first = p.commit("acme", "orders", b"once", idempotency_key="evt-1")
 again = p.commit_many("acme", "orders", [Hook(b"once", idempotency_key="evt-1"),
                                          Hook(b"twice", idempotency_key="evt-2")])
 print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_ids,
-                  "refused": refused, "sha": p.sha,
+                  "refused": refused, "bad_header": bad_header, "sha": p.sha,
                   "typed": [typed.rows, typed.unmatched],
                   "idem": [first.hook_ids, again.hook_ids]}))
 "#;
@@ -147,6 +152,10 @@ print(json.dumps({"one": [one.first_hook, one.rows_per_hook], "many": many.hook_
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["one"][1], 2, "{v}");
     assert_eq!(v["refused"], true, "{v}");
+    assert_eq!(
+        v["bad_header"], true,
+        "a header HTTP cannot carry is refused: {v}"
+    );
     assert_eq!(v["typed"], serde_json::json!([[1, 0, 0], 2]), "{v}");
     let first = &v["idem"][0][0];
     assert_eq!(

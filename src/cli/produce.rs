@@ -110,7 +110,7 @@ fn read_bodies(args: &ProduceArgs) -> Result<Vec<(String, Vec<u8>)>, Error> {
         bodies.push(("stdin".into(), buf));
     }
     for f in files.iter().filter(|f| f.as_os_str() != "-") {
-        let b = std::fs::read(f).map_err(|e| Error::Other(format!("{}: {e}", f.display())))?;
+        let b = std::fs::read(f).map_err(|e| Error::BadRequest(format!("{}: {e}", f.display())))?;
         bodies.push((f.display().to_string(), b));
     }
     if !args.allow_empty {

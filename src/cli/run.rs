@@ -102,7 +102,7 @@ pub fn collect_files(paths: &[PathBuf], pattern: Option<&str>) -> Result<Vec<Pat
                     .collect()
             }
             None => std::fs::read_dir(p)
-                .map_err(|e| Error::Other(format!("{}: {e}", p.display())))?
+                .map_err(|e| Error::BadRequest(format!("{}: {e}", p.display())))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_file())
                 .collect(),

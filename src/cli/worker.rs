@@ -20,7 +20,17 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
     ankusa::metrics::init_series();
     let listener = tokio::net::TcpListener::bind(&cfg.admin.listen)
         .await
-        .map_err(|e| Error::Other(format!("admin.listen {}: {e}", cfg.admin.listen)))?;
+        .map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    ": another process (a second worker on this host?) listens there; give each \
+                     worker its own address with `ankusa worker --listen 127.0.0.1:<port>` or \
+                     ANKUSA_ADMIN__LISTEN"
+                }
+                _ => "",
+            };
+            Error::Other(format!("admin.listen {}: {e}{hint}", cfg.admin.listen))
+        })?;
     // Signals are taken from here on, so a Ctrl-C while starting is not lost.
     let mut signals = crate::cli::signals::Signals::install()?;
     let worker = Arc::new(Worker::start(cfg.clone(), name).await?);

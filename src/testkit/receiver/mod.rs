@@ -255,22 +255,30 @@ impl Receiver {
     /// Binds `addr` (port 0 picks a free one) and serves it from a new thread; returns once
     /// bound. `ankusa receiver` uses it to listen on a container's address.
     pub fn bind(addr: SocketAddr, options: ReceiverOptions) -> Result<Receiver, TestkitError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.threads.max(1))
-            .thread_name("testkit-receiver")
-            .enable_all()
-            .build()
-            .map_err(TestkitError::io("build the receiver's runtime"))?;
+        // Bound before the runtime exists: a runtime dropped on an error path inside an async
+        // caller (the CLI's `ankusa receiver`) would panic.
         let listener = std::net::TcpListener::bind(addr)
             .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
             .map_err(TestkitError::io("bind the receiver"))?;
         let addr = listener
             .local_addr()
             .map_err(TestkitError::io("read the receiver's port"))?;
-        let listener = {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.threads.max(1))
+            .thread_name("testkit-receiver")
+            .enable_all()
+            .build()
+            .map_err(TestkitError::io("build the receiver's runtime"))?;
+        let registered = {
             let _in_runtime = runtime.enter();
             tokio::net::TcpListener::from_std(listener)
-                .map_err(TestkitError::io("register the receiver's socket"))?
+        };
+        let listener = match registered {
+            Ok(listener) => listener,
+            Err(e) => {
+                runtime.shutdown_background();
+                return Err(TestkitError::io("register the receiver's socket")(e));
+            }
         };
         let shared = Arc::new(Shared {
             record_bodies: options.record_bodies,

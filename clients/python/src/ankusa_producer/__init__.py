@@ -58,6 +58,10 @@ _MAX_IDEMPOTENCY_KEY_BYTES = 256
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 #: Instance names: 1 to 64 of ``a-z 0-9 _ -`` (the config's ``instance``).
 _INSTANCE = re.compile(r"[a-z0-9_-]{1,64}\Z")
+#: Header names: HTTP tokens (RFC 9110 ``tchar``).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+#: Header values: visible ASCII, spaces and tabs (what the HTTP sink can send).
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*\Z")
 #: Event types: 1 to 128 of ``A-Z a-z 0-9 _ . : / -``.
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:/-]{1,128}\Z")
 
@@ -133,6 +137,12 @@ class Hook:
         for k, v in self.headers.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 raise BadRequest(f"header {k!r}: names and values must be strings")
+            # Checked here: the commit script stores what it is given, and a header HTTP
+            # cannot carry would dead-letter the hook at its first attempt.
+            if not _HEADER_NAME.match(k):
+                raise BadRequest(f"header name {k!r}: not an HTTP token")
+            if not _HEADER_VALUE.match(v):
+                raise BadRequest(f"header {k!r}: its value must be visible ASCII, spaces and tabs")
         return json.dumps(dict(self.headers), separators=(",", ":"), ensure_ascii=False)
 
 
