@@ -23,6 +23,10 @@ use std::sync::Arc;
 /// the counters are always the sum over the live sessions. Room is first come, first
 /// served across partitions; a session that found none marks the window starved, and the
 /// next room freed by any session signals [`SharedWindow::freed`] so it asks again.
+/// Attempt slots are taken atomically, so `dispatch.concurrency` is never exceeded; the
+/// row and byte windows are checked when a claim is sent and held when it returns, so
+/// claims of several partitions in flight together can pass them by up to one claim page
+/// each (`dispatch.batch`).
 #[derive(Debug)]
 pub struct SharedWindow {
     rows: AtomicUsize,
@@ -60,6 +64,14 @@ impl SharedWindow {
     /// Changes whenever room freed after a session found none (a watch never misses one).
     pub fn freed(&self) -> tokio::sync::watch::Receiver<()> {
         self.freed.subscribe()
+    }
+    /// Take one of `cap` slots if one is free.
+    fn take_slot(&self, cap: usize) -> bool {
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                (r < cap).then_some(r + 1)
+            })
+            .is_ok()
     }
     fn starve(&self) {
         self.starved.store(true, Ordering::Relaxed);
@@ -351,11 +363,22 @@ impl<J: Slotted> Slots<J> {
 
     /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit, P9): a key
     /// it refuses keeps its queue and its place in line and takes no slot.
-    pub fn next_start_gated(&mut self, mut gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
-        if self.shared.running() >= self.global.concurrency {
+    pub fn next_start_gated(&mut self, gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
+        // Take a slot of the process first (atomically: other partitions' sessions run on
+        // other threads), and give it back if no job may start.
+        if !self.shared.take_slot(self.global.concurrency) {
             self.shared.starve();
             return None;
         }
+        let job = self.pick(gate);
+        if job.is_none() {
+            self.shared.running.fetch_sub(1, Ordering::Relaxed);
+            self.shared.release();
+        }
+        job
+    }
+
+    fn pick(&mut self, mut gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
         let sink_cap = self.sink_concurrency;
         for _ in 0..self.ready.len() {
             let tenant = self.ready.pop_front()?;
@@ -395,7 +418,6 @@ impl<J: Slotted> Slots<J> {
             if let Some(job) = picked {
                 t.running += 1;
                 self.running += 1;
-                self.shared.running.fetch_add(1, Ordering::Relaxed);
                 return Some(job);
             }
         }

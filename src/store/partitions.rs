@@ -72,8 +72,11 @@ impl Store {
     pub async fn check_partitions(&self, record: bool) -> Result<(), crate::Error> {
         let key = self.ks.partition_count();
         let c = self.client();
-        if record {
-            let set: Option<String> = c
+        // Read first: a full Redis (maxmemory under noeviction) still answers reads, and a
+        // leader must still be elected on it to drain it (issue 17.8).
+        let mut recorded: Option<String> = c.get(&key).await.map_err(StoreError::from)?;
+        if recorded.is_none() && record {
+            let set: Result<Option<String>, StoreError> = c
                 .set(
                     &key,
                     self.partitions.to_string(),
@@ -82,12 +85,19 @@ impl Store {
                     false,
                 )
                 .await
-                .map_err(StoreError::from)?;
-            if set.is_some() {
-                return Ok(());
+                .map_err(StoreError::from);
+            match set {
+                Ok(Some(_)) => return Ok(()),
+                // Someone recorded it meanwhile: compare with theirs.
+                Ok(None) => recorded = c.get(&key).await.map_err(StoreError::from)?,
+                // Full: nothing can be routed wrongly before someone records it.
+                Err(e) if e.kind() == "oom" => {
+                    tracing::warn!(%key, "redis is full: the partition count is recorded by a later start");
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
             }
         }
-        let recorded: Option<String> = c.get(&key).await.map_err(StoreError::from)?;
         let Some(recorded) = recorded else {
             return Ok(()); // not recorded (yet): a worker's first start records it
         };
