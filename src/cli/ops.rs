@@ -443,15 +443,20 @@ pub async fn dlq_purge(
     if json {
         print_json(&r)
     } else {
+        let letters = if r.purged == 1 {
+            "dead letter"
+        } else {
+            "dead letters"
+        };
         if retention_only {
             outln!(
-                "purged {} dead letters past the retention (max_age_ms {}, max_per_tenant {})",
+                "purged {} {letters} past the retention (max_age_ms {}, max_per_tenant {})",
                 r.purged,
                 cfg.dlq.max_age_ms,
                 cfg.dlq.max_per_tenant
             );
         } else {
-            outln!("purged {} dead letters", r.purged);
+            outln!("purged {} {letters}", r.purged);
         }
         Ok(())
     }

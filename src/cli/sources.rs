@@ -31,10 +31,9 @@ pub async fn source(cli: &Cli, cmd: &SourceCmd) -> Result<(), Error> {
                 "tenant": tenant, "source": source, "version": v, "sinks": spec.sinks.len()
             }))
         } else {
-            outln!(
-                "source {tenant}/{source} stored (version {v}, {} sinks)",
-                spec.sinks.len()
-            );
+            let n = spec.sinks.len();
+            let sinks = if n == 1 { "sink" } else { "sinks" };
+            outln!("source {tenant}/{source} stored (version {v}, {n} {sinks})");
             Ok(())
         };
     }
