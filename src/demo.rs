@@ -255,16 +255,7 @@ async fn register_sources(
                 seed: 7,
             },
         );
-        let sink = |path: &str| SinkEntry {
-            module: "http".into(),
-            opts: serde_json::json!({"url": receiver.url(path)})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            ordered: false,
-            key: None,
-            ..Default::default()
-        };
+        let sink = |path: &str| SinkEntry::http(&receiver.url(path));
         let spec = SourceSpec {
             sinks: vec![sink(&ok), sink(&flaky)],
         };

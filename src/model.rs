@@ -70,6 +70,19 @@ pub struct SinkEntry {
     pub disabled: Option<Disabled>,
 }
 
+impl SinkEntry {
+    /// An unordered `http` entry POSTing to `url`, with no policy of its own.
+    pub fn http(url: &str) -> SinkEntry {
+        let mut opts = serde_json::Map::new();
+        opts.insert("url".into(), url.into());
+        SinkEntry {
+            module: Module::Http.as_str().into(),
+            opts,
+            ..Default::default()
+        }
+    }
+}
+
 /// The longest event type and filter pattern, bytes.
 pub const EVENT_TYPE_MAX_BYTES: usize = 128;
 

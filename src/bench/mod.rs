@@ -101,14 +101,9 @@ async fn put_http(
     ordered: bool,
 ) -> Result<(), Error> {
     let sink = SinkEntry {
-        module: "http".into(),
-        opts: serde_json::json!({"url": receiver.url(path)})
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
         ordered,
         key: ordered.then(|| "json:/lane".to_string()),
-        ..Default::default()
+        ..SinkEntry::http(&receiver.url(path))
     };
     store
         .put_source(tenant, "s", &SourceSpec { sinks: vec![sink] })

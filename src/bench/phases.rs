@@ -29,16 +29,7 @@ impl World {
         let producer = Producer::new(store.clone(), 16 << 20);
         let tenants: Vec<String> = (0..args.tenants.max(1)).map(|i| format!("t{i}")).collect();
         for t in &tenants {
-            let mut sink = SinkEntry {
-                module: "http".into(),
-                opts: serde_json::json!({"url": receiver.url(&format!("{t}/hook"))})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-                ordered: false,
-                key: None,
-                ..Default::default()
-            };
+            let mut sink = SinkEntry::http(&receiver.url(&format!("{t}/hook")));
             if args.policy {
                 sink.filter = Some(crate::model::EventFilter {
                     event_types: vec!["bench.*".into()],

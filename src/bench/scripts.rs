@@ -287,16 +287,7 @@ fn run_tool(tool: &str, args: &[&str]) -> Result<(), Error> {
 }
 
 async fn http_source(store: &Store, tenant: &str, url: String) -> Result<(), Error> {
-    let sink = SinkEntry {
-        module: "http".into(),
-        opts: serde_json::json!({ "url": url })
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    };
+    let sink = SinkEntry::http(&url);
     store
         .put_source(tenant, "s", &SourceSpec { sinks: vec![sink] })
         .await?;
