@@ -12,7 +12,7 @@ use ankusa::testkit::Behavior;
 use ankusa::{Error, Hook, Worker};
 use common::*;
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const P: u32 = 4;
 
@@ -20,16 +20,10 @@ fn four(c: &mut Config) {
     c.partitions = P;
 }
 
-/// Await `cond`, checking every 20 ms, for at most `bound`; whether it held.
+/// Await a synchronous `cond` for at most `bound` with the shared poll
+/// ([`common::procs::poll_until`]); whether it held.
 async fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + bound;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
+    common::procs::poll_until(bound, || std::future::ready(cond())).await
 }
 
 async fn start(env: &Env, name: &str) -> Worker {
@@ -495,13 +489,12 @@ async fn stats_dead_letters_and_pressure_answer_for_every_partition() {
         assert!(shown.hook_body.is_some());
     }
     // Each partition's leader publishes its window about every second.
-    let end = Instant::now() + LIVENESS;
-    let mut last = ankusa::ops::pressure(&env.store).await;
-    while last.is_err() && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        last = ankusa::ops::pressure(&env.store).await;
-    }
-    assert!(last.is_ok(), "every partition has a leader: {last:?}");
+    common::procs::eventually("every partition has a leader", LIVENESS, || async {
+        ankusa::ops::pressure(&env.store)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
     env.receiver.set("gone", Behavior::Ok);
     let opts = ankusa::dlq::ReplayOptions {
         pace: false,
