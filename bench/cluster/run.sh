@@ -8,6 +8,8 @@
 # ANKUSA_BIN=target/release/ankusa, P=6.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../nginx-sink.sh
+source "$here/../nginx-sink.sh"
 repo="$(cd "$here/../.." && pwd)"
 N="${N:-24000}"; WORKERS="${WORKERS:-1 2 3}"; CONC="${CONC:-100}"; P="${P:-6}"
 ANKUSA_BIN="${ANKUSA_BIN:-$repo/target/release/ankusa}"
@@ -48,23 +50,10 @@ redis-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --clu
 for p in "${ports[@]}"; do for _ in $(seq 200); do redis-cli -p "$p" cluster info | grep -q cluster_state:ok && break; sleep 0.05; done; done
 url="redis-cluster://127.0.0.1:${ports[0]}?node=127.0.0.1:${ports[1]}&node=127.0.0.1:${ports[2]}"
 
-sport="$(free_port)"; mkdir -p "$tmp/nginx"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  keepalive_timeout 300s;
-  client_body_buffer_size 16k;
-  server { listen 127.0.0.1:$sport; location / { return 200; } }
-}
-EOF
+sport="$(free_port)"
+nginx_sink_conf "$tmp/nginx" "$sport" "access_log off;"
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" & pids+=($!)
-for _ in $(seq 100); do curl -s -o /dev/null -X POST "http://127.0.0.1:$sport/" && break; sleep 0.05; done
+wait_sink "$sport" || die "nginx did not start (see $tmp/nginx/error.log)"
 python3 -c 'import json; b={"event":"bench","pad":""}; b["pad"]="x"*(1024-len(json.dumps(b,separators=(",",":")))); open("'"$tmp"'/body.json","w").write(json.dumps(b,separators=(",",":")))'
 mkdir -p "$tmp/bodies"; for i in $(seq 100); do cp "$tmp/body.json" "$tmp/bodies/$i.json"; done
 printf '{"sinks": [{"module": "http", "opts": {"url": "http://127.0.0.1:%s/hook"}}]}' "$sport" >"$tmp/source.json"

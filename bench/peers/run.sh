@@ -22,6 +22,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../nginx-sink.sh
+source "$here/../nginx-sink.sh"
 repo="$(cd "$here/../.." && pwd)"
 N="${N:-50000}"
 RUNS="${RUNS:-3}"
@@ -76,33 +78,13 @@ rc ping >/dev/null || die "redis-server did not start (see $tmp/redis.log)"
 
 # --- nginx sink ----------------------------------------------------------------------------
 sport="$(free_port)"
-mkdir -p "$tmp/nginx"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  # \$connection is nginx's serial number of the TCP connection: distinct values = opened.
-  log_format peers '\$msec \$connection \$connection_requests \$status';
-  access_log $tmp/nginx/access.log peers buffer=256k flush=200ms;
-  # Never close a kept-alive connection from our side: churn is the client's doing.
-  keepalive_requests 10000000;
-  keepalive_timeout 300s;
-  client_body_buffer_size 16k;
-  server {
-    listen 127.0.0.1:$sport;
-    location / { return 200; }
-  }
-}
-EOF
+# \$connection is nginx's serial number of the TCP connection: distinct values = opened.
+nginx_sink_conf "$tmp/nginx" "$sport" "log_format peers '\$msec \$connection \$connection_requests \$status';
+  access_log $tmp/nginx/access.log peers buffer=256k flush=200ms;"
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
 pids+=($!)
 nginx_pid=$!
-for _ in $(seq 100); do
-  curl -s -o /dev/null -X POST "http://127.0.0.1:$sport/" && break; sleep 0.05
-done
+wait_sink "$sport" || die "nginx did not start (see $tmp/nginx/error.log)"
 sink="http://127.0.0.1:$sport/hook"
 log "redis :$rport, nginx :$sport, tmp $tmp"
 
