@@ -5,7 +5,7 @@
 mod common;
 mod common_sinks;
 
-use ankusa::model::{SinkEntry, SourceSpec};
+use ankusa::model::SinkEntry;
 use common::*;
 use common_sinks::*;
 use sha2::{Digest, Sha256};
@@ -13,20 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// An `sqs` sink entry with a short linger, so a lone row is sent at once.
 fn sqs_sink(endpoint: &str, queue: &str) -> SinkEntry {
-    SinkEntry {
-        module: "sqs".into(),
-        opts: serde_json::json!({
-            "queue_url": queue, "endpoint_url": endpoint, "region": REGION,
-            "access_key_id": KEY, "secret_access_key": KEY, "linger_ms": 5,
-        })
-        .as_object()
-        .cloned()
-        .unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    }
+    sqs_entry(endpoint, queue, serde_json::json!({ "linger_ms": 5 }))
 }
 
 /// A text body of exactly `n` bytes made of real webhook payloads (SQS carries text).
@@ -107,11 +96,7 @@ async fn a_2_mib_body_is_uploaded_once_for_three_sinks_and_their_retries_and_rea
     create_bucket(&moto.url, "claims").await;
     let s3_url = s3.url.clone();
     let env = Env::with(Default::default(), |c| {
-        c.claim_check.url = "s3://claims".into();
-        c.claim_check.endpoint = s3_url;
-        c.claim_check.region = REGION.into();
-        c.claim_check.access_key_id = KEY.into();
-        c.claim_check.secret_access_key = KEY.into();
+        s3_claim_check(c, "s3://claims", s3_url);
     })
     .await;
     let sqs = sqs_client(&moto.url);
@@ -121,10 +106,7 @@ async fn a_2_mib_body_is_uploaded_once_for_three_sinks_and_their_retries_and_rea
         create_queue(&sqs, "q2").await,
     ];
     let sinks = queues.iter().map(|q| sqs_sink(&sqs_proxy.url, q)).collect();
-    env.store
-        .put_source("acme", "s", &SourceSpec { sinks })
-        .await
-        .unwrap();
+    env.put_source("acme", "s", sinks).await;
     // Sink 0's entry fails until the consumer has read the other two queues (at least twice).
     let open = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -210,21 +192,14 @@ async fn when_the_pack_fails_the_first_attempt_checks_the_body_in_itself() {
     create_bucket(&moto.url, "claims").await;
     let s3_url = s3.url.clone();
     let env = Env::with(Default::default(), |c| {
-        c.claim_check.url = "s3://claims/pfx".into();
-        c.claim_check.endpoint = s3_url;
-        c.claim_check.region = REGION.into();
-        c.claim_check.access_key_id = KEY.into();
-        c.claim_check.secret_access_key = KEY.into();
+        s3_claim_check(c, "s3://claims/pfx", s3_url);
     })
     .await;
     let sqs = sqs_client(&moto.url);
     let qa = create_queue(&sqs, "qa").await;
     let qb = create_queue(&sqs, "qb").await;
     let sinks = vec![sqs_sink(&sqs_proxy.url, &qa), sqs_sink(&sqs_proxy.url, &qb)];
-    env.store
-        .put_source("acme", "s", &SourceSpec { sinks })
-        .await
-        .unwrap();
+    env.put_source("acme", "s", sinks).await;
     // The blob store is down for the pack's upload. Sink 1 waits (failing) until the
     // consumer has read sink 0's message, so the blob is still there to read.
     s3.fail_next_puts(1);
@@ -294,16 +269,8 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     let sqs = sqs_client(&moto.url);
     let q = create_queue(&sqs, "q").await;
     env.http_source("acme", "small", &["/small"]).await;
-    env.store
-        .put_source(
-            "acme",
-            "s",
-            &SourceSpec {
-                sinks: vec![sqs_sink(&moto.url, &q)],
-            },
-        )
-        .await
-        .unwrap();
+    env.put_source("acme", "s", vec![sqs_sink(&moto.url, &q)])
+        .await;
     let body = big_body(400_000);
     env.commit("acme", "s", body.clone()).await;
     let worker = env.worker().await;
@@ -359,26 +326,10 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
     let sqs = sqs_client(&moto.url);
     let q = create_queue(&sqs, "q").await;
     let missing = format!("{}/123456789012/missing", moto.url);
-    env.store
-        .put_source(
-            "acme",
-            "gone",
-            &SourceSpec {
-                sinks: vec![sqs_sink(&moto.url, &missing)],
-            },
-        )
-        .await
-        .unwrap();
-    env.store
-        .put_source(
-            "acme",
-            "ok",
-            &SourceSpec {
-                sinks: vec![sqs_sink(&moto.url, &q)],
-            },
-        )
-        .await
-        .unwrap();
+    env.put_source("acme", "gone", vec![sqs_sink(&moto.url, &missing)])
+        .await;
+    env.put_source("acme", "ok", vec![sqs_sink(&moto.url, &q)])
+        .await;
     env.commit("acme", "gone", big_body(400_000)).await;
     let worker = env.worker().await;
     assert_eq!(worker.tick().await.unwrap(), 1);
@@ -432,25 +383,17 @@ async fn every_pointer_still_on_the_queue_resolves_after_every_row_is_delivered(
     create_bucket(&moto.url, "claims").await;
     let moto_url = moto.url.clone();
     let env = Env::with(Default::default(), |c| {
-        c.claim_check.url = "s3://claims".into();
-        c.claim_check.endpoint = moto_url;
-        c.claim_check.region = REGION.into();
-        c.claim_check.access_key_id = KEY.into();
-        c.claim_check.secret_access_key = KEY.into();
+        s3_claim_check(c, "s3://claims", moto_url);
     })
     .await;
     let sqs = sqs_client(&moto.url);
     let q = create_queue(&sqs, "mixed").await;
-    env.store
-        .put_source(
-            "acme",
-            "s",
-            &SourceSpec {
-                sinks: vec![sqs_sink(&moto.url, &q), env.http_sink("/hook")],
-            },
-        )
-        .await
-        .unwrap();
+    env.put_source(
+        "acme",
+        "s",
+        vec![sqs_sink(&moto.url, &q), env.http_sink("/hook")],
+    )
+    .await;
     env.http_source("acme", "later", &["/later"]).await;
     let mut shas = std::collections::BTreeMap::new();
     let mut hooks = Vec::new();

@@ -164,16 +164,7 @@ async fn an_error_response_body_is_read_up_to_a_bound_and_stored_truncated() {
 async fn an_endpoint_refusing_connections_is_retried_until_the_horizon() {
     let env = Env::tuned(|c| c.retry.max_elapsed_ms = 300).await;
     let closed = format!("http://127.0.0.1:{}/hooks", free_port());
-    let sink = ankusa::model::SinkEntry {
-        module: "http".into(),
-        opts: serde_json::json!({ "url": closed })
-            .as_object()
-            .cloned()
-            .unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    };
+    let sink = ankusa::model::SinkEntry::http(&closed);
     let spec = ankusa::model::SourceSpec { sinks: vec![sink] };
     env.store.put_source("acme", "orders", &spec).await.unwrap();
     let worker = env.worker().await;

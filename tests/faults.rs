@@ -246,16 +246,7 @@ async fn a_dead_sink_behind_a_large_backlog_keeps_claims_within_the_window_and_m
     .await;
     // Nothing listens on this port: every attempt fails at once (connection refused).
     let dead = format!("http://127.0.0.1:{}/dead", free_port());
-    let sink = SinkEntry {
-        module: "http".into(),
-        opts: serde_json::json!({ "url": dead })
-            .as_object()
-            .cloned()
-            .unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    };
+    let sink = SinkEntry::http(&dead);
     env.store
         .put_source("acme", "orders", &SourceSpec { sinks: vec![sink] })
         .await

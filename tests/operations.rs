@@ -12,7 +12,7 @@ use ankusa::Error;
 use common::procs::eventually;
 use common::*;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A pool of two worker processes sharing one config file.
 struct Pool {
@@ -90,62 +90,17 @@ where
     .await
 }
 
-async fn http(
-    method: reqwest::Method,
-    url: &str,
-    token: Option<&str>,
-    body: Option<String>,
-) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, url);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.header("content-type", "application/json").body(b);
-    }
-    let resp = req.send().await.expect("http request");
-    let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.expect("body");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
 async fn http_get(url: &str, token: Option<&str>) -> (u16, Value) {
-    http(reqwest::Method::GET, url, token, None).await
+    admin_call(reqwest::Method::GET, url, token, None).await
 }
 
 async fn http_post(url: &str, body: Value) -> (u16, Value) {
-    http(reqwest::Method::POST, url, None, Some(body.to_string())).await
+    admin_call(reqwest::Method::POST, url, None, Some(body.to_string())).await
 }
 
 /// Run `ankusa <args>` against `env`'s Redis and instance; `(exit code, stdout, stderr)`.
 async fn cli(env: &Env, args: &[&str]) -> (i32, String, String) {
-    cli_with(env, None, args).await
-}
-
-async fn cli_with(env: &Env, config: Option<&Path>, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ankusa"));
-    if let Some(c) = config {
-        cmd.arg("--config").arg(c);
-    }
-    cmd.args([
-        "--redis-url",
-        &env.redis.url(),
-        "--instance",
-        &env.config.instance,
-    ]);
-    cmd.args(args);
-    let out = tokio::time::timeout(LIVENESS, cmd.output())
-        .await
-        .expect("cli finishes")
-        .expect("cli runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    env.cli_with(None, args).await
 }
 
 fn parse(stdout: &str) -> Value {
@@ -758,7 +713,9 @@ async fn purge_keeps_what_the_retention_keeps_and_frees_the_hook_bodies_of_the_r
     })
     .await;
     dead_letters(&env, "t3", "s", "refuse", 3).await;
-    let (code, out, err) = cli_with(&env, Some(&cli_config), &["--json", "dlq", "purge"]).await;
+    let (code, out, err) = env
+        .cli_with(Some(&cli_config), &["--json", "dlq", "purge"])
+        .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(parse(&out), json!({"purged": 10}));
     assert_eq!(
@@ -1016,7 +973,7 @@ async fn the_admin_api_refuses_a_missing_or_wrong_token_with_a_json_401() {
             (reqwest::Method::POST, "/v1/hooks/acme/orders"),
         ] {
             let (status, body) =
-                http(method, &format!("{url}{path}"), token, Some("{}".into())).await;
+                admin_call(method, &format!("{url}{path}"), token, Some("{}".into())).await;
             assert_eq!(status, 401, "{path} {token:?}");
             assert_eq!(body["error"]["code"], "unauthorized", "{path}");
         }
@@ -1040,8 +997,9 @@ async fn the_admin_api_refuses_a_missing_or_wrong_token_with_a_json_401() {
     // The CLI's reconfigure sends the config's token, or --token.
     let (code, _, err) = cli(&env, &["reconfigure", "--admin", &url, "--token", "wrong"]).await;
     assert_eq!(code, 2, "{err}");
-    let (code, _, err) =
-        cli_with(&env, Some(&pool.config), &["reconfigure", "--admin", &url]).await;
+    let (code, _, err) = env
+        .cli_with(Some(&pool.config), &["reconfigure", "--admin", &url])
+        .await;
     assert_eq!(code, 0, "{err}");
 }
 

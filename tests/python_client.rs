@@ -68,16 +68,7 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
         threads: 2,
     })
     .expect("receiver");
-    let sink = |path: &str| ankusa::model::SinkEntry {
-        module: "http".into(),
-        opts: serde_json::json!({ "url": receiver.url(path) })
-            .as_object()
-            .cloned()
-            .unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    };
+    let sink = |path: &str| ankusa::model::SinkEntry::http(&receiver.url(path));
     env.store
         .put_source(
             "acme",

@@ -143,16 +143,7 @@ async fn the_whole_pipeline_runs_over_mutual_tls_to_a_tls_only_redis() {
         .await
         .expect("store connects over mutual TLS")
         .with_edge(ankusa::testkit::loopback_edge());
-    let sink = SinkEntry {
-        module: "http".into(),
-        opts: serde_json::json!({ "url": receiver.url("/tls") })
-            .as_object()
-            .cloned()
-            .unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    };
+    let sink = SinkEntry::http(&receiver.url("/tls"));
     store
         .put_source("acme", "orders", &SourceSpec { sinks: vec![sink] })
         .await

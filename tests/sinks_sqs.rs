@@ -4,53 +4,25 @@
 mod common;
 mod common_sinks;
 
-use ankusa::model::{SinkEntry, SourceSpec};
 use ankusa::Hook;
 use common::*;
 use common_sinks::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// An `sqs` sink entry sending to `queue` through `proxy`.
-fn sqs_sink(proxy: &Proxy, queue: &str, extra: serde_json::Value) -> SinkEntry {
-    let mut opts = serde_json::json!({
-        "queue_url": queue,
-        "endpoint_url": proxy.url,
-        "region": REGION,
-        "access_key_id": KEY,
-        "secret_access_key": KEY,
-    });
-    if let (Some(o), Some(e)) = (opts.as_object_mut(), extra.as_object()) {
-        o.extend(e.clone());
-    }
-    SinkEntry {
-        module: "sqs".into(),
-        opts: opts.as_object().cloned().unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    }
-}
-
-async fn put_source(env: &Env, tenant: &str, source: &str, sinks: Vec<SinkEntry>) {
-    env.store
-        .put_source(tenant, source, &SourceSpec { sinks })
-        .await
-        .expect("source stored");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes() {
     let env = Env::new().await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "events").await;
-    put_source(
-        &env,
+    let SqsWorld {
+        moto: _moto,
+        proxy,
+        sqs,
+        queue: q,
+    } = SqsWorld::start("events").await;
+    env.put_source(
         "acme",
         "s",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({}))],
+        vec![sqs_entry(&proxy.url, &q, serde_json::json!({}))],
     )
     .await;
     let hooks: Vec<Hook> = (0..95)
@@ -91,15 +63,20 @@ async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batched_sink_with_sink_concurrency_8_sends_full_batches_of_10() {
     let env = Env::with(Default::default(), |c| c.dispatch.sink_concurrency = 8).await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "full").await;
-    put_source(
-        &env,
+    let SqsWorld {
+        moto: _moto,
+        proxy,
+        sqs,
+        queue: q,
+    } = SqsWorld::start("full").await;
+    env.put_source(
         "acme",
         "s",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({"linger_ms": 100}))],
+        vec![sqs_entry(
+            &proxy.url,
+            &q,
+            serde_json::json!({"linger_ms": 100}),
+        )],
     )
     .await;
     env.commit_n("acme", "s", 200).await;
@@ -119,15 +96,20 @@ async fn a_batched_sink_with_sink_concurrency_8_sends_full_batches_of_10() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_stay_within_256_kib_counting_attributes_that_moto_does_not_count() {
     let env = Env::new().await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "big").await;
-    put_source(
-        &env,
+    let SqsWorld {
+        moto: _moto,
+        proxy,
+        sqs,
+        queue: q,
+    } = SqsWorld::start("big").await;
+    env.put_source(
         "acme",
         "s",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({"linger_ms": 200}))],
+        vec![sqs_entry(
+            &proxy.url,
+            &q,
+            serde_json::json!({"linger_ms": 200}),
+        )],
     )
     .await;
     // Ten bodies of 26 000 bytes: 260 000 bytes of bodies, under the 262 144 moto checks;
@@ -163,15 +145,20 @@ async fn requests_stay_within_256_kib_counting_attributes_that_moto_does_not_cou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_batch_failure_retries_only_the_failed_entries() {
     let env = Env::new().await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "partial").await;
-    put_source(
-        &env,
+    let SqsWorld {
+        moto: _moto,
+        proxy,
+        sqs,
+        queue: q,
+    } = SqsWorld::start("partial").await;
+    env.put_source(
         "acme",
         "s",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({"linger_ms": 100}))],
+        vec![sqs_entry(
+            &proxy.url,
+            &q,
+            serde_json::json!({"linger_ms": 100}),
+        )],
     )
     .await;
     // Entries whose body says "fail" fail once, inside a batch that otherwise succeeds.
@@ -227,14 +214,16 @@ async fn a_partial_batch_failure_retries_only_the_failed_entries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_queues_keep_commit_order_per_message_group_across_a_retry() {
     let env = Env::new().await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "orders.fifo").await;
-    let mut sink = sqs_sink(&proxy, &q, serde_json::json!({"linger_ms": 5}));
+    let SqsWorld {
+        moto: _moto,
+        proxy,
+        sqs,
+        queue: q,
+    } = SqsWorld::start("orders.fifo").await;
+    let mut sink = sqs_entry(&proxy.url, &q, serde_json::json!({"linger_ms": 5}));
     sink.ordered = true;
     sink.key = Some("header:X-Order".into());
-    put_source(&env, "acme", "s", vec![sink]).await;
+    env.put_source("acme", "s", vec![sink]).await;
     // The third message of order b fails once: its retry must still come before b's fourth.
     let failed = Arc::new(Mutex::new(false));
     let f2 = failed.clone();
@@ -281,13 +270,15 @@ async fn tenant_a_with_an_open_breaker_never_shares_a_batch_with_tenant_b() {
         c.dispatch.breaker_max_open_ms = 60_000;
     })
     .await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "shared").await;
-    let sink = sqs_sink(&proxy, &q, serde_json::json!({"linger_ms": 20}));
-    put_source(&env, "a", "s", vec![sink.clone()]).await;
-    put_source(&env, "b", "s", vec![sink]).await;
+    let SqsWorld {
+        moto: _moto,
+        proxy,
+        queue: q,
+        ..
+    } = SqsWorld::start("shared").await;
+    let sink = sqs_entry(&proxy.url, &q, serde_json::json!({"linger_ms": 20}));
+    env.put_source("a", "s", vec![sink.clone()]).await;
+    env.put_source("b", "s", vec![sink]).await;
     proxy.fail_entries(|e| e.attr("ankusa-tenant") == "a");
 
     // Phase 1: A and B share one request; A's three entries fail and open its breaker.
@@ -305,33 +296,23 @@ async fn tenant_a_with_an_open_breaker_never_shares_a_batch_with_tenant_b() {
         "before the breaker opened, A and B shared a request"
     );
     // A's two retries come due after their backoff and are parked at claim: wait for them.
-    let parked = async {
-        for _ in 0..300 {
-            if env.store.claimed_count().await.unwrap() == 0
-                && env.store.pending_count("a").await.unwrap() == 3
-            {
-                let due = env.redis_cmd(&[
-                    "ZRANGEBYSCORE",
-                    "ankusa:{test.p0}:due:a",
-                    "-inf",
-                    "+inf",
-                    "WITHSCORES",
-                ]);
-                let now: f64 = env.store.now_ms().await.unwrap() as f64;
-                let scores: Vec<f64> = due
-                    .lines()
-                    .skip(1)
-                    .step_by(2)
-                    .filter_map(|l| l.parse().ok())
-                    .collect();
-                if scores.len() == 3 && scores.iter().all(|s| *s > now + 30_000.0) {
-                    return true;
-                }
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let due_key = env.key("due:a");
+    let parked = procs::poll_until(std::time::Duration::from_secs(6), || async {
+        if env.store.claimed_count().await.unwrap() != 0
+            || env.store.pending_count("a").await.unwrap() != 3
+        {
+            return false;
         }
-        false
-    };
+        let due = env.redis_cmd(&["ZRANGEBYSCORE", &due_key, "-inf", "+inf", "WITHSCORES"]);
+        let now = env.store.now_ms().await.unwrap() as f64;
+        let scores: Vec<f64> = due
+            .lines()
+            .skip(1)
+            .step_by(2)
+            .filter_map(|l| l.parse().ok())
+            .collect();
+        scores.len() == 3 && scores.iter().all(|s| *s > now + 30_000.0)
+    });
     assert!(parked.await, "A's three rows parked for the open period");
     let phase1 = proxy.batches().len();
     let a_sent_phase1 = proxy
@@ -388,11 +369,10 @@ async fn a_missing_queue_dead_letters_its_rows_as_permanent() {
     let moto = Moto::start().await;
     let proxy = Proxy::start(&moto.url).await;
     let q = format!("{}/123456789012/nope", moto.url);
-    put_source(
-        &env,
+    env.put_source(
         "acme",
         "s",
-        vec![sqs_sink(&proxy, &q, serde_json::json!({}))],
+        vec![sqs_entry(&proxy.url, &q, serde_json::json!({}))],
     )
     .await;
     env.commit_n("acme", "s", 3).await;
@@ -423,29 +403,20 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
         c.dispatch.attempt_timeout_ms = 30_000;
     })
     .await;
-    let moto = Moto::start().await;
-    let proxy = Proxy::start(&moto.url).await;
-    let sqs = sqs_client(&moto.url);
-    let q = create_queue(&sqs, "bench").await;
+    let SqsWorld {
+        moto,
+        proxy,
+        sqs,
+        queue: q,
+    } = SqsWorld::start("bench").await;
     let q2 = create_queue(&sqs, "bench-counted").await;
     // Straight to moto (the proxy only counts requests in a warm-up-free second run below).
-    let direct = SinkEntry {
-        module: "sqs".into(),
-        opts: serde_json::json!({"queue_url": q, "endpoint_url": moto.url, "region": REGION,
-            "access_key_id": KEY, "secret_access_key": KEY})
-        .as_object()
-        .cloned()
-        .unwrap(),
-        ordered: false,
-        key: None,
-        ..Default::default()
-    };
-    put_source(&env, "acme", "direct", vec![direct]).await;
-    put_source(
-        &env,
+    let direct = sqs_entry(&moto.url, &q, serde_json::json!({}));
+    env.put_source("acme", "direct", vec![direct]).await;
+    env.put_source(
         "acme",
         "counted",
-        vec![sqs_sink(&proxy, &q2, serde_json::json!({}))],
+        vec![sqs_entry(&proxy.url, &q2, serde_json::json!({}))],
     )
     .await;
     let body = std::fs::read(

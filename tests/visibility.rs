@@ -17,23 +17,7 @@ use std::process::Stdio;
 
 /// Run the `ankusa` binary against this env's Redis: `(exit code, stdout, stderr)`.
 async fn ankusa(env: &Env, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ankusa"));
-    cmd.args([
-        "--redis-url",
-        &env.redis.url(),
-        "--instance",
-        &env.config.instance,
-    ]);
-    cmd.args(args);
-    let out = tokio::time::timeout(LIVENESS, cmd.output())
-        .await
-        .expect("cli finishes")
-        .expect("cli runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    env.cli_with(None, args).await
 }
 
 /// `ankusa --json ARGS`, which must succeed; its JSON answer.
@@ -664,28 +648,6 @@ async fn resend_of_many_hooks_reports_each_and_is_paced_by_pressure() {
     assert_eq!(due, "1", "only the first hook was resent before the pause");
 }
 
-async fn admin(
-    method: reqwest::Method,
-    url: String,
-    token: Option<&str>,
-    body: Option<String>,
-) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, url);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.header("content-type", "application/json").body(b);
-    }
-    let resp = req.send().await.expect("admin answers");
-    let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.expect("body");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     use reqwest::Method;
@@ -699,22 +661,22 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     let spec = json!({"sinks": [{"module": "http", "opts": {"url": env.receiver.url("a")}}]});
     let src = format!("{base}/admin/sources/acme/orders");
 
-    let (s, _) = admin(Method::PUT, src.clone(), None, Some(spec.to_string())).await;
+    let (s, _) = admin_call(Method::PUT, src.clone(), None, Some(spec.to_string())).await;
     assert_eq!(s, 401);
-    let (s, v) = admin(Method::PUT, src.clone(), tok, Some(spec.to_string())).await;
+    let (s, v) = admin_call(Method::PUT, src.clone(), tok, Some(spec.to_string())).await;
     assert_eq!(
         (s, v["version"].clone(), v["sinks"].clone()),
         (200, json!(1), json!(1))
     );
-    let (s, v) = admin(Method::PUT, src.clone(), tok, Some(spec.to_string())).await;
+    let (s, v) = admin_call(Method::PUT, src.clone(), tok, Some(spec.to_string())).await;
     assert_eq!((s, v["version"].clone()), (200, json!(2)));
-    let (s, v) = admin(Method::GET, src.clone(), tok, None).await;
+    let (s, v) = admin_call(Method::GET, src.clone(), tok, None).await;
     assert_eq!(s, 200);
     assert_eq!(v["version"], 2);
     assert_eq!(v["spec"]["sinks"][0]["opts"]["url"], env.receiver.url("a"));
     let cli_get = ankusa_json(&env, &["source", "get", "acme", "orders"]).await;
     assert_eq!(cli_get, v["spec"]);
-    let (s, v) = admin(
+    let (s, v) = admin_call(
         Method::GET,
         format!("{base}/admin/sources?tenant=acme"),
         tok,
@@ -725,7 +687,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
         (s, v),
         (200, json!([{"tenant": "acme", "source": "orders"}]))
     );
-    let (_, v) = admin(
+    let (_, v) = admin_call(
         Method::GET,
         format!("{base}/admin/sources?tenant=globex"),
         tok,
@@ -744,7 +706,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     )
     .await;
     assert_eq!(code, 2);
-    let (s, v) = admin(
+    let (s, v) = admin_call(
         Method::PUT,
         format!("{base}/admin/sources/acme/bad"),
         tok,
@@ -763,7 +725,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
         &["source", "put", "acme", "bad", file.to_str().unwrap()],
     )
     .await;
-    let (s, v) = admin(
+    let (s, v) = admin_call(
         Method::PUT,
         format!("{base}/admin/sources/acme/bad"),
         tok,
@@ -775,7 +737,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
         cli_err.trim(),
         format!("error: {}", v["error"]["message"].as_str().unwrap())
     );
-    let (s, v) = admin(
+    let (s, v) = admin_call(
         Method::PUT,
         format!("{base}/admin/sources/acme/bad"),
         tok,
@@ -783,7 +745,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     )
     .await;
     assert_eq!((s, v["error"]["code"].clone()), (400, json!("bad_request")));
-    let (s, _) = admin(
+    let (s, _) = admin_call(
         Method::PUT,
         format!("{base}/admin/sources/acme/a:b"),
         tok,
@@ -791,7 +753,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     )
     .await;
     assert_eq!(s, 400);
-    let (_, v) = admin(Method::GET, format!("{base}/admin/sources"), tok, None).await;
+    let (_, v) = admin_call(Method::GET, format!("{base}/admin/sources"), tok, None).await;
     assert_eq!(
         v,
         json!([{"tenant": "acme", "source": "orders"}]),
@@ -810,14 +772,14 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     let shown = format!("{base}/admin/hooks/acme/{hook}");
     let v = until(
         "the hook is delivered",
-        || async { admin(Method::GET, shown.clone(), tok, None).await.1 },
+        || async { admin_call(Method::GET, shown.clone(), tok, None).await.1 },
         |v| v["rows"][0]["state"] == "delivered",
     )
     .await;
     assert_eq!(statuses(&v["attempts"]), [json!(503), json!(200)]);
-    let (s, _) = admin(Method::GET, shown.clone(), None, None).await;
+    let (s, _) = admin_call(Method::GET, shown.clone(), None, None).await;
     assert_eq!(s, 401);
-    let (s, v) = admin(
+    let (s, v) = admin_call(
         Method::GET,
         format!("{base}/admin/hooks/acme/777"),
         tok,
@@ -825,7 +787,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     )
     .await;
     assert_eq!((s, v["error"]["code"].clone()), (404, json!("not_found")));
-    let (s, v) = admin(
+    let (s, v) = admin_call(
         Method::GET,
         format!("{base}/admin/rows?tenant=acme&state=retrying"),
         tok,
@@ -833,7 +795,7 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     )
     .await;
     assert_eq!((s, v["rows"].clone()), (200, json!([])));
-    let (s, _) = admin(
+    let (s, _) = admin_call(
         Method::GET,
         format!("{base}/admin/rows?tenant=acme&state=bogus"),
         tok,
@@ -841,27 +803,27 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     )
     .await;
     assert_eq!(s, 400);
-    let (s, v) = admin(Method::POST, format!("{shown}/resend?sink=0"), tok, None).await;
+    let (s, v) = admin_call(Method::POST, format!("{shown}/resend?sink=0"), tok, None).await;
     assert_eq!((s, v["rows"].clone()), (200, json!(1)), "{v}");
     assert!(
         env.receiver
             .wait_until_async(LIVENESS, |r| r.len() >= 3)
             .await
     );
-    let (s, v) = admin(Method::GET, format!("{base}/admin/tenants/top"), tok, None).await;
+    let (s, v) = admin_call(Method::GET, format!("{base}/admin/tenants/top"), tok, None).await;
     assert_eq!(s, 200);
     assert!(v.is_array(), "{v}");
 
     // delete
-    let (s, v) = admin(Method::DELETE, src.clone(), tok, None).await;
+    let (s, v) = admin_call(Method::DELETE, src.clone(), tok, None).await;
     assert_eq!((s, v), (200, json!({"deleted": true})));
-    let (s, _) = admin(Method::GET, src.clone(), tok, None).await;
+    let (s, _) = admin_call(Method::GET, src.clone(), tok, None).await;
     assert_eq!(s, 404);
-    let (s, _) = admin(Method::DELETE, src.clone(), tok, None).await;
+    let (s, _) = admin_call(Method::DELETE, src.clone(), tok, None).await;
     assert_eq!(s, 404);
 
     // every endpoint is in the OpenAPI document, behind the token
-    let (_, doc) = admin(Method::GET, format!("{base}/openapi.json"), None, None).await;
+    let (_, doc) = admin_call(Method::GET, format!("{base}/openapi.json"), None, None).await;
     for (path, method) in [
         ("/admin/hooks/{tenant}/{hook}", "get"),
         ("/admin/hooks/{tenant}/{hook}/resend", "post"),

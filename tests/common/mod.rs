@@ -11,7 +11,7 @@ use ankusa::model::{SinkEntry, SourceSpec};
 use ankusa::store::Store;
 use ankusa::testkit::{Receiver, ReceiverOptions, RedisOptions, RedisServer};
 use ankusa::{Hook, Producer, Worker};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -93,27 +93,46 @@ impl Env {
 
     /// An `http` sink entry pointing at the receiver's `path`.
     pub fn http_sink(&self, path: &str) -> SinkEntry {
-        SinkEntry {
-            module: "http".into(),
-            opts: serde_json::json!({ "url": self.receiver.url(path) })
-                .as_object()
-                .cloned()
-                .unwrap(),
-            ordered: false,
-            key: None,
-            ..Default::default()
-        }
+        SinkEntry::http(&self.receiver.url(path))
     }
 
     /// Register (or replace) `tenant/source` with one http sink per receiver path, in order.
     pub async fn http_source(&self, tenant: &str, source: &str, paths: &[&str]) {
-        let spec = SourceSpec {
-            sinks: paths.iter().map(|p| self.http_sink(p)).collect(),
-        };
+        let sinks = paths.iter().map(|p| self.http_sink(p)).collect();
+        self.put_source(tenant, source, sinks).await;
+    }
+
+    /// Register (or replace) `tenant/source` with `sinks`, in order.
+    pub async fn put_source(&self, tenant: &str, source: &str, sinks: Vec<SinkEntry>) {
         self.store
-            .put_source(tenant, source, &spec)
+            .put_source(tenant, source, &SourceSpec { sinks })
             .await
             .expect("source stored");
+    }
+
+    /// Run the `ankusa` binary with `args` against this env's Redis and instance (and
+    /// `--config FILE` when given): `(exit code, stdout, stderr)`; -1 when it was killed.
+    pub async fn cli_with(&self, config: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ankusa"));
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        cmd.args([
+            "--redis-url",
+            &self.redis.url(),
+            "--instance",
+            &self.config.instance,
+        ]);
+        cmd.args(args);
+        let out = tokio::time::timeout(LIVENESS, cmd.output())
+            .await
+            .expect("cli finishes")
+            .expect("cli runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Commit one hook; returns its id.
@@ -305,4 +324,28 @@ impl Drop for WorkerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One admin HTTP call: `method url` with an optional bearer `token` and JSON `body`;
+/// answers `(status, the JSON body or Null)`.
+pub async fn admin_call(
+    method: reqwest::Method,
+    url: impl reqwest::IntoUrl,
+    token: Option<&str>,
+    body: Option<String>,
+) -> (u16, serde_json::Value) {
+    let mut req = reqwest::Client::new().request(method, url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.header("content-type", "application/json").body(b);
+    }
+    let resp = req.send().await.expect("the admin API answers");
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.expect("a body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
 }

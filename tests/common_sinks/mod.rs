@@ -121,6 +121,70 @@ pub async fn create_queue(c: &aws_sdk_sqs::Client, name: &str) -> String {
         .to_string()
 }
 
+/// An `sqs` sink entry sending to `queue` through `endpoint` (moto itself, or a [`Proxy`]
+/// in front of it) with moto's credentials; `extra` options (`linger_ms`, …) are merged in.
+pub fn sqs_entry(
+    endpoint: &str,
+    queue: &str,
+    extra: serde_json::Value,
+) -> ankusa::model::SinkEntry {
+    let mut opts = serde_json::json!({
+        "queue_url": queue,
+        "endpoint_url": endpoint,
+        "region": REGION,
+        "access_key_id": KEY,
+        "secret_access_key": KEY,
+    });
+    if let (Some(o), Some(e)) = (opts.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    ankusa::model::SinkEntry {
+        module: "sqs".into(),
+        opts: opts.as_object().cloned().expect("an object"),
+        ..Default::default()
+    }
+}
+
+/// The world of an SQS sink test: a moto server, a recording proxy in front of it, the
+/// test's own SQS client and one queue (`.fifo` names make a FIFO queue).
+pub struct SqsWorld {
+    pub moto: Moto,
+    pub proxy: Proxy,
+    pub sqs: aws_sdk_sqs::Client,
+    /// The queue's URL.
+    pub queue: String,
+}
+
+impl SqsWorld {
+    pub async fn start(queue: &str) -> SqsWorld {
+        let moto = Moto::start().await;
+        let proxy = Proxy::start(&moto.url).await;
+        let sqs = sqs_client(&moto.url);
+        let queue = create_queue(&sqs, queue).await;
+        SqsWorld {
+            moto,
+            proxy,
+            sqs,
+            queue,
+        }
+    }
+
+    /// An `sqs` sink entry for the queue, through the proxy.
+    pub fn entry(&self, extra: serde_json::Value) -> ankusa::model::SinkEntry {
+        sqs_entry(&self.proxy.url, &self.queue, extra)
+    }
+}
+
+/// Points the claim check at moto's S3: `url` (`s3://bucket[/prefix]`) through `endpoint`
+/// (moto itself or a [`Proxy`]), with moto's credentials.
+pub fn s3_claim_check(c: &mut ankusa::config::Config, url: &str, endpoint: String) {
+    c.claim_check.url = url.into();
+    c.claim_check.endpoint = endpoint;
+    c.claim_check.region = REGION.into();
+    c.claim_check.access_key_id = KEY.into();
+    c.claim_check.secret_access_key = KEY.into();
+}
+
 /// One received message.
 #[derive(Debug, Clone)]
 pub struct Received {
