@@ -32,25 +32,16 @@ async fn start(env: &Env, name: &str) -> Worker {
         .expect("worker starts")
 }
 
-/// Each partition's fencing epoch, read from Redis.
-fn epochs(env: &Env) -> Vec<u64> {
-    (0..P)
-        .map(|n| {
-            env.redis_cmd(&["GET", &format!("ankusa:{{test.p{n}}}:epoch")])
-                .parse()
-                .unwrap_or(0)
-        })
-        .collect()
+/// Each partition's fencing epoch, from its lease in Redis (every partition led).
+async fn epochs(env: &Env) -> Vec<u64> {
+    spread::epochs(&spread::leases(&env.store).await.expect("leases read"))
 }
 
-/// Every partition led exactly once, each worker leading `lo..=hi` of them.
+/// Every partition led exactly once, each worker leading `lo..=hi` of them (by the workers'
+/// own view).
 fn spread_is(workers: &[&Worker], lo: usize, hi: usize) -> bool {
-    let mut led: Vec<u32> = workers.iter().flat_map(|w| w.led_partitions()).collect();
-    led.sort();
-    led == (0..P).collect::<Vec<_>>()
-        && workers
-            .iter()
-            .all(|w| (lo..=hi).contains(&w.led_partitions().len()))
+    let led: Vec<Vec<u32>> = workers.iter().map(|w| w.led_partitions()).collect();
+    spread::spread_is(&led, P, lo, hi)
 }
 
 /// Distinct `(path, hook id)` pairs answered 2xx, and all 2xx answers.
@@ -70,7 +61,7 @@ fn delivered(env: &Env) -> (usize, usize) {
 }
 
 fn tenants() -> Vec<String> {
-    (0..12).map(|i| format!("tenant-{i}")).collect()
+    spread::tenants_covering(P, 12)
 }
 
 async fn commit_round(env: &Env, tenants: &[String], n: usize) {
@@ -134,7 +125,7 @@ async fn three_workers_share_four_partitions_and_a_killed_one_moves_only_its_own
 
     // Under load, kill one worker: only its partitions get a new epoch.
     commit_round(&env, &tenants, 200).await;
-    let before = epochs(&env);
+    let before = epochs(&env).await;
     let dead = &w[0];
     let its: Vec<u32> = dead.led_partitions();
     dead.abort();
@@ -144,20 +135,7 @@ async fn three_workers_share_four_partitions_and_a_killed_one_moves_only_its_own
         "the survivors lead every partition: {:?}",
         alive.iter().map(|w| w.led_partitions()).collect::<Vec<_>>()
     );
-    let after = epochs(&env);
-    for n in 0..P {
-        if its.contains(&n) {
-            assert!(
-                after[n as usize] > before[n as usize],
-                "partition {n} moved"
-            );
-        } else {
-            assert_eq!(
-                after[n as usize], before[n as usize],
-                "partition {n} kept its epoch"
-            );
-        }
-    }
+    spread::assert_only_moved(&before, &epochs(&env).await, &its);
     assert!(
         eventually(LIVENESS, || delivered(&env).0 >= 2 * rows).await,
         "0 lost after the kill: {:?}",

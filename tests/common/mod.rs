@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod procs;
+pub mod spread;
 
 use ankusa::config::Config;
 use ankusa::dlq::DeadLetter;
