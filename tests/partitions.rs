@@ -538,3 +538,122 @@ async fn the_cli_routes_by_tenant_and_refuses_another_partition_count() {
     assert!(err.contains("partitions = 4"), "{err}");
     worker.shutdown().await;
 }
+
+/// The commit script of the last ankusa before partitions (the fixture's header says which
+/// commit), byte for byte after that header.
+const PRE_PARTITION_COMMIT: &str = include_str!("fixtures/commit-before-partitions.lua");
+
+/// `tenant/source` with one http sink per path, stored as the binary before partitions stored
+/// it (its `Store::put_source`, reproduced minimally: HSET spec, modules, version 1 on
+/// `source:<tenant>:<source>`, SADD `<tenant>/<source>` to `sources`; the spec's JSON is
+/// unchanged since).
+fn old_put_source(env: &Env, tenant: &str, source: &str, paths: &[&str]) {
+    let spec = SourceSpec {
+        sinks: paths.iter().map(|p| env.http_sink(p)).collect(),
+    };
+    let json = serde_json::to_string(&spec).expect("spec JSON");
+    let key = format!("ankusa:{{test.p0}}:source:{tenant}:{source}");
+    let modules = vec!["http"; paths.len()].join(",");
+    env.redis_cmd(&[
+        "HSET", &key, "spec", &json, "modules", &modules, "version", "1",
+    ]);
+    env.redis_cmd(&[
+        "SADD",
+        "ankusa:{test.p0}:sources",
+        &format!("{tenant}/{source}"),
+    ]);
+}
+
+/// `n` hooks committed to `tenant/source` by EVAL of the pre-partition script, with the
+/// argument shape of that binary's `Store::commit` (reproduced minimally: KEYS the
+/// partition's lease key; ARGV the prefix, tenant, source, max_hook_bytes, n, then body and
+/// headers per hook). The hook ids.
+fn old_commit(env: &Env, tenant: &str, source: &str, n: usize) -> Vec<u64> {
+    let max = env.config.commit.max_hook_bytes.to_string();
+    let count = n.to_string();
+    let bodies: Vec<String> = (0..n)
+        .map(|i| format!("{{\"old\":true,\"tenant\":\"{tenant}\",\"n\":{i}}}"))
+        .collect();
+    let mut args = vec![
+        "EVAL",
+        PRE_PARTITION_COMMIT,
+        "1",
+        "ankusa:{test.p0}:lease",
+        "ankusa:{test.p0}:",
+        tenant,
+        source,
+        &max,
+        &count,
+    ];
+    for b in &bodies {
+        args.extend([b.as_str(), ""]);
+    }
+    let reply = env.redis_cmd(&args);
+    let fields: Vec<&str> = reply.lines().collect();
+    assert_eq!(fields.first(), Some(&"ok"), "old commit: {reply}");
+    let first: u64 = fields
+        .get(1)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("old commit's first hook id: {reply}"));
+    (first..first + n as u64).collect()
+}
+
+/// P = 1 data from before partitions (issue 13): sources stored and hooks committed exactly
+/// as the binary before partitions did, on a Redis that has no partition count yet; this
+/// build's worker, with the default `partitions = 1`, records the count and delivers every
+/// row once, and the new producer's commits continue the old hook ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p1_data_committed_by_the_binary_before_partitions_is_delivered_once() {
+    let env = Env::new().await;
+    assert_eq!(env.config.partitions, 1);
+    old_put_source(&env, "acme", "orders", &["acme-a", "acme-b"]);
+    old_put_source(&env, "globex", "events", &["globex"]);
+    let mut old = Vec::new();
+    for _ in 0..3 {
+        old.extend(old_commit(&env, "acme", "orders", 50));
+        old.extend(old_commit(&env, "globex", "events", 50));
+    }
+    assert_eq!(old.first(), Some(&1), "ids start at 1 as before partitions");
+    assert_eq!(
+        env.redis_cmd(&["EXISTS", "ankusa:{test}:partitions"]),
+        "0",
+        "the old binary recorded no partition count"
+    );
+    let acme: HashSet<u64> = old.chunks(50).step_by(2).flatten().copied().collect();
+
+    let worker = start(&env, "new").await;
+    env.drain(&worker).await;
+    assert_eq!(
+        env.redis_cmd(&["GET", "ankusa:{test}:partitions"]),
+        "1",
+        "recorded at first start"
+    );
+    // The new producer on the same data: the ids go on from the old ones.
+    let new = env.commit_n("acme", "orders", 20).await;
+    assert_eq!(new.first(), Some(&(old.len() as u64 + 1)));
+    env.drain(&worker).await;
+
+    let rows: Vec<String> = old
+        .iter()
+        .chain(&new)
+        .flat_map(|h| {
+            let sinks = if acme.contains(h) || new.contains(h) {
+                2
+            } else {
+                1
+            };
+            (0..sinks).map(move |s| format!("{h}.{s}"))
+        })
+        .collect();
+    let got = procs::receipts(&env);
+    for r in &rows {
+        assert_eq!(got.per_row.get(r), Some(&1), "row {r} delivered once");
+    }
+    assert_eq!(got.per_row.len(), rows.len(), "no other row");
+    assert_eq!(got.total, rows.len(), "no duplicate");
+    let t = env.store.totals().await.expect("totals");
+    assert_eq!(t.committed as usize, old.len() + new.len(), "{t:?}");
+    assert_eq!(t.delivered as usize, rows.len(), "{t:?}");
+    assert_eq!((t.dead_lettered, t.dropped), (0, 0), "{t:?}");
+    worker.shutdown().await;
+}
