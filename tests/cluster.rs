@@ -1,8 +1,9 @@
 //! Redis Cluster and Redis Sentinel (issue 13): a worker, the producer and the CLI on a
 //! 3-master cluster made with `redis-cli --cluster create` (scripts on every primary, no
 //! CROSSSLOT, NOSCRIPT reloads, a MOVED followed, the eviction check on every primary, the
-//! wake channel), a worker following a Sentinel failover under load with 0 hooks lost, and
-//! URLs this build cannot serve refused before any connection.
+//! wake channel), `partitions = 6` over worker processes through a kill -9 and a joiner, a
+//! worker following a Sentinel failover under load with 0 hooks lost, and URLs this build
+//! cannot serve refused before any connection.
 
 mod common;
 

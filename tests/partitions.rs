@@ -1,7 +1,8 @@
 //! Partitions in one Redis (issue 13) against a real redis-server and receiver: tenants
 //! routed by CRC-32, one lease per partition spread over the workers, a killed worker's
 //! partitions moving alone, a joining worker getting one by hand-over, the recorded
-//! partition count, and ordered lanes and fairness with P = 4.
+//! partition count, ordered lanes and fairness with P = 4, and P = 1 data committed by the
+//! binary before partitions (its commit script, tests/fixtures/commit-before-partitions.lua).
 
 mod common;
 
