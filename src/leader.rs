@@ -97,6 +97,8 @@ pub struct Node {
 /// every loop ended; the node's heartbeat is removed on the way out.
 pub async fn run_node(node: Node) {
     let node = Arc::new(node);
+    // P beside the per-partition `ankusa_leader` series: what AnkusaPartitionNoLeader reads.
+    metrics::gauge!("ankusa_partitions").set(node.partitions.len() as f64);
     let shared = Arc::new(SharedWindow::default());
     // The first heartbeat before any campaign, so a joining node is counted by the others
     // (and sees them) before it takes a partition.

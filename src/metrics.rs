@@ -218,6 +218,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "1 while this process leads the partition of its `partition` label.",
     },
     Metric {
+        name: "ankusa_partitions",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "The instance's partition count (`partitions`) this process runs with.",
+    },
+    Metric {
         name: "ankusa_workers_live",
         kind: Kind::Gauge,
         unit: None,

@@ -4,6 +4,7 @@
 
 mod common;
 
+use ankusa::keyspace::partition_of;
 use ankusa::testkit::{Behavior, Reply};
 use common::*;
 use std::time::Duration;
@@ -19,9 +20,24 @@ fn breaker_env(open_ms: u64, max_open_ms: u64) -> impl FnOnce(&mut ankusa::Confi
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_failures_open_the_breaker_and_one_successful_probe_closes_it() {
-    let env = Env::with(Default::default(), breaker_env(400, 4_000)).await;
+/// Three failures open `acme`'s sink key, its rows are parked (no request) for `open_ms`,
+/// one probe succeeds and closes it, the rest flow. With `partitions` > 1 (issue 13) the
+/// breaker is in the session of `acme`'s partition only (its snapshot in that partition's
+/// keys, none in the others'), and a tenant of another partition committed while it is open
+/// is delivered before the probe; with one partition, the other tenant's own key is not held
+/// either.
+async fn three_failures_open_the_breaker_and_one_probe_closes_it(partitions: u32) {
+    const OPEN_MS: u64 = 2_000;
+    let env = Env::with(Default::default(), |c| {
+        breaker_env(OPEN_MS, 4 * OPEN_MS)(c);
+        c.partitions = partitions;
+    })
+    .await;
+    let home = partition_of("acme", partitions);
+    let other = common::spread::tenants_covering(partitions, partitions as usize)
+        .into_iter()
+        .find(|t| partitions == 1 || partition_of(t, partitions) != home)
+        .expect("a tenant of another partition");
     env.receiver.set(
         "e",
         Behavior::Sequence(vec![
@@ -31,11 +47,48 @@ async fn three_failures_open_the_breaker_and_one_successful_probe_closes_it() {
         ]),
     );
     env.http_source("acme", "s", &["e"]).await;
+    env.http_source(&other, "s", &["f"]).await;
     env.commit_n("acme", "s", 10).await;
+    let breakers = |n: u32| format!("ankusa:{{test.p{n}}}:breakers");
     let worker = env.worker().await;
+    common::procs::eventually("acme's breaker is open", LIVENESS, || async {
+        let v = env.redis_cmd(&["HVALS", &breakers(home)]);
+        match v.lines().next() {
+            Some(s) if s.ends_with(":1") => Ok(()),
+            _ => Err(format!("snapshot {v:?}")),
+        }
+    })
+    .await;
+    // While it is open, another tenant (another partition's session when P > 1) flows.
+    env.commit_n(&other, "s", 10).await;
     assert!(
         env.receiver
-            .wait_until_async(LIVENESS, |r| r.iter().filter(|r| r.status == 200).count()
+            .wait_until_async(LIVENESS, |r| r
+                .iter()
+                .filter(|r| r.path == "f" && r.status == 200)
+                .count()
+                == 10)
+            .await,
+        "{other}'s rows delivered"
+    );
+    assert_eq!(
+        env.receiver.count_for("e"),
+        3,
+        "{other}'s rows were delivered while acme's key was still open (no probe yet)"
+    );
+    for n in (0..partitions).filter(|n| *n != home) {
+        assert_eq!(
+            env.redis_cmd(&["HLEN", &breakers(n)]),
+            "0",
+            "partition {n} has no breaker of acme's"
+        );
+    }
+    assert!(
+        env.receiver
+            .wait_until_async(LIVENESS, |r| r
+                .iter()
+                .filter(|r| r.path == "e" && r.status == 200)
+                .count()
                 == 10)
             .await
     );
@@ -43,7 +96,10 @@ async fn three_failures_open_the_breaker_and_one_successful_probe_closes_it() {
     assert_eq!(reqs.iter().filter(|r| r.status == 500).count(), 3);
     // No request reached the key while it was open: the probe came ≥ open_ms after the 3rd failure.
     let gap = reqs[3].at.duration_since(reqs[2].at);
-    assert!(gap >= Duration::from_millis(380), "probe after {gap:?}");
+    assert!(
+        gap >= Duration::from_millis(OPEN_MS - 20),
+        "probe after {gap:?}"
+    );
     // After the probe succeeded the rest flowed without another open period.
     assert_eq!(reqs.len(), 13);
     assert!(ankusa::dlq::list(&env.store, "acme", 10)
@@ -51,6 +107,16 @@ async fn three_failures_open_the_breaker_and_one_successful_probe_closes_it() {
         .unwrap()
         .is_empty());
     worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_failures_open_the_breaker_and_one_successful_probe_closes_it() {
+    three_failures_open_the_breaker_and_one_probe_closes_it(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_four_partitions_a_breaker_opens_in_its_tenants_partition_only() {
+    three_failures_open_the_breaker_and_one_probe_closes_it(4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,9 @@
 //! Redis Cluster and Redis Sentinel (issue 13): a worker, the producer and the CLI on a
 //! 3-master cluster made with `redis-cli --cluster create` (scripts on every primary, no
 //! CROSSSLOT, NOSCRIPT reloads, a MOVED followed, the eviction check on every primary, the
-//! wake channel), a worker following a Sentinel failover under load with 0 hooks lost, and
-//! URLs this build cannot serve refused before any connection.
+//! wake channel), `partitions = 6` over worker processes through a kill -9 and a joiner, a
+//! worker following a Sentinel failover under load with 0 hooks lost, and URLs this build
+//! cannot serve refused before any connection.
 
 mod common;
 
@@ -11,8 +12,8 @@ use ankusa::model::{SinkEntry, SourceSpec};
 use ankusa::store::{Store, StoreError, Topology};
 use ankusa::testkit::{Receiver, ReceiverOptions, RedisCluster, RedisSentinel};
 use ankusa::{Hook, Producer, Worker};
-use common::procs::poll_until;
-use common::{test_config, LIVENESS};
+use common::procs::{self, poll_until};
+use common::{spread, test_config, WorkerProcess, LIVENESS};
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -291,14 +292,28 @@ async fn a_worker_on_a_three_master_cluster_delivers_every_hook_exactly_once() {
 /// per command), later calls go to the new node, and every hook committed is delivered
 /// exactly once.
 /// Partitions on the cluster (issue 13): `partitions = 6`, whose slots spread over the three
-/// masters; three workers lead two partitions each once settled, and 12 tenants × 100 hooks
-/// × 2 sinks are delivered exactly once, with no CROSSSLOT anywhere.
+/// masters, and three `ankusa worker` processes. Once settled each leads two partitions, and
+/// 12 tenants (two per partition) × 100 hooks × 2 sinks are delivered exactly once. Then, under
+/// load (12 × 250 hooks being delivered), one worker is killed with SIGKILL: only its two
+/// partitions get a new epoch, the two survivors lead three each, 12 × 250 more hooks are
+/// committed meanwhile, 0 rows are lost and the duplicates stay within the dead worker's
+/// window (`dispatch.max_inflight`, shared by its partitions). Last, a fourth process joins:
+/// each survivor hands one partition over to it (drain, release), only those two partitions
+/// get a new epoch, and the 12 × 100 hooks committed during the hand-over are delivered with
+/// 0 duplicates. No CROSSSLOT anywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn six_partitions_on_the_cluster_spread_over_three_workers_and_deliver_exactly_once() {
+async fn six_partitions_on_the_cluster_spread_over_worker_processes_through_a_kill_9_and_a_joiner()
+{
     const P: u32 = 6;
+    /// The row window of each worker process: the bound on the duplicates of a kill -9.
+    const WINDOW: usize = 200;
+    let started = Instant::now();
     let cluster = RedisCluster::start(3).expect("cluster forms");
     let mut w = World::new(&cluster.url()).await;
     w.config.partitions = P;
+    w.config.dispatch.max_inflight = WINDOW;
+    w.config.dispatch.concurrency = 32;
+    w.config.dispatch.sink_concurrency = 32;
     w.store = w.store.clone().with_partitions(P);
     w.producer = Producer::new(w.store.clone(), w.config.commit.max_hook_bytes);
     let homes: std::collections::HashSet<usize> = (0..P)
@@ -309,45 +324,116 @@ async fn six_partitions_on_the_cluster_spread_over_three_workers_and_deliver_exa
         })
         .collect();
     assert!(homes.len() > 1, "the partitions' slots sit on {homes:?}");
-    let tenants: Vec<String> = (0..12).map(|i| format!("tenant-{i}")).collect();
+    let tenants = spread::tenants_covering(P, 12);
     for t in &tenants {
         let (a, b) = (format!("/{t}/a"), format!("/{t}/b"));
         w.source(t, &[&a, &b]).await;
     }
-    let mut workers = Vec::new();
-    for name in ["c0", "c1", "c2"] {
-        workers.push(
-            Worker::start(w.config.clone(), Some(name))
-                .await
-                .expect("worker starts on the cluster"),
+    let commit_round = |n: usize| {
+        let (w, tenants) = (&w, &tenants);
+        async move {
+            let mut hooks = Vec::new();
+            for t in tenants {
+                hooks.extend(w.commit_n(t, n).await);
+            }
+            hooks
+        }
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = procs::write_config_of(&w.config, &dir, "worker.toml");
+    let mut workers: Vec<WorkerProcess> = ["c0", "c1", "c2"]
+        .iter()
+        .map(|name| procs::spawn_worker(&cfg, &dir, name, &[], &[]))
+        .collect();
+    let mut nodes = Vec::new();
+    for p in &workers {
+        procs::wait_ready(p).await;
+        nodes.push(procs::node_id(&p.admin).await.expect("node id"));
+    }
+    // 1. Spread first (a hand-over drains and releases, but this phase asserts exactly once).
+    spread::settled(&w.store, &nodes, 2, 2).await;
+    let first = commit_round(100).await;
+    w.wait_delivered(&first, 2).await;
+    w.wait_idle().await;
+    let got = procs::receipts_of(&w.receiver);
+    assert_eq!(got.per_row.len(), first.len() * 2, "every row delivered");
+    assert_eq!(got.duplicates(), 0, "no fault, no hand-over under load");
+
+    // 2. kill -9 one worker under load (while the second round is committed and delivered):
+    // only its partitions move.
+    let leases = spread::settled(&w.store, &nodes, 2, 2).await;
+    let before = spread::epochs(&leases);
+    let its = spread::led_by(&leases, &nodes[..1]).remove(0);
+    let mut hooks = first.clone();
+    let by_then = (first.len() + tenants.len() * 250) * 2;
+    let kill = async {
+        assert!(
+            w.receiver
+                .wait_until_async(LIVENESS, |r| r.len() >= first.len() * 2 + 1_000)
+                .await,
+            "delivery of the second round never got going"
         );
-    }
-    // Spread first (hand-overs drain and release, but this run asserts exactly once).
-    assert!(
-        poll_until(LIVENESS, || async {
-            workers.iter().all(|x| x.led_partitions().len() == 2)
-        })
-        .await,
-        "each worker leads 2 of 6 partitions: {:?}",
-        workers
-            .iter()
-            .map(|x| x.led_partitions())
-            .collect::<Vec<_>>()
-    );
-    let mut hooks = Vec::new();
-    for t in &tenants {
-        hooks.extend(w.commit_n(t, 100).await);
-    }
+        workers[0].kill9();
+        let t = w.store.totals().await.expect("totals");
+        assert!(t.delivered < by_then as u64, "killed under load: {t:?}");
+    };
+    let (second, ()) = tokio::join!(commit_round(250), kill);
+    hooks.extend(&second);
+    let third = commit_round(250).await;
+    hooks.extend(&third);
+    let after = spread::epochs(&spread::settled(&w.store, &nodes[1..], 3, 3).await);
+    spread::assert_only_moved(&before, &after, &its);
     w.wait_delivered(&hooks, 2).await;
     w.wait_idle().await;
-    let receipts = w.receipts();
-    let dups: usize = receipts.values().map(|n| n - 1).sum();
-    assert_eq!(receipts.len(), hooks.len() * 2, "every row delivered");
-    assert_eq!(dups, 0, "no faults, no hand-over under load: exactly once");
+    let got = procs::receipts_of(&w.receiver);
+    assert_eq!(got.per_row.len(), hooks.len() * 2, "0 lost, none foreign");
+    let dups = got.duplicates();
+    assert!(
+        dups <= WINDOW,
+        "{dups} duplicates > the dead worker's window {WINDOW}"
+    );
+
+    // 3. A fourth process joins: each survivor hands one partition over, under load, with
+    // no duplicate.
+    let answered = got.total;
+    workers.push(procs::spawn_worker(&cfg, &dir, "c3", &[], &[]));
+    procs::wait_ready(&workers[3]).await;
+    let joiner = procs::node_id(&workers[3].admin).await.expect("node id");
+    nodes.push(joiner);
+    let fourth = commit_round(100).await;
+    let leases = spread::settled(&w.store, &nodes[1..], 2, 2).await;
+    let taken = spread::led_by(&leases, &nodes[3..]).remove(0);
+    spread::assert_only_moved(&after, &spread::epochs(&leases), &taken);
+    w.wait_delivered(&fourth, 2).await;
+    w.wait_idle().await;
+    hooks.extend(&fourth);
+    let got = procs::receipts_of(&w.receiver);
+    assert_eq!(got.per_row.len(), hooks.len() * 2, "every row delivered");
+    assert_eq!(
+        got.total - answered,
+        fourth.len() * 2,
+        "no duplicate while partitions {taken:?} were handed over"
+    );
+    let t = w.store.totals().await.expect("totals");
+    assert_eq!(t.committed, hooks.len() as u64, "{t:?}");
+    assert_eq!(t.delivered, (hooks.len() * 2) as u64, "{t:?}");
     assert_no_crossslot(&cluster);
-    for x in &workers {
-        x.shutdown().await;
+    for p in workers.iter().skip(1) {
+        p.signal(libc::SIGTERM);
     }
+    for p in workers.iter_mut().skip(1) {
+        assert!(
+            procs::wait_exit(p, LIVENESS).await.is_some(),
+            "a worker did not stop on SIGTERM:\n{}",
+            p.log_text()
+        );
+    }
+    println!(
+        "cluster P={P}: {} rows; kill -9 moved {its:?} with {dups} duplicates (window \
+         {WINDOW}); the joiner took {taken:?} with 0; run {:?}",
+        hooks.len() * 2,
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

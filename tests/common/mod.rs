@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod procs;
+pub mod spread;
 
 use ankusa::config::Config;
 use ankusa::dlq::DeadLetter;
@@ -199,16 +200,20 @@ impl Env {
         (v != "(nil)").then_some(v)
     }
 
-    /// Rows not finished yet: due (now or later) in any tenant's set, or claimed. Members of
-    /// ordered lanes waiting behind their head are not counted.
+    /// Rows not finished yet, in every partition: due (now or later) in any tenant's set, or
+    /// claimed. Members of ordered lanes waiting behind their head are not counted.
     pub fn pending_rows(&self) -> u64 {
-        let due = self.redis_cmd(&["KEYS", &self.key("due:*")]);
-        let mut n: u64 = self
-            .redis_cmd(&["ZCARD", &self.key("claimed")])
-            .parse()
-            .expect("ZCARD");
-        for k in due.lines().filter(|l| !l.is_empty()) {
-            n += self.redis_cmd(&["ZCARD", k]).parse::<u64>().expect("ZCARD");
+        let mut n = 0;
+        for part in self.store.all_partitions() {
+            let prefix = part.keyspace().prefix();
+            let due = self.redis_cmd(&["KEYS", &format!("{prefix}due:*")]);
+            n += self
+                .redis_cmd(&["ZCARD", &format!("{prefix}claimed")])
+                .parse::<u64>()
+                .expect("ZCARD");
+            for k in due.lines().filter(|l| !l.is_empty()) {
+                n += self.redis_cmd(&["ZCARD", k]).parse::<u64>().expect("ZCARD");
+            }
         }
         n
     }

@@ -199,9 +199,14 @@ impl Receipts {
 
 /// The receiver's 2xx receipts by `ankusa-delivery-id`.
 pub fn receipts(env: &Env) -> Receipts {
+    receipts_of(&env.receiver)
+}
+
+/// [`receipts`] of any receiver (a test whose world is not an [`Env`]).
+pub fn receipts_of(receiver: &ankusa::testkit::Receiver) -> Receipts {
     let mut per_row = HashMap::new();
     let mut total = 0;
-    for r in env.receiver.requests() {
+    for r in receiver.requests() {
         if (200..300).contains(&r.status) {
             if let Some(id) = r.header("ankusa-delivery-id") {
                 *per_row.entry(id.to_string()).or_insert(0) += 1;
@@ -276,9 +281,18 @@ pub fn write_config(
 ) -> std::path::PathBuf {
     let mut c = env.config.clone();
     tune(&mut c);
+    write_config_of(&c, dir, file)
+}
+
+/// Write `config` to `dir/<file>` for worker processes; returns the path.
+pub fn write_config_of(
+    c: &ankusa::config::Config,
+    dir: &tempfile::TempDir,
+    file: &str,
+) -> std::path::PathBuf {
     c.validate().expect("test config is valid");
     let path = dir.path().join(file);
-    std::fs::write(&path, toml::to_string(&c).expect("config serialises")).expect("config written");
+    std::fs::write(&path, toml::to_string(c).expect("config serialises")).expect("config written");
     path
 }
 
