@@ -20,9 +20,12 @@ use std::sync::Arc;
 /// The process-wide counters behind the global caps, shared by the sessions of every
 /// partition a worker leads (issue 13). Each [`Slots`] adds what it holds and takes it
 /// back (also when it is dropped with rows still held: a term that ended abruptly), so
-/// the counters are always the sum over the live sessions. Room is first come, first
-/// served across partitions; a session that found none marks the window starved, and the
-/// next room freed by any session signals [`SharedWindow::freed`] so it asks again.
+/// the counters are always the sum over the live sessions. Room is shared fairly between
+/// the sessions that want it: while another session waits for attempt slots (or window
+/// rows), a session takes more only below its fair share, `ceil(cap / sessions waiting,
+/// itself included)`; uncontended, a session may use the whole cap. A session that found
+/// no room marks the window starved, and the next room freed by any session (or a session
+/// that stops waiting) signals [`SharedWindow::freed`] so it asks again.
 /// Attempt slots are taken atomically, so `dispatch.concurrency` is never exceeded; the
 /// row and byte windows are checked when a claim is sent and held when it returns, so
 /// claims of several partitions in flight together can pass them by up to one claim page
@@ -32,6 +35,10 @@ pub struct SharedWindow {
     rows: AtomicUsize,
     bytes: AtomicU64,
     running: AtomicUsize,
+    /// Sessions denied an attempt slot with jobs queued, not yet served.
+    wanting_slots: AtomicUsize,
+    /// Sessions denied claim room (window rows), not yet served.
+    wanting_rows: AtomicUsize,
     starved: AtomicBool,
     freed: tokio::sync::watch::Sender<()>,
 }
@@ -42,6 +49,8 @@ impl Default for SharedWindow {
             rows: AtomicUsize::new(0),
             bytes: AtomicU64::new(0),
             running: AtomicUsize::new(0),
+            wanting_slots: AtomicUsize::new(0),
+            wanting_rows: AtomicUsize::new(0),
             starved: AtomicBool::new(false),
             freed: tokio::sync::watch::Sender::new(()),
         }
@@ -73,6 +82,14 @@ impl SharedWindow {
             })
             .is_ok()
     }
+    /// Sessions waiting for attempt slots (issue 13's fair share).
+    pub fn wanting_slots(&self) -> usize {
+        self.wanting_slots.load(Ordering::Relaxed)
+    }
+    /// Sessions waiting for window rows (issue 13's fair share).
+    pub fn wanting_rows(&self) -> usize {
+        self.wanting_rows.load(Ordering::Relaxed)
+    }
     fn starve(&self) {
         self.starved.store(true, Ordering::Relaxed);
     }
@@ -80,6 +97,28 @@ impl SharedWindow {
         if self.starved.swap(false, Ordering::Relaxed) {
             self.freed.send_replace(());
         }
+    }
+}
+
+/// The most one session may hold of `cap` while `others` sessions wait for it too:
+/// `ceil(cap / (others + 1))`, at least 1 (issue 13: the partitions one worker leads
+/// share its caps fairly).
+pub fn fair_share(cap: usize, others: usize) -> usize {
+    cap.div_ceil(others + 1).max(1)
+}
+
+/// Set `flag` (this session's "waiting" mark) to `on`, keeping `count` (the sessions
+/// waiting) in step; a session that stops waiting wakes the others, whose share grows.
+fn mark(flag: &mut bool, count: &AtomicUsize, on: bool, shared: &SharedWindow) {
+    if *flag == on {
+        return;
+    }
+    *flag = on;
+    if on {
+        count.fetch_add(1, Ordering::Relaxed);
+    } else {
+        count.fetch_sub(1, Ordering::Relaxed);
+        shared.release();
     }
 }
 
@@ -152,6 +191,10 @@ pub struct Slots<J: Slotted> {
     /// Tenants with queued jobs, in round-robin order.
     ready: VecDeque<String>,
     cfg: DispatchConfig,
+    /// Whether this session is counted in [`SharedWindow::wanting_slots`].
+    wants_slots: bool,
+    /// Whether this session is counted in [`SharedWindow::wanting_rows`].
+    wants_rows: bool,
 }
 
 impl<J: Slotted> Slots<J> {
@@ -176,6 +219,8 @@ impl<J: Slotted> Slots<J> {
             tenants: HashMap::new(),
             ready: VecDeque::new(),
             cfg: cfg.clone(),
+            wants_slots: false,
+            wants_rows: false,
         }
     }
 
@@ -213,16 +258,39 @@ impl<J: Slotted> Slots<J> {
             || self.shared.bytes() >= self.global.max_inflight_bytes
     }
 
-    /// Rows the next claim may take at most, given the global window and `batch`.
-    pub fn claim_room(&self) -> usize {
-        if self.window_full() {
-            self.shared.starve();
-            return 0;
+    /// Rows the next claim may take at most, given the global window, `batch`, and this
+    /// session's fair share of the rows while other sessions wait for room (issue 13).
+    /// 0 marks this session waiting until a later call finds room.
+    pub fn claim_room(&mut self) -> usize {
+        let others = self.shared.wanting_rows() - usize::from(self.wants_rows);
+        let mut room = if self.window_full() {
+            0
+        } else {
+            self.global
+                .max_inflight
+                .saturating_sub(self.shared.rows())
+                .min(self.cfg.batch)
+        };
+        if others > 0 {
+            room = room.min(fair_share(self.global.max_inflight, others).saturating_sub(self.rows));
         }
-        self.global
-            .max_inflight
-            .saturating_sub(self.shared.rows())
-            .min(self.cfg.batch)
+        if room == 0 {
+            mark(
+                &mut self.wants_rows,
+                &self.shared.wanting_rows,
+                true,
+                &self.shared,
+            );
+            self.shared.starve();
+        } else {
+            mark(
+                &mut self.wants_rows,
+                &self.shared.wanting_rows,
+                false,
+                &self.shared,
+            );
+        }
+        room
     }
 
     /// Room of every tenant in flight that is tighter than `page`: `(tenant, rows)`;
@@ -364,13 +432,30 @@ impl<J: Slotted> Slots<J> {
     /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit, P9): a key
     /// it refuses keeps its queue and its place in line and takes no slot.
     pub fn next_start_gated(&mut self, gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
-        // Take a slot of the process first (atomically: other partitions' sessions run on
-        // other threads), and give it back if no job may start.
-        if !self.shared.take_slot(self.global.concurrency) {
+        // Within the fair share while other sessions wait (issue 13), then a slot of the
+        // process (atomically: other partitions' sessions run on other threads), given back
+        // if no job may start.
+        let others = self.shared.wanting_slots() - usize::from(self.wants_slots);
+        let over_share = others > 0 && self.running >= fair_share(self.global.concurrency, others);
+        if over_share || !self.shared.take_slot(self.global.concurrency) {
+            let waiting = !self.ready.is_empty();
+            mark(
+                &mut self.wants_slots,
+                &self.shared.wanting_slots,
+                waiting,
+                &self.shared,
+            );
             self.shared.starve();
             return None;
         }
         let job = self.pick(gate);
+        // Served, or nothing may start (gated, capped or empty): no longer waiting.
+        mark(
+            &mut self.wants_slots,
+            &self.shared.wanting_slots,
+            false,
+            &self.shared,
+        );
         if job.is_none() {
             self.shared.running.fetch_sub(1, Ordering::Relaxed);
             self.shared.release();
@@ -497,6 +582,18 @@ impl<J: Slotted> Drop for Slots<J> {
         self.shared
             .running
             .fetch_sub(self.running, Ordering::Relaxed);
+        mark(
+            &mut self.wants_slots,
+            &self.shared.wanting_slots,
+            false,
+            &self.shared,
+        );
+        mark(
+            &mut self.wants_rows,
+            &self.shared.wanting_rows,
+            false,
+            &self.shared,
+        );
         self.shared.release();
     }
 }
@@ -522,6 +619,93 @@ mod tests {
         assert_eq!((shared.running(), shared.rows()), (2, 3));
         drop(a);
         assert_eq!((shared.running(), shared.rows()), (1, 1));
+    }
+
+    #[test]
+    fn a_session_that_took_every_slot_gives_the_freed_ones_to_a_waiting_session_up_to_half() {
+        let shared = Arc::new(SharedWindow::default());
+        let mut a = Slots::with_shared(&cfg(4, 10), shared.clone());
+        let mut b = Slots::with_shared(&cfg(4, 10), shared.clone());
+        for n in 0..10 {
+            push(&mut a, job("x", (n % 5) as u32, n));
+            push(&mut b, job("y", (n % 5) as u32, n));
+        }
+        // Uncontended, a takes the whole process cap.
+        let started: Vec<J> = std::iter::from_fn(|| a.next_start()).collect();
+        assert_eq!(started.len(), 4);
+        assert!(b.next_start().is_none(), "the process's 4 slots are taken");
+        assert!(b.wants_slots && a.wants_slots, "both wait for more");
+        // Each slot a frees goes to b until both hold their fair share, 2.
+        for j in &started {
+            a.finished(&j.tenant, &j.key);
+            while a.next_start().is_some() || b.next_start().is_some() {}
+        }
+        assert_eq!((a.running(), b.running()), (2, 2));
+        assert_eq!(shared.running(), 4, "the cap is used whole");
+    }
+
+    #[test]
+    fn a_waiting_session_with_nothing_startable_stops_capping_the_others() {
+        let shared = Arc::new(SharedWindow::default());
+        let mut a = Slots::with_shared(&cfg(2, 10), shared.clone());
+        let mut b = Slots::with_shared(&cfg(2, 10), shared.clone());
+        for n in 0..4 {
+            push(&mut a, job("x", n as u32, n));
+        }
+        push(&mut b, job("y", 0, 0));
+        let (a0, a1) = (a.next_start().unwrap(), a.next_start().unwrap());
+        assert!(b.next_start().is_none());
+        assert!(b.wants_slots);
+        // b's only job is held back by its gate (a rate limit): it stops waiting when it
+        // next asks, and a may use the whole cap again.
+        a.finished(&a0.tenant, &a0.key);
+        let freed = shared.freed();
+        assert!(a.next_start().is_none(), "a is at its share while b waits");
+        assert!(b.next_start_gated(|_| false).is_none());
+        assert!(!b.wants_slots);
+        assert!(
+            freed.has_changed().unwrap_or(false),
+            "a is told to ask again"
+        );
+        assert!(a.next_start().is_some());
+        a.finished(&a1.tenant, &a1.key);
+        drop((a, b));
+        assert_eq!(
+            shared.wanting_slots(),
+            0,
+            "a session that ends stops waiting"
+        );
+    }
+
+    #[test]
+    fn claim_room_is_shared_fairly_while_another_session_waits_for_rows() {
+        let shared = Arc::new(SharedWindow::default());
+        let window = DispatchConfig {
+            max_inflight: 100,
+            batch: 100,
+            ..cfg(10, 10)
+        };
+        let mut a = Slots::<J>::with_shared(&window, shared.clone());
+        let mut b = Slots::<J>::with_shared(&window, shared.clone());
+        assert_eq!(a.claim_room(), 100, "uncontended: the whole window");
+        for _ in 0..100 {
+            a.hold("x", 1);
+        }
+        assert_eq!(b.claim_room(), 0, "the window is full");
+        assert_eq!(shared.wanting_rows(), 1);
+        for _ in 0..10 {
+            a.settled("x", 1);
+        }
+        assert_eq!(
+            a.claim_room(),
+            0,
+            "a holds 90, over its share of 50, while b waits"
+        );
+        assert_eq!(b.claim_room(), 10);
+        assert_eq!(shared.wanting_rows(), 1, "b was served; a waits now");
+        drop(a);
+        assert_eq!(shared.wanting_rows(), 0);
+        assert_eq!(b.claim_room(), 100);
     }
 
     #[test]
