@@ -43,11 +43,7 @@ impl Session {
             }
             let tx = self.tx.clone();
             let http = self.ctx.http.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
-                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
-                status = tracing::field::Empty, error = tracing::field::Empty);
-            // A child of the producer's traceparent when spans are exported (crate::telemetry).
-            crate::telemetry::link(&span, &job.hook.headers);
+            let span = attempt_span(&job);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -197,16 +193,7 @@ impl Session {
             metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "parked")
                 .increment(1);
         }
-        let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-        self.push_outcome(
-            job.tenant,
-            job.row,
-            job.claim,
-            job.attempts,
-            first,
-            op,
-            job.bytes,
-        );
+        self.push_job(job, op);
     }
 
     /// A retryable failure's settle operation: retry after backoff, or dead-letter at the
@@ -256,6 +243,19 @@ impl Session {
         let attempts = job.attempts + 1;
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
         self.track_failure(&job, &result);
+        // A retryable failure (`result` labels its duration): retried or dead-lettered.
+        let retry = |result: &'static str, retry_after: Option<Duration>, error: String| {
+            metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => result).record(elapsed.as_secs_f64());
+            self.retry_op(
+                job.entry.retry.as_ref(),
+                module,
+                attempts,
+                first,
+                now,
+                retry_after,
+                error,
+            )
+        };
         let op = match result {
             Ok(()) => {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "ok").record(elapsed.as_secs_f64());
@@ -274,31 +274,12 @@ impl Session {
                     error: reason,
                 }
             }
-            Err(AttemptError::Timeout(after)) => {
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "timeout").record(elapsed.as_secs_f64());
-                let error = format!("attempt_timeout({}ms)", after.as_millis());
-                self.retry_op(
-                    job.entry.retry.as_ref(),
-                    module,
-                    attempts,
-                    first,
-                    now,
-                    None,
-                    error,
-                )
-            }
-            Err(AttemptError::Retry { error, retry_after }) => {
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
-                self.retry_op(
-                    job.entry.retry.as_ref(),
-                    module,
-                    attempts,
-                    first,
-                    now,
-                    retry_after,
-                    error,
-                )
-            }
+            Err(AttemptError::Timeout(after)) => retry(
+                "timeout",
+                None,
+                format!("attempt_timeout({}ms)", after.as_millis()),
+            ),
+            Err(AttemptError::Retry { error, retry_after }) => retry("error", retry_after, error),
         };
         let record = attempt_record(&job, attempts, now, elapsed, &op);
         if let Some(e) = &record.error {
@@ -314,6 +295,17 @@ impl Session {
             p.record = Some((hook, record));
         }
     }
+}
+
+/// The `attempt` span of `job`'s next attempt; its outcome, status and error are recorded
+/// at the end ([`record_outcome`]).
+pub(super) fn attempt_span(job: &Job) -> tracing::Span {
+    let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
+        module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
+        status = tracing::field::Empty, error = tracing::field::Empty);
+    // A child of the producer's traceparent when spans are exported (crate::telemetry).
+    crate::telemetry::link(&span, &job.hook.headers);
+    span
 }
 
 /// The history record of a finished attempt (`now`: Redis time at its end, ms).

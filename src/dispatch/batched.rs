@@ -395,10 +395,7 @@ impl Session {
             let blobs = self.batched.blobs.clone();
             let store = (self.ctx.store.clone(), self.ctx.token.clone());
             let tx = self.tx.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
-                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
-                status = tracing::field::Empty, error = tracing::field::Empty);
-            crate::telemetry::link(&span, &job.hook.headers);
+            let span = super::attempt::attempt_span(&job);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();

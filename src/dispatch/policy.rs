@@ -193,19 +193,13 @@ impl Session {
         let mut jobs = self.slots.take_key(&key.tenant, &key);
         jobs.extend(self.take_batched_key(&key));
         for job in jobs {
-            let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
             metrics::counter!("ankusa_deliveries_total", "module" => job.key.module.to_string(), "outcome" => "dead_lettered").increment(1);
-            self.push_outcome(
-                job.tenant,
-                job.row,
-                job.claim,
-                job.attempts,
-                first,
+            self.push_job(
+                job,
                 SettleOp::DeadLetter {
                     reason: DeadReason::SinkDisabled(key.index),
                     error: String::new(),
                 },
-                job.bytes,
             );
         }
     }
