@@ -33,7 +33,7 @@ use crate::scheduler::slots::{self, Slots, Slotted};
 use crate::sinks::http::{HttpOpts, HttpSink};
 use crate::sinks::pubsub::PubSubOpts;
 use crate::sinks::sqs::SqsOpts;
-use crate::sinks::{truncate, AttemptError, Delivery};
+use crate::sinks::{truncate, AttemptError, Delivery, ErrorKind};
 use crate::store::{ClaimResult, Outcome, SettleOp, Store, StoreError, StoredHook};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

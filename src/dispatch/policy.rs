@@ -51,7 +51,7 @@ impl Session {
                 self.failing_since.remove(&job.key);
                 return;
             }
-            Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent(error)) => {
+            Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent { error, .. }) => {
                 truncate(error.clone(), 512)
             }
             Err(AttemptError::Timeout(d)) => format!("attempt_timeout({}ms)", d.as_millis()),
@@ -253,7 +253,7 @@ async fn post_event(
                 metrics::counter!("ankusa_operator_events_total", "result" => "ok").increment(1);
                 return;
             }
-            Ok(Err(AttemptError::Permanent(e))) => {
+            Ok(Err(AttemptError::Permanent { error: e, .. })) => {
                 warn!(error = %e, "operator.events_url refused the event");
                 break;
             }
