@@ -180,15 +180,7 @@ impl SqsTarget {
 pub fn classify_entry(code: &str, sender_fault: bool, message: &str) -> AttemptError {
     let error = super::truncate(format!("sqs {code}: {message}"), 512);
     let retryable = !sender_fault || RETRYABLE_CODES.contains(&code) || code.starts_with("Kms");
-    if retryable {
-        AttemptError::Retry {
-            error,
-            retry_after: None,
-            kind: ErrorKind::Other,
-        }
-    } else {
-        AttemptError::permanent(ErrorKind::Other, error)
-    }
+    sqs_error(retryable, error)
 }
 
 const RETRYABLE_CODES: &[&str] = &[
@@ -220,14 +212,14 @@ pub fn classify_request(status: Option<u16>, code: Option<&str>, message: &str) 
         (None, _) => true,
         (Some(s), _) => s == 408 || s == 429 || s >= 500,
     };
-    if retry {
-        AttemptError::Retry {
-            error,
-            retry_after: None,
-            kind: ErrorKind::Other,
-        }
-    } else {
-        AttemptError::permanent(ErrorKind::Other, error)
+    sqs_error(retry, error)
+}
+
+/// An SQS failure: retryable or permanent, of no kind the history names apart.
+fn sqs_error(retry: bool, error: String) -> AttemptError {
+    match retry {
+        true => AttemptError::retry(ErrorKind::Other, error),
+        false => AttemptError::permanent(ErrorKind::Other, error),
     }
 }
 
