@@ -51,6 +51,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod dlq;
 pub mod error;
+mod fault;
 pub mod health;
 pub mod keyspace;
 pub mod leader;

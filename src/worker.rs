@@ -45,23 +45,7 @@ impl Worker {
     /// Validate `config`, connect, refuse an evicting Redis (unless `redis.allow_evicting`),
     /// and start electing/leading in the background. `name` seeds the node id.
     pub async fn start(config: Config, name: Option<&str>) -> Result<Worker, Error> {
-        config.validate()?;
-        let store = Store::connect_config(&config.redis, &config.instance)
-            .await?
-            .with_edge(crate::sinks::EdgePolicy::from_config(&config))
-            .with_partitions(config.partitions);
-        if let Some(policy) = store.maxmemory_policy().await? {
-            if policy != "noeviction" {
-                if config.redis.allow_evicting {
-                    warn!(%policy, "redis may evict keys; running anyway because redis.allow_evicting = true");
-                } else {
-                    return Err(Error::EvictingRedis(policy));
-                }
-            }
-        }
-        // The partition count is the instance's (issue 13): recorded at its first start,
-        // refused when this config says otherwise.
-        store.check_partitions(true).await?;
+        let store = connect(&config).await?;
         let node_id = node_id(name);
         let http = HttpSink::new(crate::sinks::EdgePolicy::from_config(&config))
             .map_err(|e| Error::Other(format!("http client: {e}")))?;
@@ -76,196 +60,34 @@ impl Worker {
 
         let mut tasks = Vec::new();
         let stores = store.all_partitions();
-        let mut sides = Vec::with_capacity(stores.len());
-        let mut states = Vec::with_capacity(stores.len());
-        for _ in &stores {
-            let (tx, rx) = watch::channel(SchedulerState::default());
-            sides.push(PartitionSide {
-                wake: Arc::new(Notify::new()),
-                released: Arc::new(Notify::new()),
-                state: tx,
-            });
-            states.push(rx);
-        }
-        // Wake channels (R2): a commit's PUBLISH wakes its partition's scan at once. Lease
-        // channels (named like the lease keys): a release wakes that partition's election
-        // at once (R25). One subscriber connection for every partition.
-        let sub = store.subscriber()?;
-        sub.init().await.map_err(crate::store::StoreError::from)?;
-        let mut channels = std::collections::HashMap::new();
-        for (i, p) in stores.iter().enumerate() {
-            channels.insert(p.keyspace().wake(), (i, false));
-            channels.insert(p.keyspace().lease(), (i, true));
-        }
-        sub.subscribe(channels.keys().cloned().collect::<Vec<_>>())
-            .await
-            .map_err(crate::store::StoreError::from)?;
-        let _resub = sub.manage_subscriptions();
-        let mut messages = sub.message_rx();
-        {
-            let shutdown = shutdown.clone();
-            let notifies: Vec<(Arc<Notify>, Arc<Notify>)> = sides
-                .iter()
-                .map(|s| (s.wake.clone(), s.released.clone()))
-                .collect();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        m = messages.recv() => match m {
-                            Ok(m) => match channels.get(&*m.channel) {
-                                Some(&(i, true)) => notifies[i].1.notify_one(),
-                                Some(&(i, false)) => notifies[i].0.notify_one(),
-                                None => {}
-                            },
-                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                                for (wake, released) in &notifies {
-                                    wake.notify_one();
-                                    released.notify_one();
-                                }
-                            }
-                            Err(_) => break,
-                        },
-                        _ = shutdown.cancelled() => break,
-                    }
-                }
-                let _ = sub.quit().await;
-            }));
-        }
-        // The process's state: the partitions' states summed (one partition: its state).
-        {
-            let changed = Arc::new(Notify::new());
-            for rx in &states {
-                let (mut rx, changed, shutdown) = (rx.clone(), changed.clone(), shutdown.clone());
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            r = rx.changed() => if r.is_err() { break },
-                            _ = shutdown.cancelled() => break,
-                        }
-                        changed.notify_one();
-                    }
-                }));
-            }
-            let (states, shutdown) = (states.clone(), shutdown.clone());
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let sum = sum_states(&states);
-                    state_tx.send_if_modified(|old| {
-                        let new = *old != sum;
-                        *old = sum;
-                        new
-                    });
-                    tokio::select! {
-                        _ = changed.notified() => {}
-                        _ = shutdown.cancelled() => break,
-                    }
-                }
-            }));
-        }
+        let (sides, states) = partition_sides(stores.len());
+        tasks.push(subscribe_wakes(&store, &stores, &sides, &shutdown).await?);
+        sum_states_into(&states, state_tx, &shutdown, &mut tasks);
         for (pstore, state_rx) in stores.iter().zip(&states) {
-            // Window state for pressure() from any process (R21), fenced by this term's
-            // token, with the settings the scripts keep server side (issue 17.10, R18).
-            {
-                let (store, mut state, shutdown) =
-                    (pstore.clone(), state_rx.clone(), shutdown.clone());
-                let node = node_id.clone();
-                let cfg = config_rx.clone();
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        let st = state.borrow_and_update().clone();
-                        if st.leading {
-                            if let Ok(json) = serde_json::to_string(&st) {
-                                let token = format!("{node}:{}", st.epoch);
-                                let settings = {
-                                    let c = cfg.borrow();
-                                    [
-                                        ("max_hook_bytes", c.commit.max_hook_bytes as u64),
-                                        ("cc_retention_ms", c.claim_check.retention_ms),
-                                    ]
-                                };
-                                let _ = store.publish_window(&token, &json, 3_000, &settings).await;
-                            }
-                        }
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_millis(1_000)) => {}
-                            _ = state.changed() => tokio::time::sleep(Duration::from_millis(100)).await,
-                            _ = shutdown.cancelled() => break,
-                        }
-                    }
-                }));
-            }
+            let campaign = Campaign {
+                store: pstore,
+                state: state_rx,
+                shutdown: &shutdown,
+            };
+            tasks.push(campaign.publish_window(node_id.clone(), config_rx.clone()));
             // Dead-letter retention (count and age per tenant), applied by the leader only:
             // partition 0's, whose walk covers every partition's tenants (issue 13).
             if config.dlq.sweep_ms > 0 && pstore.partition_index() == 0 {
-                let (store, state, shutdown) = (pstore.clone(), state_rx.clone(), shutdown.clone());
-                let dlq = config.dlq.clone();
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_millis(dlq.sweep_ms)) => {}
-                            _ = shutdown.cancelled() => break,
-                        }
-                        if !state.borrow().leading {
-                            continue;
-                        }
-                        match crate::dlq::apply_retention(&store, &dlq).await {
-                            Ok(0) => {}
-                            Ok(n) => info!(purged = n, "dead-letter retention applied"),
-                            Err(e) => {
-                                warn!(error = %e, "dead-letter retention failed; will try again")
-                            }
-                        }
-                    }
-                }));
+                tasks.push(campaign.dlq_retention(config.dlq.clone()));
             }
-            // Per-tenant gauges for the tenants listed in `history.metrics_tenants` only, so
-            // the `tenant` label stays bounded; published by their partition's leader every 5 s.
-            let tenants: Vec<String> = config
-                .history
-                .metrics_tenants
-                .iter()
-                .filter(|t| store.for_tenant(t).partition_index() == pstore.partition_index())
-                .cloned()
-                .collect();
+            let tenants = gauged_tenants(&store, pstore, &config);
             if !tenants.is_empty() {
-                let (store, state, shutdown) = (pstore.clone(), state_rx.clone(), shutdown.clone());
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_millis(5_000)) => {}
-                            _ = shutdown.cancelled() => break,
-                        }
-                        if state.borrow().leading {
-                            crate::visibility::publish_tenant_gauges(&store, &tenants).await;
-                        }
-                    }
-                }));
+                tasks.push(campaign.tenant_gauges(tenants));
             }
         }
-        // The eviction policy, re-checked while running (issue 17.9): a policy changed to an
-        // evicting one turns health red (and is logged) until it is noeviction again.
         if !config.redis.allow_evicting {
-            let (store, health, shutdown) = (store.clone(), health.clone(), shutdown.clone());
             let every = Duration::from_millis(config.leader.renew_interval_ms());
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(every) => {}
-                        _ = shutdown.cancelled() => break,
-                    }
-                    match store.maxmemory_policy().await {
-                        Ok(Some(policy)) if policy != "noeviction" => {
-                            let why = Error::EvictingRedis(policy).to_string();
-                            if health.problem().as_deref() != Some(why.as_str()) {
-                                tracing::error!(%why, "redis may evict keys now");
-                            }
-                            health.set_evicting(Some(why));
-                        }
-                        Ok(_) => health.set_evicting(None),
-                        Err(_) => {} // unreachable Redis is reported by the writes that fail
-                    }
-                }
-            }));
+            tasks.push(watch_eviction(
+                store.clone(),
+                health.clone(),
+                &shutdown,
+                every,
+            ));
         }
         let node = Node {
             store: store.clone(),
@@ -395,6 +217,268 @@ impl Worker {
             t.abort();
         }
     }
+}
+
+/// Validates `config`, connects, refuses an evicting Redis (unless `redis.allow_evicting`) and
+/// checks the instance's partition count.
+async fn connect(config: &Config) -> Result<Store, Error> {
+    config.validate()?;
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await?
+        .with_edge(crate::sinks::EdgePolicy::from_config(config))
+        .with_partitions(config.partitions);
+    if let Some(policy) = store.maxmemory_policy().await? {
+        if policy != "noeviction" {
+            if config.redis.allow_evicting {
+                warn!(%policy, "redis may evict keys; running anyway because redis.allow_evicting = true");
+            } else {
+                return Err(Error::EvictingRedis(policy));
+            }
+        }
+    }
+    // The partition count is the instance's (issue 13): recorded at its first start,
+    // refused when this config says otherwise.
+    store.check_partitions(true).await?;
+    Ok(store)
+}
+
+/// One side per partition (its wake and release notifications, its state sender) and the
+/// receivers of those states.
+fn partition_sides(n: usize) -> (Vec<PartitionSide>, Vec<watch::Receiver<SchedulerState>>) {
+    let mut sides = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (tx, rx) = watch::channel(SchedulerState::default());
+        sides.push(PartitionSide {
+            wake: Arc::new(Notify::new()),
+            released: Arc::new(Notify::new()),
+            state: tx,
+        });
+        states.push(rx);
+    }
+    (sides, states)
+}
+
+/// Wake channels (R2): a commit's PUBLISH wakes its partition's scan at once. Lease channels
+/// (named like the lease keys): a release wakes that partition's election at once (R25). One
+/// subscriber connection for every partition; the task forwards each message to its side.
+async fn subscribe_wakes(
+    store: &Store,
+    stores: &[Store],
+    sides: &[PartitionSide],
+    shutdown: &CancellationToken,
+) -> Result<JoinHandle<()>, Error> {
+    let sub = store.subscriber()?;
+    sub.init().await.map_err(crate::store::StoreError::from)?;
+    let mut channels = std::collections::HashMap::new();
+    for (i, p) in stores.iter().enumerate() {
+        channels.insert(p.keyspace().wake(), (i, false));
+        channels.insert(p.keyspace().lease(), (i, true));
+    }
+    sub.subscribe(channels.keys().cloned().collect::<Vec<_>>())
+        .await
+        .map_err(crate::store::StoreError::from)?;
+    let _resub = sub.manage_subscriptions();
+    let mut messages = sub.message_rx();
+    let shutdown = shutdown.clone();
+    let notifies: Vec<(Arc<Notify>, Arc<Notify>)> = sides
+        .iter()
+        .map(|s| (s.wake.clone(), s.released.clone()))
+        .collect();
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                m = messages.recv() => match m {
+                    Ok(m) => match channels.get(&*m.channel) {
+                        Some(&(i, true)) => notifies[i].1.notify_one(),
+                        Some(&(i, false)) => notifies[i].0.notify_one(),
+                        None => {}
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        for (wake, released) in &notifies {
+                            wake.notify_one();
+                            released.notify_one();
+                        }
+                    }
+                    Err(_) => break,
+                },
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        let _ = sub.quit().await;
+    }))
+}
+
+/// The process's state: the partitions' states summed (one partition: its state), sent
+/// again whenever one of them changes.
+fn sum_states_into(
+    states: &[watch::Receiver<SchedulerState>],
+    state_tx: watch::Sender<SchedulerState>,
+    shutdown: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
+) {
+    let changed = Arc::new(Notify::new());
+    for rx in states {
+        let (mut rx, changed, shutdown) = (rx.clone(), changed.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { break },
+                    _ = shutdown.cancelled() => break,
+                }
+                changed.notify_one();
+            }
+        }));
+    }
+    let (states, shutdown) = (states.to_vec(), shutdown.clone());
+    tasks.push(tokio::spawn(async move {
+        loop {
+            let sum = sum_states(&states);
+            state_tx.send_if_modified(|old| {
+                let new = *old != sum;
+                *old = sum;
+                new
+            });
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+    }));
+}
+
+/// The tenants of `history.metrics_tenants` that live on `pstore`'s partition.
+fn gauged_tenants(store: &Store, pstore: &Store, config: &Config) -> Vec<String> {
+    config
+        .history
+        .metrics_tenants
+        .iter()
+        .filter(|t| store.for_tenant(t).partition_index() == pstore.partition_index())
+        .cloned()
+        .collect()
+}
+
+/// What one partition's background tasks share: its store, its scheduler state, the stop.
+struct Campaign<'a> {
+    store: &'a Store,
+    state: &'a watch::Receiver<SchedulerState>,
+    shutdown: &'a CancellationToken,
+}
+
+impl Campaign<'_> {
+    /// Window state for pressure() from any process (R21), fenced by this term's token, with
+    /// the settings the scripts keep server side (issue 17.10, R18).
+    fn publish_window(&self, node: String, cfg: watch::Receiver<Arc<Config>>) -> JoinHandle<()> {
+        let (store, mut state, shutdown) = (
+            self.store.clone(),
+            self.state.clone(),
+            self.shutdown.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                let st = state.borrow_and_update().clone();
+                if st.leading {
+                    if let Ok(json) = serde_json::to_string(&st) {
+                        let token = format!("{node}:{}", st.epoch);
+                        let settings = {
+                            let c = cfg.borrow();
+                            [
+                                ("max_hook_bytes", c.commit.max_hook_bytes as u64),
+                                ("cc_retention_ms", c.claim_check.retention_ms),
+                            ]
+                        };
+                        let _ = store.publish_window(&token, &json, 3_000, &settings).await;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(1_000)) => {}
+                    _ = state.changed() => tokio::time::sleep(Duration::from_millis(100)).await,
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+        })
+    }
+
+    /// Dead-letter retention every `dlq.sweep_ms`, while this partition is led here.
+    fn dlq_retention(&self, dlq: crate::config::DlqConfig) -> JoinHandle<()> {
+        let dlq = Arc::new(dlq);
+        self.every_while_leading(Duration::from_millis(dlq.sweep_ms), move |store| {
+            let dlq = dlq.clone();
+            async move {
+                match crate::dlq::apply_retention(&store, &dlq).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(purged = n, "dead-letter retention applied"),
+                    Err(e) => {
+                        warn!(error = %e, "dead-letter retention failed; will try again")
+                    }
+                }
+            }
+        })
+    }
+
+    /// Per-tenant gauges for the tenants listed in `history.metrics_tenants` only, so the
+    /// `tenant` label stays bounded; published by their partition's leader every 5 s.
+    fn tenant_gauges(&self, tenants: Vec<String>) -> JoinHandle<()> {
+        let tenants = Arc::new(tenants);
+        self.every_while_leading(Duration::from_millis(5_000), move |store| {
+            let tenants = tenants.clone();
+            async move { crate::visibility::publish_tenant_gauges(&store, &tenants).await }
+        })
+    }
+
+    /// Runs `tick` every `period` while this partition is led here, until shutdown.
+    fn every_while_leading<F, Fut>(&self, period: Duration, tick: F) -> JoinHandle<()>
+    where
+        F: Fn(Store) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (store, state, shutdown) = (
+            self.store.clone(),
+            self.state.clone(),
+            self.shutdown.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(period) => {}
+                    _ = shutdown.cancelled() => break,
+                }
+                if state.borrow().leading {
+                    tick(store.clone()).await;
+                }
+            }
+        })
+    }
+}
+
+/// The eviction policy, re-checked while running (issue 17.9): a policy changed to an
+/// evicting one turns health red (and is logged) until it is noeviction again.
+fn watch_eviction(
+    store: Store,
+    health: Arc<Health>,
+    shutdown: &CancellationToken,
+    every: Duration,
+) -> JoinHandle<()> {
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.cancelled() => break,
+            }
+            match store.maxmemory_policy().await {
+                Ok(Some(policy)) if policy != "noeviction" => {
+                    let why = Error::EvictingRedis(policy).to_string();
+                    if health.problem().as_deref() != Some(why.as_str()) {
+                        tracing::error!(%why, "redis may evict keys now");
+                    }
+                    health.set_evicting(Some(why));
+                }
+                Ok(_) => health.set_evicting(None),
+                Err(_) => {} // unreachable Redis is reported by the writes that fail
+            }
+        }
+    })
 }
 
 /// The process's state from its partitions' (issue 13): counts summed, `leading` if any

@@ -306,11 +306,16 @@ async fn a_leader_with_a_wedged_claim_loop_gives_up_its_lease_and_reports_unheal
     .await;
     env.http_source("acme", "orders", &["a"]).await;
     let dir = tempfile::tempdir().unwrap();
-    let wedged = write_config(&env, &dir, "wedged.toml", |c| {
-        c.leader.test_wedge_claim_loop = true
-    });
+    let wedged = write_config(&env, &dir, "wedged.toml", |_| {});
     let healthy = write_config(&env, &dir, "healthy.toml", |_| {});
-    let a = spawn_worker(&wedged, &dir, "wedged", &[], &[]);
+    // An injected fault (src/fault.rs, `--features fault-injection`): a wedged claim loop.
+    let a = spawn_worker(
+        &wedged,
+        &dir,
+        "wedged",
+        &[],
+        &[("ANKUSA_FAULT_WEDGE_CLAIM_LOOP", "1")],
+    );
     wait_leader(&a).await;
     let b = spawn_worker(&healthy, &dir, "healthy", &[], &[]);
     wait_ready(&b).await;

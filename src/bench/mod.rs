@@ -171,10 +171,7 @@ async fn fairness(
     let mut out = [0.0; 2];
     for (round, big) in [0, backlog].into_iter().enumerate() {
         let instance = format!("fair{round}");
-        let store = Store::connect(&redis.url(), &instance, 30_000)
-            .await?
-            .with_edge(crate::testkit::loopback_edge());
-        let producer = Producer::new(store.clone(), 16 << 20);
+        let (store, producer) = connect_instance(redis, &instance).await?;
         let small: Vec<String> = (0..4).map(|i| format!("small{i}")).collect();
         for t in &small {
             put_http(&store, receiver, t, &format!("{instance}/{t}"), false).await?;
@@ -225,10 +222,7 @@ async fn isolation(
     let mut out = [0.0; 2];
     for (round, down) in [false, true].into_iter().enumerate() {
         let instance = format!("iso{round}");
-        let store = Store::connect(&redis.url(), &instance, 30_000)
-            .await?
-            .with_edge(crate::testkit::loopback_edge());
-        let producer = Producer::new(store.clone(), 16 << 20);
+        let (store, producer) = connect_instance(redis, &instance).await?;
         let tenants: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
         for t in &tenants {
             let path = format!("{instance}/{t}");
@@ -273,10 +267,7 @@ async fn lanes(
     let mut out = [0.0; 2];
     for (round, ordered) in [false, true].into_iter().enumerate() {
         let instance = format!("lanes{round}");
-        let store = Store::connect(&redis.url(), &instance, 30_000)
-            .await?
-            .with_edge(crate::testkit::loopback_edge());
-        let producer = Producer::new(store.clone(), 16 << 20);
+        let (store, producer) = connect_instance(redis, &instance).await?;
         let tenants: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
         for t in &tenants {
             put_http(&store, receiver, t, &format!("{instance}/{t}"), ordered).await?;
@@ -466,13 +457,24 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
     drop(worker);
     world.extras(&args, &dir, &mut report).await?;
     phases::check_targets(&args, &report);
-    if args.json {
-        println!("{}", serde_json::to_string(&report).unwrap_or_default());
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
-    }
+    print_report(&report, args.json);
     Ok(())
+}
+
+/// A store of `instance` on `redis` that may reach loopback sinks, and a producer over it.
+async fn connect_instance(redis: &RedisServer, instance: &str) -> Result<(Store, Producer), Error> {
+    let store = Store::connect(&redis.url(), instance, 30_000)
+        .await?
+        .with_edge(crate::testkit::loopback_edge());
+    let producer = Producer::new(store.clone(), 16 << 20);
+    Ok((store, producer))
+}
+
+/// A report on stdout: one JSON line with `--json`, else pretty-printed.
+fn print_report(report: &impl serde::Serialize, json: bool) {
+    let text = match json {
+        true => serde_json::to_string(report),
+        false => serde_json::to_string_pretty(report),
+    };
+    println!("{}", text.unwrap_or_default());
 }

@@ -318,8 +318,39 @@ fn print_slow(phase: &str, m: &BTreeMap<String, SlowCalls>, us: u64) {
 
 /// Run the scenario and print its report.
 pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
-    let backlog = args.scripts_backlog;
-    let tenants = args.scripts_tenants;
+    let redis = start_redis(args)?;
+    let sink = CountingSink::start()?;
+    let (store, producer) = super::connect_instance(&redis, "slow").await?;
+    let mut report = ScriptsReport {
+        backlog: args.scripts_backlog,
+        small_tenants: args.scripts_tenants,
+        slowlog_us: args.slowlog_us,
+        ..Default::default()
+    };
+    eprintln!(
+        "bench: scripts: redis {}, {} rows in one tenant + {} tenants × 1 row, slowlog ≥ {} µs",
+        redis.url(),
+        args.scripts_backlog,
+        args.scripts_tenants,
+        args.slowlog_us
+    );
+    let small = commit_phase(args, &store, &producer, &sink, &mut report).await?;
+    let total = drain_phase(args, &redis, &producer, &sink, &small, &mut report).await?;
+    report.drain_slow = slowlog(&store).await?;
+    print_drain(args, total, &report);
+    super::print_report(&report, args.json);
+    if report.delivered < total {
+        return Err(Error::Other(format!(
+            "only {} of {total} rows delivered within {} s",
+            report.delivered, args.scripts_max_secs
+        )));
+    }
+    Ok(())
+}
+
+/// A fresh redis-server with a slowlog that keeps every call over `--slowlog-us`, niced or
+/// on SCHED_FIFO as asked.
+fn start_redis(args: &BenchArgs) -> Result<RedisServer, Error> {
     let redis = RedisServer::start().map_err(|e| Error::Other(e.to_string()))?;
     let pid = redis.pid().to_string();
     if args.redis_nice != 0 {
@@ -340,26 +371,21 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
     };
     cfg("slowlog-max-len", "1000000")?;
     cfg("slowlog-log-slower-than", &args.slowlog_us.to_string())?;
-    let sink = CountingSink::start()?;
-    let store = Store::connect(&redis.url(), "slow", 30_000)
-        .await?
-        .with_edge(crate::testkit::loopback_edge());
-    let producer = Producer::new(store.clone(), 16 << 20);
-    let mut report = ScriptsReport {
-        backlog,
-        small_tenants: tenants,
-        slowlog_us: args.slowlog_us,
-        ..Default::default()
-    };
-    eprintln!(
-        "bench: scripts: redis {}, {backlog} rows in one tenant + {tenants} tenants × 1 row, slowlog ≥ {} µs",
-        redis.url(),
-        args.slowlog_us
-    );
+    Ok(redis)
+}
 
-    // Commit: the big backlog in calls of `commit_batch` hooks, then one row per small tenant.
+/// Commit: the big backlog in calls of `commit_batch` hooks, then one row per small tenant.
+/// Returns the small tenants.
+async fn commit_phase(
+    args: &BenchArgs,
+    store: &Store,
+    producer: &Producer,
+    sink: &CountingSink,
+    report: &mut ScriptsReport,
+) -> Result<Vec<String>, Error> {
+    let (backlog, tenants) = (args.scripts_backlog, args.scripts_tenants);
     let started = Instant::now();
-    http_source(&store, "big", sink.url("/big")).await?;
+    http_source(store, "big", sink.url("/big")).await?;
     let bar = indicatif::ProgressBar::new(backlog as u64);
     let step = args.commit_batch.max(1);
     let mut i = 0;
@@ -373,17 +399,29 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
     bar.finish_and_clear();
     let small: Vec<String> = (0..tenants).map(|k| format!("s{k:05}")).collect();
     for t in &small {
-        http_source(&store, t, sink.url("/small")).await?;
+        http_source(store, t, sink.url("/small")).await?;
     }
     for (k, t) in small.iter().enumerate() {
         producer.commit(t, "s", Hook::new(body(k))).await?;
     }
     report.commit_secs = (started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
-    report.commit_slow = slowlog(&store).await?;
+    report.commit_slow = slowlog(store).await?;
     eprintln!("bench: committed in {:.1} s", report.commit_secs);
     print_slow("commit", &report.commit_slow, args.slowlog_us);
+    Ok(small)
+}
 
-    // Drain.
+/// Drain: one worker child delivers everything; once the first wave of small rows is in,
+/// the second wave is committed. Returns the rows expected in all.
+async fn drain_phase(
+    args: &BenchArgs,
+    redis: &RedisServer,
+    producer: &Producer,
+    sink: &CountingSink,
+    small: &[String],
+    report: &mut ScriptsReport,
+) -> Result<u64, Error> {
+    let (backlog, tenants) = (args.scripts_backlog, args.scripts_tenants);
     let dir = tempfile::tempdir().map_err(|e| Error::Other(e.to_string()))?;
     let extra = args
         .script_budget_ms
@@ -427,9 +465,14 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
     report.big_delivered_at_last_small[1] = seen.big_at_last_small.load(Ordering::Relaxed);
     report.delivered = delivered();
     report.duplicates = seen.dups.load(Ordering::Relaxed);
-    worker_metrics(admin, &mut report).await;
+    worker_metrics(admin, report).await;
     drop(worker);
-    report.drain_slow = slowlog(&store).await?;
+    Ok(total)
+}
+
+/// The drain's summary on stderr: deliveries, the small tenants' wait, the slow calls, and
+/// what the worker's own metrics say of its scripts.
+fn print_drain(args: &BenchArgs, total: u64, report: &ScriptsReport) {
     eprintln!(
         "bench: {} of {total} rows delivered in {:.1} s ({} duplicates); the big tenant had {} delivered when wave 1's last small row arrived, {} when wave 2's did ({} left when wave 2 was committed)",
         report.delivered,
@@ -447,19 +490,4 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
         "bench: worker: pages at the end: claim {} rows, settle {} outcomes",
         report.worker_pages[0], report.worker_pages[1]
     );
-    if args.json {
-        println!("{}", serde_json::to_string(&report).unwrap_or_default());
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
-    }
-    if report.delivered < total {
-        return Err(Error::Other(format!(
-            "only {} of {total} rows delivered within {} s",
-            report.delivered, args.scripts_max_secs
-        )));
-    }
-    Ok(())
 }

@@ -95,9 +95,6 @@ pub struct LeaderConfig {
     /// `dispatch.attempt_timeout_ms + lease_ms`, so a window full of hanging attempts is not a
     /// stall. 0 disables the check; otherwise >= 2. Default 3 (R25).
     pub selfcheck_intervals: u32,
-    /// TEST ONLY: the scheduler never claims, as if its claim loop were wedged, so the
-    /// self-check can be exercised. Never set it in production. Default `false`.
-    pub test_wedge_claim_loop: bool,
 }
 
 /// Scheduler limits (R5, R7, R13–R16).
@@ -423,7 +420,6 @@ impl Default for LeaderConfig {
             renew_ms: 0,
             shutdown_grace_ms: 10_000,
             selfcheck_intervals: 3,
-            test_wedge_claim_loop: false,
         }
     }
 }

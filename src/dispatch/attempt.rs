@@ -43,11 +43,7 @@ impl Session {
             }
             let tx = self.tx.clone();
             let http = self.ctx.http.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
-                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
-                status = tracing::field::Empty, error = tracing::field::Empty);
-            // A child of the producer's traceparent when spans are exported (crate::telemetry).
-            crate::telemetry::link(&span, &job.hook.headers);
+            let span = attempt_span(&job);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -55,7 +51,10 @@ impl Session {
                     let fut = async {
                         match &*job.target {
                             Target::Http(opts) => http.deliver_status(opts, &d).await.map(Some),
-                            _ => Err(AttemptError::Permanent("batching sink in a slot".into())),
+                            _ => Err(AttemptError::permanent(
+                                ErrorKind::Other,
+                                "batching sink in a slot",
+                            )),
                         }
                     };
                     let result = match tokio::time::timeout(timeout, fut).await {
@@ -99,7 +98,7 @@ impl Session {
         }
         let r = match result {
             Ok(()) => breaker::Result::Success,
-            Err(AttemptError::Permanent(_)) => breaker::Result::Permanent,
+            Err(AttemptError::Permanent { .. }) => breaker::Result::Permanent,
             Err(AttemptError::Retry { .. } | AttemptError::Timeout(_)) => breaker::Result::Failure,
         };
         if r == breaker::Result::Success && !job.probe && !self.breakers.contains_key(&job.key) {
@@ -197,16 +196,7 @@ impl Session {
             metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "parked")
                 .increment(1);
         }
-        let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-        self.push_outcome(
-            job.tenant,
-            job.row,
-            job.claim,
-            job.attempts,
-            first,
-            op,
-            job.bytes,
-        );
+        self.push_job(job, op);
     }
 
     /// A retryable failure's settle operation: retry after backoff, or dead-letter at the
@@ -256,6 +246,20 @@ impl Session {
         let attempts = job.attempts + 1;
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
         self.track_failure(&job, &result);
+        let kind = result.as_ref().err().map(AttemptError::kind);
+        // A retryable failure (`result` labels its duration): retried or dead-lettered.
+        let retry = |result: &'static str, retry_after: Option<Duration>, error: String| {
+            metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => result).record(elapsed.as_secs_f64());
+            self.retry_op(
+                job.entry.retry.as_ref(),
+                module,
+                attempts,
+                first,
+                now,
+                retry_after,
+                error,
+            )
+        };
         let op = match result {
             Ok(()) => {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "ok").record(elapsed.as_secs_f64());
@@ -265,7 +269,7 @@ impl Session {
                 metrics::counter!("ankusa_rows_delivered_total", "module" => module).increment(1);
                 SettleOp::Delivered
             }
-            Err(AttemptError::Permanent(reason)) => {
+            Err(AttemptError::Permanent { error: reason, .. }) => {
                 metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
                 metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
                 let reason = truncate(reason, ERROR_MAX_BYTES);
@@ -274,33 +278,16 @@ impl Session {
                     error: reason,
                 }
             }
-            Err(AttemptError::Timeout(after)) => {
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "timeout").record(elapsed.as_secs_f64());
-                let error = format!("attempt_timeout({}ms)", after.as_millis());
-                self.retry_op(
-                    job.entry.retry.as_ref(),
-                    module,
-                    attempts,
-                    first,
-                    now,
-                    None,
-                    error,
-                )
-            }
-            Err(AttemptError::Retry { error, retry_after }) => {
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
-                self.retry_op(
-                    job.entry.retry.as_ref(),
-                    module,
-                    attempts,
-                    first,
-                    now,
-                    retry_after,
-                    error,
-                )
-            }
+            Err(AttemptError::Timeout(after)) => retry(
+                "timeout",
+                None,
+                format!("attempt_timeout({}ms)", after.as_millis()),
+            ),
+            Err(AttemptError::Retry {
+                error, retry_after, ..
+            }) => retry("error", retry_after, error),
         };
-        let record = attempt_record(&job, attempts, now, elapsed, &op);
+        let record = attempt_record(&job, attempts, now, elapsed, &op, kind);
         if let Some(e) = &record.error {
             info!(tenant = %job.tenant, row = %job.row, attempt = attempts, status = record.status,
                 error = %e, next_attempt_ms = record.next_attempt_ms, reason = record.reason.as_deref(),
@@ -316,14 +303,28 @@ impl Session {
     }
 }
 
-/// The history record of a finished attempt (`now`: Redis time at its end, ms).
+/// The `attempt` span of `job`'s next attempt; its outcome, status and error are recorded
+/// at the end ([`record_outcome`]).
+pub(super) fn attempt_span(job: &Job) -> tracing::Span {
+    let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
+        module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
+        status = tracing::field::Empty, error = tracing::field::Empty);
+    // A child of the producer's traceparent when spans are exported (crate::telemetry).
+    crate::telemetry::link(&span, &job.hook.headers);
+    span
+}
+
+/// The history record of a finished attempt (`now`: Redis time at its end, ms); `kind` is its
+/// error's, typed by the sink that failed.
 pub(super) fn attempt_record(
     job: &Job,
     attempt: u32,
     now: i64,
     elapsed: Duration,
     op: &SettleOp,
+    kind: Option<crate::sinks::ErrorKind>,
 ) -> crate::visibility::AttemptRecord {
+    let kind = kind.unwrap_or(crate::sinks::ErrorKind::Other);
     let duration_ms = elapsed.as_millis() as u64;
     let base = crate::visibility::AttemptRecord {
         row: job.row.clone(),
@@ -341,11 +342,11 @@ pub(super) fn attempt_record(
     match op {
         SettleOp::Retry { delay_ms, error } => crate::visibility::AttemptRecord {
             next_attempt_ms: Some(now + *delay_ms as i64),
-            ..base.failed("retry", error)
+            ..base.failed("retry", error, kind)
         },
         SettleOp::DeadLetter { reason, error } => crate::visibility::AttemptRecord {
             reason: Some(reason.to_string()),
-            ..base.failed("dead_lettered", error)
+            ..base.failed("dead_lettered", error, kind)
         },
         _ => base,
     }
@@ -364,7 +365,7 @@ pub(super) fn record_outcome(result: &Result<(), AttemptError>, status: Option<u
     }
     match result {
         Ok(()) => {}
-        Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent(error)) => {
+        Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent { error, .. }) => {
             span.record("error", error.as_str());
         }
         Err(AttemptError::Timeout(d)) => {

@@ -28,7 +28,7 @@ use crate::model::{Module, RowId};
 use crate::sinks::batcher::{Batcher, Limits, Reply, Submission};
 use crate::sinks::pubsub::{PubSubClients, PubSubTarget};
 use crate::sinks::sqs::{SqsClients, SqsTarget};
-use crate::sinks::{AttemptError, BatchMessage, Delivery, Sink};
+use crate::sinks::{AttemptError, BatchMessage, Delivery, ErrorKind, Sink};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -395,10 +395,7 @@ impl Session {
             let blobs = self.batched.blobs.clone();
             let store = (self.ctx.store.clone(), self.ctx.token.clone());
             let tx = self.tx.clone();
-            let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
-                module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
-                status = tracing::field::Empty, error = tracing::field::Empty);
-            crate::telemetry::link(&span, &job.hook.headers);
+            let span = super::attempt::attempt_span(&job);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
@@ -512,14 +509,12 @@ impl Session {
     }
 
     /// End an attempt that cannot reach a batcher (unresolvable options, no client): it
-    /// counts as a retryable failed attempt, like an HTTP sink's unresolved secret.
+    /// counts as a retryable failed attempt, like an HTTP sink's unresolved secret. The
+    /// option resolution's message is a plain text: its kind is read from it.
     fn finish_now(&mut self, job: Job, error: String) {
         let _ = self.tx.send(Event::Batched(BatchedEvent::Finished {
             job,
-            result: Err(AttemptError::Retry {
-                error,
-                retry_after: None,
-            }),
+            result: Err(AttemptError::retry(ErrorKind::of_text(&error), error)),
             elapsed: Duration::ZERO,
             dest: None,
         }));
@@ -537,12 +532,10 @@ async fn run_attempt(
     batcher: Batcher,
     deadline: tokio::time::Instant,
 ) -> Reply {
-    let retry = |error: String| {
-        Reply::Done(Err(AttemptError::Retry {
-            error,
-            retry_after: None,
-        }))
-    };
+    // The blob store's and the lane read's messages are plain texts: their kind is read
+    // from them.
+    let retry =
+        |error: String| Reply::Done(Err(AttemptError::retry(ErrorKind::of_text(&error), error)));
     let size = job.hook.body.len();
     let payload = if let Some(url) = &job.hook.claim_ref {
         Payload::Checked {

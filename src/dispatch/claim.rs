@@ -8,8 +8,8 @@ impl Session {
         if self.claiming || !self.claim_wanted || !self.lease_ok() {
             return;
         }
-        if self.cfg.leader.test_wedge_claim_loop {
-            return; // TEST ONLY: a wedged claim loop, for the leader's self-check
+        if crate::fault::wedged_claim_loop() {
+            return; // an injected fault (tests only): a wedged claim loop, for the self-check
         }
         let max_page = self.cfg.dispatch.batch;
         let page_size = self

@@ -33,7 +33,7 @@ use crate::scheduler::slots::{self, Slots, Slotted};
 use crate::sinks::http::{HttpOpts, HttpSink};
 use crate::sinks::pubsub::PubSubOpts;
 use crate::sinks::sqs::SqsOpts;
-use crate::sinks::{truncate, AttemptError, Delivery};
+use crate::sinks::{truncate, AttemptError, Delivery, ErrorKind};
 use crate::store::{ClaimResult, Outcome, SettleOp, Store, StoreError, StoredHook};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -528,90 +528,9 @@ impl Session {
 
     fn handle(&mut self, ev: Event) -> Option<SessionEnd> {
         match ev {
-            Event::Claimed(Ok(p)) => {
-                self.claiming = false;
-                let got = p.jobs.len() + p.immediate.len();
-                if got > 0 {
-                    self.ctx.progress.tick();
-                }
-                metrics::histogram!("ankusa_scan_rows").record(got as f64);
-                metrics::counter!("ankusa_rows_claimed_total").increment(got as u64);
-                let now = p.claim.now_ms;
-                let lag = p.claim.oldest_due_ms.map_or(0, |o| (now - o).max(0));
-                metrics::gauge!("ankusa_due_lag_seconds", "partition" => self.partition_label())
-                    .set(lag as f64 / 1000.0);
-                // No sweep ran only because the partition holds no lane member (claim.lua).
-                if p.claim.lane_members.is_some() {
-                    metrics::counter!("ankusa_lane_sweeps_total").increment(1);
-                }
-                metrics::gauge!("ankusa_lane_members", "partition" => self.partition_label())
-                    .set(p.claim.lane_members.unwrap_or(0) as f64);
-                if p.claim.lanes_promoted > 0 {
-                    metrics::counter!("ankusa_lane_sweep_promotions_total")
-                        .increment(p.claim.lanes_promoted);
-                }
-                for im in p.immediate {
-                    self.slots.hold(&im.tenant, 0);
-                    if let SettleOp::DeadLetter { reason, .. } = &im.op {
-                        warn!(tenant = %im.tenant, row = %im.row, %reason, "row dead-lettered at claim");
-                    }
-                    self.push_outcome(
-                        im.tenant,
-                        im.row,
-                        im.claim,
-                        im.attempts,
-                        im.first_attempt_ms.unwrap_or(im.now_ms),
-                        im.op,
-                        0,
-                    );
-                }
-                let settings = self.breaker_settings();
-                for job in p.jobs {
-                    self.slots.hold(&job.tenant, job.bytes);
-                    match self
-                        .breakers
-                        .get(&job.key)
-                        .and_then(|b| b.parks(&settings, Instant::now()))
-                    {
-                        Some(d) => self.park(job, d),
-                        None if job.target.batched() => self.push_batched(job),
-                        None => self.queue_job(job),
-                    }
-                }
-                self.pack_scan();
-                // More may be due right away when the page came back full.
-                if p.claim.bytes_full {
-                    // R5: a due hook does not fit the byte window; an outcome settling frees
-                    // room and asks again (the poll is the liveness bound).
-                    self.next_scan = tokio::time::Instant::now()
-                        + Duration::from_millis(self.cfg.dispatch.poll_ms);
-                } else if got >= p.page || p.claim.budget_stopped {
-                    // Full, or cut short by the time budget (issue 17.11): more is due now.
-                    self.claim_wanted = true;
-                } else {
-                    let wait = match p.claim.next_due_ms {
-                        Some(d) => Duration::from_millis((d - now).max(1) as u64),
-                        None => Duration::from_millis(self.cfg.dispatch.poll_ms),
-                    };
-                    let wait = wait.min(Duration::from_millis(self.cfg.dispatch.poll_ms));
-                    self.next_scan = tokio::time::Instant::now() + wait;
-                }
-                None
-            }
-            Event::Claimed(Err(StoreError::Fenced)) => Some(SessionEnd::Fenced),
-            Event::Claimed(Err(e)) => {
-                // The claim may have run with its reply lost: its rows would sit claimed with
-                // nobody working on them. End the term, so the next one's requeue makes them
-                // due (R3); but first wind down: running attempts finish and every outcome
-                // observed is settled while its row is still claimed under this term, so no
-                // attempt is forgotten and no lost ok becomes a duplicate (issue 17.7).
-                self.claiming = false;
-                warn!(error = %e, "claim failed; winding the term down so a new epoch requeues its claims");
-                if self.store_failed.is_none() {
-                    self.store_failed = Some(e.to_string());
-                }
-                None
-            }
+            Event::Claimed(Ok(p)) => self.claimed(p),
+            Event::Claimed(Err(StoreError::Fenced)) => return Some(SessionEnd::Fenced),
+            Event::Claimed(Err(e)) => self.claim_failed(e),
             Event::Finished {
                 job,
                 result,
@@ -621,44 +540,133 @@ impl Session {
                 self.slots.finished(&job.tenant, &job.key);
                 self.record_breaker(&job, &result);
                 self.record_attempt(job, result, elapsed);
-                None
             }
-            Event::Settled(Ok((rows, mut left))) => {
-                self.ctx.progress.tick();
-                self.settling = false;
-                self.settle_backoff = Duration::from_millis(50);
-                self.settled_total += rows.len() as u64;
-                for (tenant, bytes) in rows {
-                    self.slots.settled(&tenant, bytes);
-                }
-                // What the budget left goes first in the next call, still holding its room.
-                if !left.is_empty() {
-                    left.append(&mut self.pending);
-                    self.pending = left;
-                }
-                self.claim_wanted = true;
-                None
+            Event::Settled(Ok((rows, left))) => self.settled(rows, left),
+            Event::Batched(ev) => self.handle_batched(ev),
+            Event::Disabled(key, end) => self.sink_disabled(key, end),
+            Event::Settled(Err((StoreError::Fenced, _))) => return Some(SessionEnd::Fenced),
+            Event::Settled(Err((e, batch))) => self.settle_failed(e, batch),
+        }
+        None
+    }
+
+    /// A claim page came back: hold its rows' room, settle what the claim decided at once,
+    /// park, batch or queue each job, and decide when to claim next.
+    fn claimed(&mut self, p: Prepared) {
+        self.claiming = false;
+        let got = p.jobs.len() + p.immediate.len();
+        if got > 0 {
+            self.ctx.progress.tick();
+        }
+        self.record_claim_metrics(&p.claim, got);
+        for im in p.immediate {
+            if let SettleOp::DeadLetter { reason, .. } = &im.op {
+                warn!(tenant = %im.tenant, row = %im.row, %reason, "row dead-lettered at claim");
             }
-            Event::Batched(ev) => {
-                self.handle_batched(ev);
-                None
-            }
-            Event::Disabled(key, end) => {
-                self.sink_disabled(key, end);
-                None
-            }
-            Event::Settled(Err((StoreError::Fenced, _))) => Some(SessionEnd::Fenced),
-            Event::Settled(Err((e, batch))) => {
-                // Keep the outcomes: their rows stay claimed and held until Redis answers.
-                warn!(error = %e, retry_in_ms = self.settle_backoff.as_millis() as u64, "settle failed; will retry the batch");
-                self.settling = false;
-                let mut batch = batch;
-                batch.append(&mut self.pending);
-                self.pending = batch;
-                self.settle_retry_at = Some(tokio::time::Instant::now() + self.settle_backoff);
-                self.settle_backoff = (self.settle_backoff * 2).min(Duration::from_secs(2));
-                None
+            self.push_immediate(im);
+        }
+        let settings = self.breaker_settings();
+        for job in p.jobs {
+            self.slots.hold(&job.tenant, job.bytes);
+            match self
+                .breakers
+                .get(&job.key)
+                .and_then(|b| b.parks(&settings, Instant::now()))
+            {
+                Some(d) => self.park(job, d),
+                None if job.target.batched() => self.push_batched(job),
+                None => self.queue_job(job),
             }
         }
+        self.pack_scan();
+        let poll = Duration::from_millis(self.cfg.dispatch.poll_ms);
+        match next_claim(&p.claim, got, p.page, poll) {
+            NextClaim::Now => self.claim_wanted = true,
+            NextClaim::After(wait) => self.next_scan = tokio::time::Instant::now() + wait,
+        }
+    }
+
+    /// The claim's gauges and counters: rows, due lag, the lane sweep.
+    fn record_claim_metrics(&self, claim: &ClaimResult, got: usize) {
+        metrics::histogram!("ankusa_scan_rows").record(got as f64);
+        metrics::counter!("ankusa_rows_claimed_total").increment(got as u64);
+        let lag = claim.oldest_due_ms.map_or(0, |o| (claim.now_ms - o).max(0));
+        metrics::gauge!("ankusa_due_lag_seconds", "partition" => self.partition_label())
+            .set(lag as f64 / 1000.0);
+        // No sweep ran only because the partition holds no lane member (claim.lua).
+        if claim.lane_members.is_some() {
+            metrics::counter!("ankusa_lane_sweeps_total").increment(1);
+        }
+        metrics::gauge!("ankusa_lane_members", "partition" => self.partition_label())
+            .set(claim.lane_members.unwrap_or(0) as f64);
+        if claim.lanes_promoted > 0 {
+            metrics::counter!("ankusa_lane_sweep_promotions_total").increment(claim.lanes_promoted);
+        }
+    }
+
+    fn claim_failed(&mut self, e: StoreError) {
+        // The claim may have run with its reply lost: its rows would sit claimed with
+        // nobody working on them. End the term, so the next one's requeue makes them
+        // due (R3); but first wind down: running attempts finish and every outcome
+        // observed is settled while its row is still claimed under this term, so no
+        // attempt is forgotten and no lost ok becomes a duplicate (issue 17.7).
+        self.claiming = false;
+        warn!(error = %e, "claim failed; winding the term down so a new epoch requeues its claims");
+        if self.store_failed.is_none() {
+            self.store_failed = Some(e.to_string());
+        }
+    }
+
+    fn settled(&mut self, rows: Vec<(String, u64)>, mut left: Vec<Pending>) {
+        self.ctx.progress.tick();
+        self.settling = false;
+        self.settle_backoff = Duration::from_millis(50);
+        self.settled_total += rows.len() as u64;
+        for (tenant, bytes) in rows {
+            self.slots.settled(&tenant, bytes);
+        }
+        // What the budget left goes first in the next call, still holding its room.
+        if !left.is_empty() {
+            left.append(&mut self.pending);
+            self.pending = left;
+        }
+        self.claim_wanted = true;
+    }
+
+    fn settle_failed(&mut self, e: StoreError, mut batch: Vec<Pending>) {
+        // Keep the outcomes: their rows stay claimed and held until Redis answers.
+        warn!(error = %e, retry_in_ms = self.settle_backoff.as_millis() as u64, "settle failed; will retry the batch");
+        self.settling = false;
+        batch.append(&mut self.pending);
+        self.pending = batch;
+        self.settle_retry_at = Some(tokio::time::Instant::now() + self.settle_backoff);
+        self.settle_backoff = (self.settle_backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// When to claim again after a page.
+#[derive(Debug, PartialEq, Eq)]
+enum NextClaim {
+    /// More is due right away.
+    Now,
+    /// Claim again after this wait.
+    After(Duration),
+}
+
+/// The decision after a page of `got` rows out of `page`; `poll` bounds every wait.
+fn next_claim(claim: &ClaimResult, got: usize, page: usize, poll: Duration) -> NextClaim {
+    if claim.bytes_full {
+        // R5: a due hook does not fit the byte window; an outcome settling frees room and
+        // asks again (the poll is the liveness bound).
+        NextClaim::After(poll)
+    } else if got >= page || claim.budget_stopped {
+        // Full, or cut short by the time budget (issue 17.11): more is due now.
+        NextClaim::Now
+    } else {
+        let wait = match claim.next_due_ms {
+            Some(d) => Duration::from_millis((d - claim.now_ms).max(1) as u64),
+            None => poll,
+        };
+        NextClaim::After(wait.min(poll))
     }
 }

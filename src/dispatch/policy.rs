@@ -51,7 +51,7 @@ impl Session {
                 self.failing_since.remove(&job.key);
                 return;
             }
-            Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent(error)) => {
+            Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent { error, .. }) => {
                 truncate(error.clone(), 512)
             }
             Err(AttemptError::Timeout(d)) => format!("attempt_timeout({}ms)", d.as_millis()),
@@ -193,19 +193,13 @@ impl Session {
         let mut jobs = self.slots.take_key(&key.tenant, &key);
         jobs.extend(self.take_batched_key(&key));
         for job in jobs {
-            let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
             metrics::counter!("ankusa_deliveries_total", "module" => job.key.module.to_string(), "outcome" => "dead_lettered").increment(1);
-            self.push_outcome(
-                job.tenant,
-                job.row,
-                job.claim,
-                job.attempts,
-                first,
+            self.push_job(
+                job,
                 SettleOp::DeadLetter {
                     reason: DeadReason::SinkDisabled(key.index),
                     error: String::new(),
                 },
-                job.bytes,
             );
         }
     }
@@ -259,7 +253,7 @@ async fn post_event(
                 metrics::counter!("ankusa_operator_events_total", "result" => "ok").increment(1);
                 return;
             }
-            Ok(Err(AttemptError::Permanent(e))) => {
+            Ok(Err(AttemptError::Permanent { error: e, .. })) => {
                 warn!(error = %e, "operator.events_url refused the event");
                 break;
             }

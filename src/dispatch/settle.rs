@@ -122,6 +122,35 @@ impl Session {
         });
     }
 
+    /// `job`'s outcome without an attempt made (parked, handed back, dead-lettered unsent):
+    /// its attempts and first attempt as claimed, holding its hook's bytes.
+    pub(super) fn push_job(&mut self, job: Job, op: SettleOp) {
+        let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
+        self.push_outcome(
+            job.tenant,
+            job.row,
+            job.claim,
+            job.attempts,
+            first,
+            op,
+            job.bytes,
+        );
+    }
+
+    /// A row the claim decided at once (no hook to send): held with no bytes, then settled.
+    pub(super) fn push_immediate(&mut self, im: Immediate) {
+        self.slots.hold(&im.tenant, 0);
+        self.push_outcome(
+            im.tenant,
+            im.row,
+            im.claim,
+            im.attempts,
+            im.first_attempt_ms.unwrap_or(im.now_ms),
+            im.op,
+            0,
+        );
+    }
+
     /// End the term: no new claims or starts; running attempts may finish; every outcome is
     /// settled (a failed batch retried with backoff) while the term's lease holds; queued rows
     /// are made due again at once. On a graceful end (`failed` is `None`, SIGTERM) attempts
@@ -148,16 +177,7 @@ impl Session {
         let mut queued = self.slots.drain_queued();
         queued.extend(self.drain_batched());
         for job in queued {
-            let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-            self.push_outcome(
-                job.tenant,
-                job.row,
-                job.claim,
-                job.attempts,
-                first,
-                SettleOp::Park { delay_ms: 0 },
-                job.bytes,
-            );
+            self.push_job(job, SettleOp::Park { delay_ms: 0 });
         }
         while self.slots.rows() > 0 || self.claiming {
             self.maybe_settle();
@@ -177,28 +197,10 @@ impl Session {
                 self.claiming = false;
                 for job in p.jobs {
                     self.slots.hold(&job.tenant, job.bytes);
-                    let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
-                    self.push_outcome(
-                        job.tenant,
-                        job.row,
-                        job.claim,
-                        job.attempts,
-                        first,
-                        SettleOp::Park { delay_ms: 0 },
-                        job.bytes,
-                    );
+                    self.push_job(job, SettleOp::Park { delay_ms: 0 });
                 }
                 for im in p.immediate {
-                    self.slots.hold(&im.tenant, 0);
-                    self.push_outcome(
-                        im.tenant,
-                        im.row,
-                        im.claim,
-                        im.attempts,
-                        im.first_attempt_ms.unwrap_or(im.now_ms),
-                        im.op,
-                        0,
-                    );
+                    self.push_immediate(im);
                 }
                 continue;
             }

@@ -17,7 +17,7 @@
 //! sink key (its breaker opened) so they are parked instead of sent. Bounding how many entries
 //! a tenant may have here is the caller's job (the scheduler stages the rest, untimed).
 
-use super::{AttemptError, BatchMessage};
+use super::{AttemptError, BatchMessage, ErrorKind};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -313,6 +313,7 @@ async fn send(module: &'static str, transport: Arc<dyn Transport>, batch: Vec<Su
                     started.elapsed().as_millis()
                 ),
                 retry_after: None,
+                kind: ErrorKind::Other,
             })
         });
         let _ = reply.send(Reply::Done(r));
@@ -348,7 +349,10 @@ mod tests {
                     .iter()
                     .map(|b| {
                         if fail(b) {
-                            Err(AttemptError::Permanent(format!("bad {b}")))
+                            Err(AttemptError::permanent(
+                                ErrorKind::Other,
+                                format!("bad {b}"),
+                            ))
                         } else {
                             Ok(())
                         }

@@ -6,7 +6,7 @@
 
 use super::guard::{blocked_in, AddressPolicy, GuardedResolver};
 use super::signing::{signature_header, SigningKey};
-use super::{is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy};
+use super::{is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy, ErrorKind};
 use crate::secrets::{has_reference, redact_url, SecretPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use serde::Deserialize;
@@ -177,11 +177,16 @@ pub fn classify(
         408 | 425 | 429 | 500..=599 => Err(AttemptError::Retry {
             error: format!("http {status}"),
             retry_after: retry_after.and_then(|v| parse_retry_after(v, now)),
+            kind: ErrorKind::HttpStatus(status),
         }),
-        300..=399 => Err(AttemptError::Permanent(format!(
-            "http {status} redirect not followed"
-        ))),
-        _ => Err(AttemptError::Permanent(format!("http {status}"))),
+        300..=399 => Err(AttemptError::permanent(
+            ErrorKind::HttpStatus(status),
+            format!("http {status} redirect not followed"),
+        )),
+        _ => Err(AttemptError::permanent(
+            ErrorKind::HttpStatus(status),
+            format!("http {status}"),
+        )),
     }
 }
 
@@ -282,19 +287,20 @@ impl HttpSink {
     pub async fn deliver_status(&self, opts: &HttpOpts, d: &Delivery) -> Result<u16, AttemptError> {
         let url = self.resolve(&opts.url, "url")?;
         let url = check_url(&url, &self.edge.addresses).map_err(|e| match e {
-            UrlProblem::Blocked(b) => AttemptError::Permanent(b.to_string()),
-            UrlProblem::Invalid(why) => {
-                AttemptError::Permanent(format!("url (after resolving references) {why}"))
-            }
+            UrlProblem::Blocked(b) => AttemptError::permanent(ErrorKind::Other, b.to_string()),
+            UrlProblem::Invalid(why) => AttemptError::permanent(
+                ErrorKind::Other,
+                format!("url (after resolving references) {why}"),
+            ),
         })?;
         let headers = self.headers(opts, d)?;
         let req = self.client.post(url).headers(headers).body(d.body.clone());
         let resp = req.send().await.map_err(|e| match blocked_in(&e) {
-            Some(b) => AttemptError::Permanent(b.to_string()),
-            None => AttemptError::Retry {
-                error: transport_error(e),
-                retry_after: None,
-            },
+            Some(b) => AttemptError::permanent(ErrorKind::Other, b.to_string()),
+            None => {
+                let (kind, error) = transport_error(e);
+                AttemptError::retry(kind, error)
+            }
         })?;
         let status = resp.status().as_u16();
         let retry_after = resp
@@ -317,11 +323,19 @@ impl HttpSink {
                     ERROR_BODY_MAX_BYTES,
                 );
                 Err(match e {
-                    AttemptError::Retry { error, retry_after } => AttemptError::Retry {
+                    AttemptError::Retry {
+                        error,
+                        retry_after,
+                        kind,
+                    } => AttemptError::Retry {
                         error: with_body(error, &body),
                         retry_after,
+                        kind,
                     },
-                    AttemptError::Permanent(r) => AttemptError::Permanent(with_body(r, &body)),
+                    AttemptError::Permanent { error, kind } => AttemptError::Permanent {
+                        error: with_body(error, &body),
+                        kind,
+                    },
                     timeout @ AttemptError::Timeout(_) => timeout,
                 })
             }
@@ -337,11 +351,10 @@ impl HttpSink {
         let secrets = &self.edge.secrets;
         secrets
             .check(v)
-            .map_err(|e| AttemptError::Permanent(format!("{what}: {e}")))?;
-        secrets.resolve(v).map_err(|e| AttemptError::Retry {
-            error: format!("{what}: {e}"),
-            retry_after: None,
-        })
+            .map_err(|e| secret_error(AttemptError::permanent, what, e))?;
+        secrets
+            .resolve(v)
+            .map_err(|e| secret_error(AttemptError::retry, what, e))
     }
 
     /// The request headers: the producer's, then the sink's own, then the delivery headers,
@@ -351,8 +364,12 @@ impl HttpSink {
         if !d.headers.is_empty() {
             // The producer checks headers at commit; headers written by other means that
             // HTTP cannot carry would fail every attempt alike, so they are permanent.
-            let bad =
-                |what: String| AttemptError::Permanent(format!("invalid hook headers: {what}"));
+            let bad = |what: String| {
+                AttemptError::permanent(
+                    ErrorKind::InvalidHeaders,
+                    format!("invalid hook headers: {what}"),
+                )
+            };
             let produced = match serde_json::from_str::<serde_json::Value>(&d.headers) {
                 Ok(serde_json::Value::Object(h)) => h,
                 Ok(_) => return Err(bad("not a JSON object".into())),
@@ -382,10 +399,16 @@ impl HttpSink {
         for (k, v) in &opts.headers {
             let v = self.resolve(v, &format!("headers.{k}"))?;
             let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
-                AttemptError::Permanent(format!("headers: {k:?} is not a valid header name"))
+                AttemptError::permanent(
+                    ErrorKind::Other,
+                    format!("headers: {k:?} is not a valid header name"),
+                )
             })?;
             let value = HeaderValue::from_str(&v).map_err(|_| {
-                AttemptError::Permanent(format!("headers.{k}: not a valid header value"))
+                AttemptError::permanent(
+                    ErrorKind::Other,
+                    format!("headers.{k}: not a valid header value"),
+                )
             })?;
             h.insert(name, value);
         }
@@ -406,7 +429,10 @@ impl HttpSink {
             let mut keys = Vec::with_capacity(secrets.as_slice().len());
             for s in secrets.as_slice() {
                 let s = self.resolve(s, "signing_secret")?;
-                keys.push(SigningKey::parse(&s).map_err(AttemptError::Permanent)?);
+                keys.push(
+                    SigningKey::parse(&s)
+                        .map_err(|e| AttemptError::permanent(ErrorKind::Other, e))?,
+                );
             }
             own.push((
                 "webhook-signature",
@@ -415,7 +441,10 @@ impl HttpSink {
         }
         for (k, v) in own {
             let value = HeaderValue::from_str(&v).map_err(|_| {
-                AttemptError::Permanent(format!("{k}: {v:?} is not a valid header value"))
+                AttemptError::permanent(
+                    ErrorKind::Other,
+                    format!("{k}: {v:?} is not a valid header value"),
+                )
             })?;
             h.insert(HeaderName::from_static(k), value);
         }
@@ -448,21 +477,32 @@ async fn read_bounded(mut resp: reqwest::Response, max: usize) -> Vec<u8> {
     buf
 }
 
-/// A transport error as stored text: kind and cause chain, without the URL (its query or
-/// userinfo may hold a resolved secret).
-fn transport_error(e: reqwest::Error) -> String {
-    let kind = if e.is_connect() {
-        "connect"
+/// A secret reference of option `what` that cannot be used: the reference's own message,
+/// whose kind is read from it (it names the `secret reference` when it is about one).
+fn secret_error(
+    make: fn(ErrorKind, String) -> AttemptError,
+    what: &str,
+    e: String,
+) -> AttemptError {
+    let error = format!("{what}: {e}");
+    make(ErrorKind::of_text(&error), error)
+}
+
+/// A transport error's kind and its stored text: kind word and cause chain, without the URL
+/// (its query or userinfo may hold a resolved secret).
+fn transport_error(e: reqwest::Error) -> (ErrorKind, String) {
+    let (kind, word) = if e.is_connect() {
+        (ErrorKind::Connect, "connect")
     } else if e.is_timeout() {
-        "timeout"
+        (ErrorKind::Timeout, "timeout")
     } else if e.is_body() || e.is_decode() {
-        "body"
+        (ErrorKind::Transport, "body")
     } else {
-        "transport"
+        (ErrorKind::Transport, "transport")
     };
     let host = e.url().map(|u| redact_url(u.as_str()));
     let e = e.without_url();
-    let mut s = format!("{kind}: {e}");
+    let mut s = format!("{word}: {e}");
     if let Some(h) = host {
         s.push_str(&format!(" ({h})"));
     }
@@ -471,12 +511,27 @@ fn transport_error(e: reqwest::Error) -> String {
         s.push_str(&format!(": {inner}"));
         src = inner.source();
     }
-    truncate(s, ERROR_BODY_MAX_BYTES)
+    (kind, truncate(s, ERROR_BODY_MAX_BYTES))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_classified_answer_carries_the_kind_and_status_its_text_names() {
+        for status in [301, 308, 400, 404, 408, 425, 429, 500, 503] {
+            let e = classify(status, None, SystemTime::UNIX_EPOCH).unwrap_err();
+            let text = match &e {
+                AttemptError::Retry { error, .. } | AttemptError::Permanent { error, .. } => {
+                    error.clone()
+                }
+                AttemptError::Timeout(_) => String::new(),
+            };
+            assert_eq!(e.kind(), ErrorKind::HttpStatus(status), "{status}");
+            assert_eq!(e.kind(), ErrorKind::of_text(&text), "{text}");
+        }
+    }
 
     #[test]
     fn statuses_map_to_ok_retry_or_permanent() {

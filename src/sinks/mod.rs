@@ -60,9 +60,16 @@ pub enum AttemptError {
         error: String,
         /// The sink's own `Retry-After`, if any (capped by `retry.retry_after_max_ms`).
         retry_after: Option<Duration>,
+        /// What failed, for the attempt history.
+        kind: ErrorKind,
     },
     /// Retrying cannot help: dead-letter now as `permanent(reason)`; does not count for breakers (R16).
-    Permanent(String),
+    Permanent {
+        /// The reason, stored as the row's last error (truncated).
+        error: String,
+        /// What failed, for the attempt history.
+        kind: ErrorKind,
+    },
     /// The attempt outran `dispatch.attempt_timeout_ms` (the bound it had): retried like
     /// [`AttemptError::Retry`] without a `retry_after`, its error recorded as
     /// `attempt_timeout(<ms>ms)` and its duration labelled `result="timeout"`.
@@ -70,11 +77,106 @@ pub enum AttemptError {
 }
 
 impl AttemptError {
+    /// A retryable failure of `kind` without a `Retry-After`.
+    pub fn retry(kind: ErrorKind, error: impl Into<String>) -> AttemptError {
+        AttemptError::Retry {
+            error: error.into(),
+            retry_after: None,
+            kind,
+        }
+    }
+
+    /// A permanent failure of `kind`.
+    pub fn permanent(kind: ErrorKind, error: impl Into<String>) -> AttemptError {
+        AttemptError::Permanent {
+            error: error.into(),
+            kind,
+        }
+    }
+
     /// The label of an attempt's outcome on its tracing span: `retry` or `permanent`.
     pub fn outcome(&self) -> &'static str {
         match self {
             AttemptError::Retry { .. } | AttemptError::Timeout(_) => "retry",
-            AttemptError::Permanent(_) => "permanent",
+            AttemptError::Permanent { .. } => "permanent",
+        }
+    }
+
+    /// What failed, as the attempt history records it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            AttemptError::Retry { kind, .. } | AttemptError::Permanent { kind, .. } => *kind,
+            AttemptError::Timeout(_) => ErrorKind::Timeout,
+        }
+    }
+}
+
+/// What kind of failure an attempt had: the history's `error_kind` (and, for an HTTP answer,
+/// its `status`), typed where the attempt error is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The sink answered this HTTP status.
+    HttpStatus(u16),
+    /// The attempt or its request timed out.
+    Timeout,
+    /// No connection to the sink could be made.
+    Connect,
+    /// A secret reference could not be used.
+    Secret,
+    /// The hook's producer headers cannot be sent over HTTP.
+    InvalidHeaders,
+    /// The request or its response body failed in transport.
+    Transport,
+    /// Anything else.
+    Other,
+}
+
+impl ErrorKind {
+    /// The recorded name: `http_status`, `timeout`, `connect`, `secret`, `invalid_headers`,
+    /// `transport` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::HttpStatus(_) => "http_status",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Secret => "secret",
+            ErrorKind::InvalidHeaders => "invalid_headers",
+            ErrorKind::Transport => "transport",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// The HTTP status of an [`ErrorKind::HttpStatus`].
+    pub fn status(self) -> Option<u16> {
+        match self {
+            ErrorKind::HttpStatus(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The kind of an error text written the sinks' way (`http 503: …`,
+    /// `attempt_timeout(…)`, `connect: …`, `secret reference …`). Only for texts that come
+    /// from elsewhere as plain strings (a secret reference's or the blob store's message, a
+    /// batching sink's option resolution), where the text is all there is.
+    pub fn of_text(error: &str) -> ErrorKind {
+        if let Some(rest) = error.strip_prefix("http ") {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if let Ok(status) = digits.parse::<u16>() {
+                return ErrorKind::HttpStatus(status);
+            }
+        }
+        if error.starts_with("attempt_timeout") || error.starts_with("timeout") {
+            ErrorKind::Timeout
+        } else if error.starts_with("connect") {
+            ErrorKind::Connect
+        } else if error.contains("secret reference") {
+            ErrorKind::Secret
+        } else if error.starts_with("invalid hook headers") {
+            ErrorKind::InvalidHeaders
+        } else if error.starts_with("transport") || error.starts_with("body") {
+            ErrorKind::Transport
+        } else {
+            ErrorKind::Other
         }
     }
 }

@@ -17,7 +17,9 @@
 //! message cannot fail another's request.
 
 use super::batcher::{BoxFuture, Limits, Transport};
-use super::{header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, Sink};
+use super::{
+    header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind, Sink,
+};
 use crate::claim_check::{generic_pointer, Payload};
 use crate::secrets::{has_reference, SecretPolicy};
 use base64::Engine;
@@ -286,9 +288,10 @@ impl PubSubTarget {
                 .sum::<usize>()
             + lane.map_or(0, |l| l.len() + 16);
         if size > MAX_REQUEST_BYTES - 64 * 1024 {
-            return Err(AttemptError::Permanent(format!(
-                "pubsub: message is {size} bytes encoded, over the 10 MB request limit"
-            )));
+            return Err(AttemptError::permanent(
+                ErrorKind::Other,
+                format!("pubsub: message is {size} bytes encoded, over the 10 MB request limit"),
+            ));
         }
         Ok(BatchMessage {
             body,
@@ -406,6 +409,7 @@ async fn publish(
     let retry = |error: String| AttemptError::Retry {
         error: truncate(error, 512),
         retry_after: None,
+        kind: ErrorKind::Other,
     };
     let b64 = base64::engine::general_purpose::STANDARD;
     let messages: Vec<serde_json::Value> = batch
@@ -452,7 +456,7 @@ async fn publish(
     if is_retryable(status) {
         Err(retry(error))
     } else {
-        Err(AttemptError::Permanent(error))
+        Err(AttemptError::permanent(ErrorKind::Other, error))
     }
 }
 

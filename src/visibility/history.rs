@@ -24,7 +24,7 @@ pub struct AttemptRecord {
     /// The HTTP status the sink answered, when it answered one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    /// The kind of error ([`error_kind`]): `http_status`, `timeout`, `connect`, `secret`,
+    /// The kind of error ([`crate::sinks::ErrorKind`]): `http_status`, `timeout`, `connect`, `secret`,
     /// `invalid_headers`, `transport`, `other`; absent when delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<String>,
@@ -39,39 +39,26 @@ pub struct AttemptRecord {
     pub reason: Option<String>,
 }
 
-/// The kind of an attempt error and the HTTP status in it, from the texts the sinks write
-/// (`http 503: …`, `attempt_timeout(…)`, `connect: …`, `secret reference …`).
+/// The kind of an attempt error and the HTTP status in it, read from an error text written
+/// the sinks' way ([`crate::sinks::ErrorKind::of_text`]). Attempts carry their kind typed
+/// ([`crate::sinks::AttemptError::kind`]); this reads a bare text.
 pub fn error_kind(error: &str) -> (&'static str, Option<u16>) {
-    if let Some(rest) = error.strip_prefix("http ") {
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        if let Ok(status) = digits.parse::<u16>() {
-            return ("http_status", Some(status));
-        }
-    }
-    let kind = if error.starts_with("attempt_timeout") || error.starts_with("timeout") {
-        "timeout"
-    } else if error.starts_with("connect") {
-        "connect"
-    } else if error.contains("secret reference") {
-        "secret"
-    } else if error.starts_with("invalid hook headers") {
-        "invalid_headers"
-    } else if error.starts_with("transport") || error.starts_with("body") {
-        "transport"
-    } else {
-        "other"
-    };
-    (kind, None)
+    let kind = crate::sinks::ErrorKind::of_text(error);
+    (kind.as_str(), kind.status())
 }
 
 impl AttemptRecord {
-    /// The record of a failed attempt: kind and status from `error`, which is cut to
-    /// [`HISTORY_ERROR_BYTES`].
-    pub fn failed(mut self, outcome: &str, error: &str) -> AttemptRecord {
-        let (kind, status) = error_kind(error);
+    /// The record of a failed attempt of `kind` (its name, and its status for an HTTP
+    /// answer); `error` is cut to [`HISTORY_ERROR_BYTES`].
+    pub fn failed(
+        mut self,
+        outcome: &str,
+        error: &str,
+        kind: crate::sinks::ErrorKind,
+    ) -> AttemptRecord {
         self.outcome = outcome.into();
-        self.status = status;
-        self.error_kind = Some(kind.into());
+        self.status = kind.status();
+        self.error_kind = Some(kind.as_str().into());
         self.error = Some(crate::sinks::truncate(
             error.to_string(),
             HISTORY_ERROR_BYTES,

@@ -140,18 +140,12 @@ pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookVie
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     check_id("tenant", tenant)?;
-    let ks = store.keyspace();
     let read = read_hook(store, hook).await?;
     // Hook ids are instance-wide: another tenant's hook, or its attempts once the hook is
     // gone, must read as not found — never as this tenant's (what one tenant may see).
     let theirs = match &read {
         Some(h) => h.tenant == tenant,
-        None => store
-            .client()
-            .zscore::<Option<f64>, _, _>(ks.history(tenant), hook.to_string())
-            .await
-            .map_err(store_err)?
-            .is_some(),
+        None => has_history(store, tenant, hook).await?,
     };
     let stored = read.filter(|h| h.tenant == tenant);
     let attempts = if theirs {
@@ -162,84 +156,7 @@ pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookVie
     if stored.is_none() && attempts.is_empty() {
         return Err(Error::NotFound(format!("hook {hook} of tenant {tenant}")));
     }
-    let now = store.now_ms().await?;
-    // The rows: one per module at commit, or as many as the records name.
-    let sinks = match &stored {
-        Some(h) => h.modules.len() as u32,
-        None => attempts.iter().map(|a| a.sink + 1).max().unwrap_or(0),
-    };
-    let ids: Vec<String> = (0..sinks).map(|i| format!("{hook}.{i}")).collect();
-    let reads = read_rows(store, tenant, &ids).await?;
-    let mut dead: HashMap<String, DeadLetter> = HashMap::new();
-    if reads.iter().any(|r| r.state(now).is_none()) {
-        let v: Value = store
-            .client()
-            .xrevrange(ks.dlq(tenant), "+", "-", Some(DLQ_SCAN))
-            .await
-            .map_err(store_err)?;
-        for d in crate::dlq::decode_entries(v) {
-            if d.hook == Some(hook) {
-                dead.entry(d.row.clone()).or_insert(d);
-            }
-        }
-    }
-    let mut rows = Vec::with_capacity(ids.len());
-    for (i, (id, r)) in ids.iter().zip(reads).enumerate() {
-        let lane = stored
-            .as_ref()
-            .and_then(|h| h.lanes.get(i).cloned().flatten());
-        let mut view = RowView {
-            row: id.clone(),
-            hook,
-            sink: i as u32,
-            source: stored
-                .as_ref()
-                .map(|h| h.source.clone())
-                .unwrap_or_default(),
-            state: RowState::Finished,
-            due_at_ms: r.due,
-            attempts: r.attempts,
-            first_attempt_ms: r.first,
-            last_error: r.error.clone(),
-            lane: lane.clone(),
-            lane_position: None,
-            dead_letter: None,
-        };
-        view.state = match r.state(now) {
-            Some(s) => s,
-            None => {
-                let pos: Option<i64> = match &lane {
-                    Some(l) => store
-                        .client()
-                        .lpos(ks.lane(l), id.as_str(), None, None, None)
-                        .await
-                        .map_err(store_err)?,
-                    None => None,
-                };
-                if let Some(p) = pos {
-                    view.lane_position = Some(p.max(0) as u64);
-                    RowState::InLane
-                } else if let Some(d) = dead.remove(id) {
-                    view.last_error = Some(d.error.clone()).filter(|e| !e.is_empty());
-                    view.attempts = d.attempts;
-                    view.first_attempt_ms = d.first_attempt_ms;
-                    view.dead_letter = Some(d);
-                    RowState::DeadLettered
-                } else if attempts
-                    .iter()
-                    .rev()
-                    .find(|a| a.row == *id)
-                    .is_some_and(|a| a.outcome == "delivered")
-                    || stored.as_ref().is_some_and(|h| h.stored == "kept")
-                {
-                    RowState::Delivered
-                } else {
-                    RowState::Finished
-                }
-            }
-        };
-        rows.push(view);
-    }
+    let rows = hook_rows(store, tenant, hook, stored.as_ref(), &attempts).await?;
     let (source, committed_at_ms, stored_as, body_bytes, headers) = match &stored {
         Some(h) => (
             h.source.clone(),
@@ -261,6 +178,125 @@ pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookVie
         rows,
         attempts,
     })
+}
+
+/// Whether `tenant`'s attempt history names `hook`.
+async fn has_history(store: &Store, tenant: &str, hook: u64) -> Result<bool, Error> {
+    Ok(store
+        .client()
+        .zscore::<Option<f64>, _, _>(store.keyspace().history(tenant), hook.to_string())
+        .await
+        .map_err(store_err)?
+        .is_some())
+}
+
+/// The hook's rows: one per module at commit, or as many as the records name; each with
+/// its state, its lane position or its dead letter.
+async fn hook_rows(
+    store: &Store,
+    tenant: &str,
+    hook: u64,
+    stored: Option<&HookRead>,
+    attempts: &[AttemptRecord],
+) -> Result<Vec<RowView>, Error> {
+    let now = store.now_ms().await?;
+    let sinks = match stored {
+        Some(h) => h.modules.len() as u32,
+        None => attempts.iter().map(|a| a.sink + 1).max().unwrap_or(0),
+    };
+    let ids: Vec<String> = (0..sinks).map(|i| format!("{hook}.{i}")).collect();
+    let reads = read_rows(store, tenant, &ids).await?;
+    let mut dead = if reads.iter().any(|r| r.state(now).is_none()) {
+        dead_letters_of(store, tenant, hook).await?
+    } else {
+        HashMap::new()
+    };
+    let mut rows = Vec::with_capacity(ids.len());
+    for (i, (id, r)) in ids.iter().zip(reads).enumerate() {
+        let lane = stored.and_then(|h| h.lanes.get(i).cloned().flatten());
+        let mut view = RowView {
+            row: id.clone(),
+            hook,
+            sink: i as u32,
+            source: stored.map(|h| h.source.clone()).unwrap_or_default(),
+            state: RowState::Finished,
+            due_at_ms: r.due,
+            attempts: r.attempts,
+            first_attempt_ms: r.first,
+            last_error: r.error.clone(),
+            lane: lane.clone(),
+            lane_position: None,
+            dead_letter: None,
+        };
+        view.state = match r.state(now) {
+            Some(s) => s,
+            None => match lane_position(store, lane.as_deref(), id).await? {
+                Some(p) => {
+                    view.lane_position = Some(p.max(0) as u64);
+                    RowState::InLane
+                }
+                None => match dead.remove(id) {
+                    Some(d) => {
+                        view.last_error = Some(d.error.clone()).filter(|e| !e.is_empty());
+                        view.attempts = d.attempts;
+                        view.first_attempt_ms = d.first_attempt_ms;
+                        view.dead_letter = Some(d);
+                        RowState::DeadLettered
+                    }
+                    None => ended_state(id, attempts, stored),
+                },
+            },
+        };
+        rows.push(view);
+    }
+    Ok(rows)
+}
+
+/// The dead letters of `hook` among the tenant's newest [`DLQ_SCAN`], by row id.
+async fn dead_letters_of(
+    store: &Store,
+    tenant: &str,
+    hook: u64,
+) -> Result<HashMap<String, DeadLetter>, Error> {
+    let v: Value = store
+        .client()
+        .xrevrange(store.keyspace().dlq(tenant), "+", "-", Some(DLQ_SCAN))
+        .await
+        .map_err(store_err)?;
+    let mut dead = HashMap::new();
+    for d in crate::dlq::decode_entries(v) {
+        if d.hook == Some(hook) {
+            dead.entry(d.row.clone()).or_insert(d);
+        }
+    }
+    Ok(dead)
+}
+
+/// The row's place in its ordered lane, if it has a lane and waits in it.
+async fn lane_position(store: &Store, lane: Option<&str>, id: &str) -> Result<Option<i64>, Error> {
+    match lane {
+        Some(l) => store
+            .client()
+            .lpos(store.keyspace().lane(l), id, None, None, None)
+            .await
+            .map_err(store_err),
+        None => Ok(None),
+    }
+}
+
+/// A row neither pending, in a lane nor dead-lettered: delivered when its last attempt was
+/// (or the hook is kept for resend), else finished.
+fn ended_state(id: &str, attempts: &[AttemptRecord], stored: Option<&HookRead>) -> RowState {
+    let delivered = attempts
+        .iter()
+        .rev()
+        .find(|a| a.row == id)
+        .is_some_and(|a| a.outcome == "delivered");
+    if delivered || stored.is_some_and(|h| h.stored == "kept") {
+        RowState::Delivered
+    } else {
+        RowState::Finished
+    }
 }
 
 /// The states [`list_rows`] filters on.

@@ -180,6 +180,7 @@ impl Transport for SqsTransport {
                         Err(AttemptError::Retry {
                             error: "sqs: no result for this entry".into(),
                             retry_after: None,
+                            kind: ErrorKind::Other,
                         })
                     })
                 })
@@ -192,7 +193,8 @@ pub(super) fn entry(
     i: usize,
     m: BatchMessage,
 ) -> Result<SendMessageBatchRequestEntry, AttemptError> {
-    let perm = |e: &dyn std::fmt::Display| AttemptError::Permanent(format!("sqs: {e}"));
+    let perm =
+        |e: &dyn std::fmt::Display| AttemptError::permanent(ErrorKind::Other, format!("sqs: {e}"));
     let mut attrs = HashMap::with_capacity(m.attributes.len());
     for (k, v, numeric) in m.attributes {
         let value = MessageAttributeValue::builder()
@@ -228,10 +230,13 @@ where
                 err.message().unwrap_or(""),
             )
         }
-        SdkError::ConstructionFailure(_) => AttemptError::Permanent(crate::sinks::truncate(
-            format!("sqs: request could not be built: {}", chain(e)),
-            512,
-        )),
+        SdkError::ConstructionFailure(_) => AttemptError::permanent(
+            ErrorKind::Other,
+            crate::sinks::truncate(
+                format!("sqs: request could not be built: {}", chain(e)),
+                512,
+            ),
+        ),
         _ => classify_request(None, None, &chain(e)),
     }
 }

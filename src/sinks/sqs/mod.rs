@@ -21,7 +21,7 @@ pub use client::*;
 pub use opts::*;
 
 use super::batcher::{BoxFuture, Limits, Transport};
-use super::{header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, Sink};
+use super::{header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind, Sink};
 use crate::claim_check::Payload;
 use crate::secrets::{has_reference, SecretPolicy};
 use aws_sdk_sqs::config::{
@@ -108,13 +108,19 @@ impl SqsTarget {
             },
         };
         let text = std::str::from_utf8(&body).map_err(|_| {
-            AttemptError::Permanent("sqs: body is not UTF-8 text; SQS carries text only".into())
+            AttemptError::permanent(
+                ErrorKind::Other,
+                "sqs: body is not UTF-8 text; SQS carries text only",
+            )
         })?;
         if let Some(c) = text.chars().find(|c| !valid_sqs_char(*c)) {
-            return Err(AttemptError::Permanent(format!(
-                "sqs: body holds character U+{:04X}, which SQS refuses",
-                c as u32
-            )));
+            return Err(AttemptError::permanent(
+                ErrorKind::Other,
+                format!(
+                    "sqs: body holds character U+{:04X}, which SQS refuses",
+                    c as u32
+                ),
+            ));
         }
         if self.header_attributes {
             let pairs = header_pairs(&d.headers);
@@ -141,10 +147,13 @@ impl SqsTarget {
                 .map(|(k, v, _)| k.len() + v.len() + 6)
                 .sum::<usize>();
         if size > self.max_message_bytes {
-            return Err(AttemptError::Permanent(format!(
-                "sqs: message is {size} bytes with its attributes, over {}",
-                self.max_message_bytes
-            )));
+            return Err(AttemptError::permanent(
+                ErrorKind::Other,
+                format!(
+                    "sqs: message is {size} bytes with its attributes, over {}",
+                    self.max_message_bytes
+                ),
+            ));
         }
         let (group, dedup) = if self.fifo {
             let g = match lane {
@@ -171,14 +180,7 @@ impl SqsTarget {
 pub fn classify_entry(code: &str, sender_fault: bool, message: &str) -> AttemptError {
     let error = super::truncate(format!("sqs {code}: {message}"), 512);
     let retryable = !sender_fault || RETRYABLE_CODES.contains(&code) || code.starts_with("Kms");
-    if retryable {
-        AttemptError::Retry {
-            error,
-            retry_after: None,
-        }
-    } else {
-        AttemptError::Permanent(error)
-    }
+    sqs_error(retryable, error)
 }
 
 const RETRYABLE_CODES: &[&str] = &[
@@ -210,13 +212,14 @@ pub fn classify_request(status: Option<u16>, code: Option<&str>, message: &str) 
         (None, _) => true,
         (Some(s), _) => s == 408 || s == 429 || s >= 500,
     };
-    if retry {
-        AttemptError::Retry {
-            error,
-            retry_after: None,
-        }
-    } else {
-        AttemptError::Permanent(error)
+    sqs_error(retry, error)
+}
+
+/// An SQS failure: retryable or permanent, of no kind the history names apart.
+fn sqs_error(retry: bool, error: String) -> AttemptError {
+    match retry {
+        true => AttemptError::retry(ErrorKind::Other, error),
+        false => AttemptError::permanent(ErrorKind::Other, error),
     }
 }
 
@@ -437,6 +440,6 @@ mod tests {
                 None,
             )
             .unwrap_err();
-        assert!(matches!(e, AttemptError::Permanent(_)));
+        assert!(matches!(e, AttemptError::Permanent { .. }));
     }
 }

@@ -1,0 +1,333 @@
+//! [`Config::validate`]: one check per key, one function per section, every problem reported
+//! at once in the order of the sections.
+
+use super::{
+    AdminConfig, ClaimCheckConfig, CommitConfig, Config, ConfigError, ConfigProblem,
+    DispatchConfig, HistoryConfig, HttpConfig, LeaderConfig, OperatorConfig, RedisConfig,
+    RetryConfig, SecretsConfig, SocketAddr, TelemetryConfig, DEFAULT_TENANT, MAX_PARTITIONS,
+};
+
+const GT0: &str = "must be > 0";
+
+impl Config {
+    /// Checks every key and returns all problems at once, each with its dotted key path.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
+        p.check(
+            is_name(&self.instance, 64, |c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
+            }),
+            "instance",
+            "must match [a-z0-9_-]{1,64}",
+        );
+        p.check(
+            (1..=MAX_PARTITIONS).contains(&self.partitions),
+            "partitions",
+            "must be in 1..=1024",
+        );
+        redis(&self.redis, &mut p);
+        leader(&self.leader, &mut p);
+        dispatch(&self.dispatch, &mut p);
+        retry(&self.retry, &mut p);
+        commit(&self.commit, &mut p);
+        history(&self.history, &mut p);
+        operator(&self.operator, &mut p);
+        telemetry(&self.telemetry, &mut p);
+        admin(&self.admin, &mut p);
+        claim_check(&self.claim_check, &mut p);
+        http(&self.http, &mut p);
+        secrets(&self.secrets, &mut p);
+        match p.0.is_empty() {
+            true => Ok(()),
+            false => Err(ConfigError::Invalid(p.0)),
+        }
+    }
+}
+
+/// `[redis]`: the Redis connection: a URL this build can serve, TLS files only with TLS.
+fn redis(r: &RedisConfig, p: &mut Problems) {
+    if let Err(e) = crate::store::url::topology(&r.url) {
+        p.check(
+            false,
+            "redis.url",
+            format!("{} cannot be served by this build: {}", e.url, e.reason),
+        );
+    }
+    p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", GT0);
+    let tls = r.url.starts_with("rediss://");
+    for (key, file) in [
+        ("redis.tls_ca_file", &r.tls_ca_file),
+        ("redis.tls_cert_file", &r.tls_cert_file),
+        ("redis.tls_key_file", &r.tls_key_file),
+    ] {
+        p.check(
+            tls || file.is_empty(),
+            key,
+            "needs a rediss:// redis.url (TLS)",
+        );
+    }
+    p.check(
+        r.tls_cert_file.is_empty() == r.tls_key_file.is_empty(),
+        "redis.tls_key_file",
+        "must be set together with redis.tls_cert_file",
+    );
+}
+
+/// `[leader]`: the lease and its renewal, the self-check.
+fn leader(l: &LeaderConfig, p: &mut Problems) {
+    p.check(l.lease_ms >= 1_000, "leader.lease_ms", "must be >= 1000");
+    p.check(
+        l.renew_ms == 0 || l.renew_ms < l.lease_ms / 2,
+        "leader.renew_ms",
+        format!(
+            "must be 0 (lease_ms / 3) or < leader.lease_ms / 2 = {}",
+            l.lease_ms / 2
+        ),
+    );
+    p.check(
+        l.selfcheck_intervals == 0 || l.selfcheck_intervals >= 2,
+        "leader.selfcheck_intervals",
+        "must be 0 (off) or >= 2",
+    );
+}
+
+/// `[dispatch]`: the loop's limits, and each tenant's overrides.
+fn dispatch(d: &DispatchConfig, p: &mut Problems) {
+    p.check(d.concurrency > 0, "dispatch.concurrency", GT0);
+    p.check(d.max_inflight > 0, "dispatch.max_inflight", GT0);
+    p.check(d.max_inflight_bytes > 0, "dispatch.max_inflight_bytes", GT0);
+    p.check(d.batch > 0, "dispatch.batch", GT0);
+    p.check(d.batch <= 10_000, "dispatch.batch", "must be <= 10000");
+    p.check(d.attempt_timeout_ms > 0, "dispatch.attempt_timeout_ms", GT0);
+    p.check(d.sink_concurrency > 0, "dispatch.sink_concurrency", GT0);
+    p.check(d.breaker_open_ms > 0, "dispatch.breaker_open_ms", GT0);
+    p.check(
+        d.breaker_max_open_ms >= d.breaker_open_ms,
+        "dispatch.breaker_max_open_ms",
+        "must be >= dispatch.breaker_open_ms",
+    );
+    p.check(d.poll_ms > 0, "dispatch.poll_ms", GT0);
+    p.check(d.settle_batch > 0, "dispatch.settle_batch", GT0);
+    p.check(
+        (1..=1000).contains(&d.script_budget_ms),
+        "dispatch.script_budget_ms",
+        "must be 1..=1000",
+    );
+    for (name, t) in &d.tenants {
+        let key = format!("dispatch.tenants.{name}");
+        p.check(
+            name == DEFAULT_TENANT
+                || is_name(name, 128, |c| {
+                    c.is_ascii_alphanumeric() || "_.-".contains(c)
+                }),
+            &key,
+            "tenant id must match [A-Za-z0-9_.-]{1,128}",
+        );
+        p.check(
+            t.max_inflight != Some(0),
+            format!("{key}.max_inflight"),
+            GT0,
+        );
+        p.check(
+            t.max_inflight_bytes != Some(0),
+            format!("{key}.max_inflight_bytes"),
+            GT0,
+        );
+        p.check(t.concurrency != Some(0), format!("{key}.concurrency"), GT0);
+    }
+}
+
+/// `[retry]`: the backoff curve.
+fn retry(r: &RetryConfig, p: &mut Problems) {
+    p.check(r.initial_backoff_ms > 0, "retry.initial_backoff_ms", GT0);
+    p.check(
+        r.max_backoff_ms >= r.initial_backoff_ms,
+        "retry.max_backoff_ms",
+        "must be >= retry.initial_backoff_ms",
+    );
+    p.check(
+        r.min_backoff_ms <= r.max_backoff_ms,
+        "retry.min_backoff_ms",
+        "must be <= retry.max_backoff_ms",
+    );
+    p.check(
+        r.multiplier.is_finite() && r.multiplier >= 1.0,
+        "retry.multiplier",
+        "must be a finite number >= 1.0",
+    );
+    p.check(
+        (0.0..=1.0).contains(&r.jitter),
+        "retry.jitter",
+        "must be between 0.0 and 1.0",
+    );
+    p.check(r.max_elapsed_ms > 0, "retry.max_elapsed_ms", GT0);
+}
+
+/// `[commit]`: the size and idempotency limits of a commit.
+fn commit(c: &CommitConfig, p: &mut Problems) {
+    p.check(c.max_hook_bytes > 0, "commit.max_hook_bytes", GT0);
+    p.check(
+        c.max_hook_bytes <= 512 << 20,
+        "commit.max_hook_bytes",
+        "must be <= 536870912 (Redis' string limit)",
+    );
+    p.check(c.idempotency_ms > 0, "commit.idempotency_ms", GT0);
+}
+
+/// `[history]`: the attempt history's retention, the tenants given their own series.
+fn history(h: &HistoryConfig, p: &mut Problems) {
+    p.check(h.max_age_ms > 0, "history.max_age_ms", GT0);
+    p.check(h.max_per_tenant > 0, "history.max_per_tenant", GT0);
+    for (i, t) in h.metrics_tenants.iter().enumerate() {
+        p.check(
+            crate::model::check_id("tenant", t).is_ok(),
+            format!("history.metrics_tenants[{i}]"),
+            "must match [A-Za-z0-9_.-]{1,128}",
+        );
+    }
+}
+
+/// `[operator]`: the operator event stream.
+fn operator(o: &OperatorConfig, p: &mut Problems) {
+    p.check(
+        o.events_url.as_deref().map_or(true, |u| {
+            u.starts_with("http://") || u.starts_with("https://")
+        }),
+        "operator.events_url",
+        "must be an http:// or https:// URL",
+    );
+    p.check(
+        o.signing_secret.as_deref() != Some(""),
+        "operator.signing_secret",
+        "must not be empty when set",
+    );
+    p.check(o.events_max_len > 0, "operator.events_max_len", GT0);
+}
+
+/// `[telemetry]`: the OTLP exporter.
+fn telemetry(t: &TelemetryConfig, p: &mut Problems) {
+    if !t.otlp_endpoint.is_empty() {
+        let ok = url::Url::parse(&t.otlp_endpoint).is_ok_and(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some_and(|h| !h.is_empty())
+                && u.query().is_none()
+                && u.username().is_empty()
+                && u.password().is_none()
+        });
+        p.check(
+            ok,
+            "telemetry.otlp_endpoint",
+            "must be empty or an http(s) URL such as http://otel-collector:4318 \
+             (no query, no credentials: set OTEL_EXPORTER_OTLP_HEADERS for auth)",
+        );
+    }
+    p.check(
+        !t.service_name.is_empty() && t.service_name.len() <= 255,
+        "telemetry.service_name",
+        "must be 1..=255 characters",
+    );
+    p.check(
+        (0.0..=1.0).contains(&t.sample_ratio),
+        "telemetry.sample_ratio",
+        "must be between 0.0 and 1.0",
+    );
+}
+
+/// `[admin]`: the admin listener and its tokens.
+fn admin(a: &AdminConfig, p: &mut Problems) {
+    p.check(
+        a.listen.parse::<SocketAddr>().is_ok(),
+        "admin.listen",
+        "must be a socket address such as 127.0.0.1:9187",
+    );
+    p.check(
+        a.token.as_deref() != Some(""),
+        "admin.token",
+        "must not be empty when set",
+    );
+    p.check(
+        a.ingest_token.as_deref() != Some(""),
+        "admin.ingest_token",
+        "must not be empty when set",
+    );
+    p.check(a.header_timeout_ms > 0, "admin.header_timeout_ms", GT0);
+    p.check(a.request_timeout_ms > 0, "admin.request_timeout_ms", GT0);
+    p.check(a.max_connections > 0, "admin.max_connections", GT0);
+    p.check(
+        a.event_type_headers.iter().all(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        }),
+        "admin.event_type_headers",
+        "every name must be a lowercase header name ([a-z0-9-]+)",
+    );
+}
+
+/// `[claim_check]`: the claim-check store.
+fn claim_check(cc: &ClaimCheckConfig, p: &mut Problems) {
+    p.check(
+        cc.url.is_empty() || cc.url.starts_with("file:///") || cc.url.starts_with("s3://"),
+        "claim_check.url",
+        "must be empty, file:///absolute/dir or s3://bucket[/prefix]",
+    );
+    p.check(
+        cc.endpoint.is_empty()
+            || cc.endpoint.starts_with("http://")
+            || cc.endpoint.starts_with("https://"),
+        "claim_check.endpoint",
+        "must be empty or an http:// or https:// URL",
+    );
+    p.check(
+        cc.access_key_id.is_empty() == cc.secret_access_key.is_empty(),
+        "claim_check.secret_access_key",
+        "must be set together with claim_check.access_key_id",
+    );
+}
+
+/// `[http]`: the allowed CIDR blocks of the http sink.
+fn http(http: &HttpConfig, p: &mut Problems) {
+    for (i, c) in http.allow_cidrs.iter().enumerate() {
+        if let Err(e) = c.parse::<ipnet::IpNet>() {
+            p.check(
+                false,
+                format!("http.allow_cidrs[{i}]"),
+                format!("{c:?} is not a CIDR block such as 10.0.0.0/8 or ::1/128: {e}"),
+            );
+        }
+    }
+}
+
+/// `[secrets]`: where secret references are read from.
+fn secrets(s: &SecretsConfig, p: &mut Problems) {
+    p.check(
+        crate::secrets::valid_env_prefix(&s.env_prefix),
+        "secrets.env_prefix",
+        "must match [A-Z0-9_]+ and, under ANKUSA_, start with ANKUSA_SECRET_",
+    );
+    p.check(
+        s.file_dir.is_empty() || (s.file_dir.starts_with('/') && s.file_dir != "/"),
+        "secrets.file_dir",
+        "must be empty (no file references) or an absolute directory other than /",
+    );
+}
+
+/// Collects validation problems so that all are reported at once.
+#[derive(Default)]
+struct Problems(Vec<ConfigProblem>);
+
+impl Problems {
+    fn check(&mut self, ok: bool, key: impl Into<String>, message: impl Into<String>) {
+        if !ok {
+            self.0.push(ConfigProblem {
+                key: key.into(),
+                message: message.into(),
+            });
+        }
+    }
+}
+
+/// Whether `s` has 1..=`max` characters, all accepted by `allowed`.
+fn is_name(s: &str, max: usize, allowed: impl Fn(char) -> bool) -> bool {
+    (1..=max).contains(&s.len()) && s.chars().all(allowed)
+}
