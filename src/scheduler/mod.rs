@@ -6,3 +6,4 @@ pub mod backoff;
 pub mod breaker;
 pub mod rate;
 pub mod slots;
+pub mod window;
