@@ -289,15 +289,24 @@ async fn a_dead_sink_behind_a_large_backlog_keeps_claims_within_the_window_and_m
         max_claimed <= MAX_INFLIGHT,
         "{max_claimed} rows claimed at once > max_inflight {MAX_INFLIGHT}"
     );
-    // Flat: after the first quarter of the run, resident memory grows by less than 16 MiB
-    // while the remaining three quarters of the backlog go through the window.
+    // Flat: after the first quarter of the run, while the remaining three quarters of the
+    // backlog go through the window, the last quarter's mean RSS is within 16 MiB of the
+    // first quarter's, and no sample is over 48 MiB above it. A transient peak of settle
+    // batches piling up on a loaded machine (+30 MiB once in CI, gone at the next samples)
+    // is not growth; memory held per row would be (75 000 rows × ≥ 500 B ≥ 36 MiB).
+    assert!(rss.len() >= 8, "too few samples: {rss:?}");
     let quarter = rss[rss.len() / 4];
     let peak = *rss[rss.len() / 4..].iter().max().unwrap();
-    eprintln!("dead sink: {} samples, max claimed {max_claimed}, RSS at 1/4 {quarter} KiB, peak {peak} KiB", rss.len());
-    assert!(rss.len() >= 8, "too few samples: {rss:?}");
+    let last = &rss[rss.len() * 3 / 4..];
+    let last_mean = last.iter().sum::<u64>() / last.len() as u64;
+    eprintln!("dead sink: {} samples, max claimed {max_claimed}, RSS at 1/4 {quarter} KiB, last quarter's mean {last_mean} KiB, peak {peak} KiB", rss.len());
     assert!(
-        peak <= quarter + 16 * 1024,
-        "RSS grew from {quarter} KiB to {peak} KiB: {rss:?}"
+        last_mean <= quarter + 16 * 1024,
+        "RSS grew from {quarter} KiB to a mean of {last_mean} KiB: {rss:?}"
+    );
+    assert!(
+        peak <= quarter + 48 * 1024,
+        "RSS peaked at {peak} KiB from {quarter} KiB: {rss:?}"
     );
     assert_eq!(env.store.totals().await.unwrap().delivered, 0);
 }
