@@ -243,7 +243,9 @@ for f, i in ipairs(fresh) do
   if rows[i] == 0 then
     unmatched = unmatched + 1
   else
-    redis.call('HSET', hk, 'b', body, 'h', headers, 't', now, 'tn', tenant,
+    -- The body apart: a hash of small fields stays a listpack (issue 12).
+    redis.call('SET', k_body(id_text(hook)), body)
+    redis.call('HSET', hk, 'h', headers, 't', now, 'tn', tenant,
       's', source, 'k', modules, 'n', rows[i], 'z', #body)
     if et ~= '' then redis.call('HSET', hk, 'et', et) end
   end

@@ -30,7 +30,7 @@ local function release(fields)
     -- R18: the leader deletes the body's claim-check blob (handed over by settle.lua).
     local cc = redis.call('HGET', hk, 'cc')
     if cc then redis.call('RPUSH', K_BLOB_GC, cc) end
-    redis.call('DEL', hk)
+    redis.call('DEL', hk, k_body(hook))
   end
 end
 

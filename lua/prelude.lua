@@ -6,6 +6,8 @@
 local P = ARGV[1]
 local function k_source(tenant, source) return P .. 'source:' .. tenant .. ':' .. source end
 local function k_hook(hook) return P .. 'hook:' .. hook end
+-- A hook's body, apart from its hash so the hash stays a listpack (issue 12).
+local function k_body(hook) return P .. 'body:' .. hook end
 local function k_row(row) return P .. 'row:' .. row end
 local function k_due(tenant) return P .. 'due:' .. tenant end
 local function k_dlq(tenant) return P .. 'dlq:' .. tenant end
@@ -15,6 +17,7 @@ local function k_lanes(tenant) return P .. 'lanes:' .. tenant end
 local function k_idem(tenant, source, key) return P .. 'idem:' .. tenant .. ':' .. source .. ':' .. redis.sha1hex(key) end
 local function k_attempts(hook) return P .. 'attempts:' .. hook end
 local function k_kept(hook) return P .. 'kept:' .. hook end
+local function k_keptbody(hook) return P .. 'keptbody:' .. hook end
 local function k_history(tenant) return P .. 'history:' .. tenant end
 local function k_srcvt(tenant) return P .. 'srcvt:' .. tenant end
 local K_LANE_MEMBERS = P .. 'lane_members'

@@ -128,9 +128,15 @@ local function finish_row(hook, idx, tenant, row, dead)
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)
       redis.call('PEXPIRE', kk, hist.age)
+      -- A hook committed before bodies moved apart has none (its `b` moved with the hash).
+      local bk = k_body(hook)
+      if redis.call('EXISTS', bk) == 1 then
+        redis.call('RENAME', bk, k_keptbody(hook))
+        redis.call('PEXPIRE', k_keptbody(hook), hist.age)
+      end
       remember(tenant, hook)
     else
-      redis.call('DEL', hk)
+      redis.call('DEL', hk, k_body(hook))
     end
   end
   return h[4] or '', h[5] or ''
@@ -211,7 +217,9 @@ for t in pairs(touched) do
   if over > 0 then
     pops = pops - over
     local gone = redis.call('ZPOPMIN', hk, over)
-    for g = 1, #gone, 2 do redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g])) end
+    for g = 1, #gone, 2 do
+      redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g]), k_keptbody(gone[g]))
+    end
   end
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end

@@ -109,11 +109,19 @@ impl Keyspace {
     pub fn sources(&self) -> String {
         self.key("sources")
     }
-    /// Hash: one hook (body `b`, headers `h`, commit ms `t`, tenant `tn`, source `s`,
-    /// modules `k`, rows left `n`, dead letters `d`, size `z`, event type `et`, lane id of ordered sink `i`
-    /// `L<i>`, claim-check reference `cc` once the body is checked in, R18).
+    /// Hash: one hook (headers `h`, commit ms `t`, tenant `tn`, source `s`, modules `k`,
+    /// rows left `n`, dead letters `d`, body size `z` (bytes), event type `et`, lane id of
+    /// ordered sink `i` `L<i>`, claim-check reference `cc` once the body is checked in,
+    /// R18). The body is apart, in [`Keyspace::body`], so these small fields stay a
+    /// listpack (~330 B less per hook, issue 12); a hook committed before that holds its
+    /// body in field `b`, which readers still take first.
     pub fn hook(&self, hook_id: u64) -> String {
         self.key(&format!("hook:{hook_id}"))
+    }
+    /// String: a hook's body bytes, exactly as committed; written and deleted with
+    /// [`Keyspace::hook`] by the same scripts.
+    pub fn body(&self, hook_id: u64) -> String {
+        self.key(&format!("body:{hook_id}"))
     }
     /// Hash: a row's retry state (attempts `a`, first attempt ms `f`, last error `e`);
     /// absent until the row's first failed attempt.
@@ -182,9 +190,14 @@ impl Keyspace {
     }
     /// Hash (PEXPIRE `history.max_age_ms`): a delivered hook kept for resend, the fields of
     /// [`Keyspace::hook`] as they were at its last row's delivery (`cc` names a blob already
-    /// deleted; resend reads only `b` and `h`).
+    /// deleted; resend reads only the body and `h`).
     pub fn kept(&self, hook_id: u64) -> String {
         self.key(&format!("kept:{hook_id}"))
+    }
+    /// String (PEXPIRE `history.max_age_ms`): the body of a kept hook ([`Keyspace::body`]
+    /// renamed with it).
+    pub fn kept_body(&self, hook_id: u64) -> String {
+        self.key(&format!("keptbody:{hook_id}"))
     }
     /// Sorted set: a tenant's hooks with history, hook id → time of its last record (ms);
     /// trimmed to `history.max_per_tenant` and `history.max_age_ms`.

@@ -12,10 +12,11 @@ use common::*;
 async fn a_commit_of_several_hooks_stores_each_once_with_one_due_row_per_sink_entry() {
     let env = Env::new().await;
     env.http_source("acme", "orders", &["a", "b"]).await;
+    let big = "x".repeat(4096);
     let hooks = [
         Hook::new("one"),
         Hook::new("two").header("x-github-event", "push"),
-        Hook::new("three"),
+        Hook::new(big.clone()),
     ];
     let r = env
         .producer
@@ -23,9 +24,16 @@ async fn a_commit_of_several_hooks_stores_each_once_with_one_due_row_per_sink_en
         .await
         .unwrap();
     assert_eq!((r.first_hook, r.rows_per_hook), (1, 2));
-    for (i, body) in ["one", "two", "three"].iter().enumerate() {
-        let hook = env.key(&format!("hook:{}", r.first_hook + i as u64));
-        assert_eq!(env.redis_cmd(&["HGET", &hook, "b"]), *body);
+    for (i, body) in ["one", "two", big.as_str()].iter().enumerate() {
+        let id = r.first_hook + i as u64;
+        let hook = env.key(&format!("hook:{id}"));
+        // The body apart, so the hash of small fields stays a listpack (issue 12).
+        assert_eq!(
+            env.redis_cmd(&["GET", &env.key(&format!("body:{id}"))]),
+            *body
+        );
+        assert_eq!(env.redis_cmd(&["HEXISTS", &hook, "b"]), "0");
+        assert_eq!(env.redis_cmd(&["OBJECT", "ENCODING", &hook]), "listpack");
         assert_eq!(env.redis_cmd(&["HGET", &hook, "tn"]), "acme");
         assert_eq!(env.redis_cmd(&["HGET", &hook, "s"]), "orders");
         assert_eq!(env.redis_cmd(&["HGET", &hook, "k"]), "http,http");

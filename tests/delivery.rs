@@ -64,12 +64,12 @@ async fn a_500_then_a_200_is_delivered_on_the_second_attempt() {
     assert!(got.iter().all(|r| r.body_sha256 == got[0].body_sha256));
     let t = env.store.totals().await.unwrap();
     assert_eq!((t.delivered, t.dead_lettered), (1, 0));
-    // the row's retry state and the hook are gone once delivered
+    // the row's retry state, the hook and its body are gone once delivered
     assert_eq!(env.row_field(&format!("{id}.0"), "a"), None);
     assert_eq!(
         env.keys()
             .iter()
-            .filter(|k| k.contains(":hook:") || k.contains(":row:"))
+            .filter(|k| k.contains(":hook:") || k.contains(":body:") || k.contains(":row:"))
             .count(),
         0,
         "{:?}",

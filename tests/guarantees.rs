@@ -380,6 +380,11 @@ async fn a_full_redis_is_drained_by_a_leader_elected_on_it_and_failing_writes_tu
     assert_eq!(
         env.redis_cmd(&["KEYS", &env.key("hook:*")]),
         "",
+        "hooks left"
+    );
+    assert_eq!(
+        env.redis_cmd(&["KEYS", &env.key("body:*")]),
+        "",
         "hook bodies left"
     );
     assert_eq!(

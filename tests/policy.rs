@@ -146,7 +146,9 @@ async fn three_sinks_filtering_push_pull_request_and_nothing_get_exactly_their_r
     assert_eq!((t.delivered, t.dead_lettered), (270 + 6 + 27, 0));
     // Every hook was finished by its last written row: nothing is left behind.
     assert!(
-        env.keys().iter().all(|k| !k.contains(":hook:")),
+        env.keys()
+            .iter()
+            .all(|k| !k.contains(":hook:") && !k.contains(":body:")),
         "{:?}",
         env.keys()
     );
@@ -176,6 +178,12 @@ async fn a_hook_no_entry_takes_is_counted_and_reported_not_stored_and_not_an_err
         .filter(|k| k.contains(":hook:"))
         .collect();
     assert_eq!(hook_keys, vec![env.key(&format!("hook:{}", ids[1]))]);
+    let body_keys: Vec<String> = env
+        .keys()
+        .into_iter()
+        .filter(|k| k.contains(":body:"))
+        .collect();
+    assert_eq!(body_keys, vec![env.key(&format!("body:{}", ids[1]))]);
     assert_eq!(
         env.redis_cmd(&["HGET", &env.key("stats"), "unmatched"]),
         "2"

@@ -401,6 +401,10 @@ async fn history_past_max_per_tenant_is_trimmed_oldest_first() {
             env.redis_cmd(&["EXISTS", &env.key(&format!("kept:{old}"))]),
             "0"
         );
+        assert_eq!(
+            env.redis_cmd(&["EXISTS", &env.key(&format!("keptbody:{old}"))]),
+            "0"
+        );
         let (code, out, _) =
             ankusa(&env, &["--json", "hooks", "show", "acme", &old.to_string()]).await;
         assert_eq!(code, 1, "{out}");
@@ -439,6 +443,10 @@ async fn history_past_max_age_ms_expires() {
         env.redis_cmd(&["EXISTS", &env.key(&format!("kept:{old}"))]),
         "0"
     );
+    assert_eq!(
+        env.redis_cmd(&["EXISTS", &env.key(&format!("keptbody:{old}"))]),
+        "0"
+    );
     // the next write drops the expired hook from the tenant's index
     let new = env.commit("acme", "orders", "{}").await;
     env.drain(&worker).await;
@@ -461,6 +469,8 @@ async fn with_history_off_nothing_is_recorded_or_kept() {
     assert!(
         keys.iter().all(|k| !k.contains(":attempts:")
             && !k.contains(":kept:")
+            && !k.contains(":keptbody:")
+            && !k.contains(":body:")
             && !k.contains(":history:")),
         "{keys:?}"
     );

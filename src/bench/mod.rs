@@ -52,6 +52,10 @@ pub struct BenchReport {
     pub redis_commands_per_row: f64,
     /// Redis memory per pending row beyond the body (bytes).
     pub redis_bytes_per_pending_row: f64,
+    /// The same with 2 sinks per hook (bytes per row; the body counted once per hook).
+    pub redis_bytes_per_pending_row_2_sinks: f64,
+    /// The same with 4 sinks per hook (bytes per row).
+    pub redis_bytes_per_pending_row_4_sinks: f64,
     /// Redis memory still held per delivered row once the backlog is drained (bytes): the
     /// attempt history and the delivered hooks kept for resend; ~0 with `--no-history`.
     pub redis_bytes_per_delivered_row: f64,
@@ -445,6 +449,7 @@ pub async fn run(args: BenchArgs) -> Result<(), Error> {
         policy: args.policy,
         ..Default::default()
     };
+    world.memory_by_sinks(&args, &mut report).await?;
     let mem0 = world.memory_per_pending_row(&args, &mut report).await?;
     let dir = tempfile::tempdir().map_err(|e| Error::Other(e.to_string()))?;
     let worker = world.throughput(&args, &dir, mem0, &mut report).await?;

@@ -82,6 +82,49 @@ impl World {
         Ok(mem0)
     }
 
+    /// Phase 1b, memory per pending row with 2 and 4 sinks per hook: the same bodies
+    /// committed to an instance of their own (no worker serves it), measured, then deleted.
+    /// At most 40 000 rows each (the figure is per row; more adds nothing).
+    pub(super) async fn memory_by_sinks(
+        &self,
+        args: &BenchArgs,
+        report: &mut BenchReport,
+    ) -> Result<(), Error> {
+        let rows = args.rows.clamp(1, 40_000);
+        for sinks in [2usize, 4] {
+            let instance = format!("bench-mem{sinks}");
+            let (store, producer) = connect_instance(&self.redis, &instance).await?;
+            let entries = (0..sinks)
+                .map(|i| SinkEntry::http(&self.receiver.url(&format!("mem/{i}"))))
+                .collect();
+            store
+                .put_source("m", "s", &SourceSpec { sinks: entries })
+                .await?;
+            let hooks = (rows / sinks).max(1);
+            let mem0 = info_field(&self.redis, "memory", "used_memory");
+            let body_bytes =
+                commit_backlog(&producer, &["m".to_string()], &self.bodies, hooks).await?;
+            let mem1 = info_field(&self.redis, "memory", "used_memory");
+            let per_row = ((mem1 - mem0 - body_bytes as f64) / (hooks * sinks) as f64).round();
+            eprintln!(
+                "bench: {} rows pending ({sinks} sinks per hook), {per_row:.0} bytes of Redis \
+                 memory per row beyond the body",
+                hooks * sinks
+            );
+            match sinks {
+                2 => report.redis_bytes_per_pending_row_2_sinks = per_row,
+                _ => report.redis_bytes_per_pending_row_4_sinks = per_row,
+            }
+            // Gone before the other phases, which measure against a quiet Redis.
+            let wipe = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+                        redis.call('DEL', k) n = n + 1 end return n";
+            self.redis
+                .cmd(&["EVAL", wipe, "0", &format!("ankusa:{{{instance}*")])
+                .map_err(|e| Error::Other(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Phase 2, throughput: a worker drains the backlog; answers the worker, still running.
     pub(super) async fn throughput(
         &self,
@@ -311,6 +354,10 @@ pub(super) fn check_targets(args: &BenchArgs, report: &BenchReport) {
     check("p99 ms ≤ 20 at half rate", r.p99_ms, 20.0, false);
     let mem = r.redis_bytes_per_pending_row;
     check("Redis bytes/pending row ≤ 250", mem, 250.0, false);
+    eprintln!(
+        "Redis bytes/pending row with 2 sinks per hook: {}, with 4: {}",
+        r.redis_bytes_per_pending_row_2_sinks, r.redis_bytes_per_pending_row_4_sinks
+    );
     if args.fairness_backlog > 0 {
         check("fairness ratio ≤ 1.5", r.fairness_ratio, 1.5, false);
     }

@@ -468,7 +468,17 @@ pub async fn show(store: &Store, tenant: &str, id: &str) -> Result<DeadLetterDet
                     .flatten()
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
             };
-            match v.first().cloned().flatten() {
+            // The body apart (issue 12); a hook from before keeps it in `b`.
+            let body = match v.first().cloned().flatten() {
+                Some(b) => Some(b),
+                None if v.iter().any(Option::is_some) => store
+                    .client()
+                    .get::<Option<bytes::Bytes>, _>(store.keyspace().body(h))
+                    .await
+                    .map_err(StoreError::from)?,
+                None => None,
+            };
+            match body {
                 None => None,
                 Some(body) => {
                     let headers = text(1)

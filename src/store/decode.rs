@@ -142,10 +142,15 @@ pub(super) fn per_key_replies<R>(
         .collect()
 }
 
-/// Decode a hook read with [`HOOK_FIELDS`]: `None` when the hook is gone (every field
-/// absent), `Some(Err(what))` naming the first field that is missing or unreadable.
-pub(super) fn decode_hook(v: Value) -> Option<Result<StoredHook, String>> {
-    let Value::Array(f) = v else {
+/// Decode a hook read with [`HOOK_FIELDS`] and the `GET` of its body key: `None` when the
+/// hook is gone (every field absent), `Some(Err(what))` naming the first field that is
+/// missing or unreadable. The hash's own `b` (a hook committed before bodies moved apart,
+/// issue 12) is taken before the body key.
+pub(super) fn decode_hook(
+    v: Value,
+    body: Result<Value, String>,
+) -> Option<Result<StoredHook, String>> {
+    let Value::Array(mut f) = v else {
         return Some(Err("unexpected reply".into()));
     };
     if f.len() != HOOK_FIELDS.len() {
@@ -153,6 +158,12 @@ pub(super) fn decode_hook(v: Value) -> Option<Result<StoredHook, String>> {
     }
     if f.iter().all(|v| matches!(v, Value::Null)) {
         return None;
+    }
+    if matches!(f[0], Value::Null) {
+        match body {
+            Ok(b) => f[0] = b,
+            Err(e) => return Some(Err(format!("body {}", truncate_text(&e, 64)))),
+        }
     }
     let bad = |i: usize| {
         let shown = match &f[i] {

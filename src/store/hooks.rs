@@ -22,9 +22,10 @@ pub struct StoredHook {
 }
 
 impl Store {
-    /// Read hooks for delivery with one pipelined round trip: `None` where a hook is gone,
-    /// `Some(Err(what))` where its key holds something else than a readable hook (another
-    /// type, a missing or garbage field: a malformed hook). Errors: Redis failing as a whole.
+    /// Read hooks for delivery with one pipelined round trip (the hash and the body key of
+    /// each): `None` where a hook is gone, `Some(Err(what))` where its keys hold something
+    /// else than a readable hook (another type, a missing or garbage field: a malformed
+    /// hook). Errors: Redis failing as a whole.
     pub async fn fetch_hooks(
         &self,
         ids: &[u64],
@@ -35,15 +36,18 @@ impl Store {
         let pipe = self.client().pipeline();
         for id in ids {
             let _: () = pipe.hmget(self.ks.hook(*id), HOOK_FIELDS.to_vec()).await?;
+            let _: () = pipe.get(self.ks.body(*id)).await?;
         }
-        let replies = per_key_replies(pipe.try_all::<Value>().await, ids.len())?;
-        Ok(replies
-            .into_iter()
-            .map(|r| match r {
-                Ok(v) => decode_hook(v),
+        let replies = per_key_replies(pipe.try_all::<Value>().await, 2 * ids.len())?;
+        let mut replies = replies.into_iter();
+        let mut out = Vec::with_capacity(ids.len());
+        while let (Some(hash), Some(body)) = (replies.next(), replies.next()) {
+            out.push(match hash {
+                Ok(v) => decode_hook(v, body),
                 Err(e) => Some(Err(e)),
-            })
-            .collect())
+            });
+        }
+        Ok(out)
     }
 
     /// Record claim-check references with their hooks (field `cc`, R18) in one call of

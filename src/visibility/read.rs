@@ -140,7 +140,10 @@ pub(super) struct HookRead {
 
 pub(super) async fn read_hook(store: &Store, hook: u64) -> Result<Option<HookRead>, Error> {
     let ks = store.keyspace();
-    for (key, stored) in [(ks.hook(hook), "live"), (ks.kept(hook), "kept")] {
+    for (key, body_key, stored) in [
+        (ks.hook(hook), ks.body(hook), "live"),
+        (ks.kept(hook), ks.kept_body(hook), "kept"),
+    ] {
         let v: Result<HashMap<String, Value>, _> = store.client().hgetall(&key).await;
         let Ok(f) = v else { continue }; // another type than a hash: not a readable hook
         if f.is_empty() {
@@ -155,10 +158,20 @@ pub(super) async fn read_hook(store: &Store, hook: u64) -> Result<Option<HookRea
         let lanes = (0..modules.len())
             .map(|i| f.get(&format!("L{i}")).and_then(text))
             .collect();
+        // The body apart (issue 12); a hook from before keeps it in `b`.
         let body = match f.get("b") {
             Some(Value::Bytes(b)) => b.clone(),
             Some(Value::String(t)) => bytes::Bytes::copy_from_slice(t.as_bytes()),
-            _ => bytes::Bytes::new(),
+            _ => match store
+                .client()
+                .get::<Option<bytes::Bytes>, _>(&body_key)
+                .await
+            {
+                Ok(b) => b.unwrap_or_default(),
+                // Another type than a string: shown empty, like a hash without `b`.
+                Err(e) if e.details().starts_with("WRONGTYPE") => bytes::Bytes::new(),
+                Err(e) => return Err(store_err(e)),
+            },
         };
         return Ok(Some(HookRead {
             stored,
