@@ -107,23 +107,29 @@ local function release_lane(row, hint, tenant)
 end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k')
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc')
   if malformed(h) or not h[1] then
     release_lane(row, nil, tenant)
     return '', ''
   end
   release_lane(row, h[3], tenant)
-  local left = redis.pcall('HINCRBY', hk, 'n', -1)
-  if malformed(left) then return h[4] or '', h[5] or '' end
   local dead_count = 0
   if h[2] then dead_count = tonumber(h[2]) or 1 end
+  local left
+  if not dead and dead_count == 0 and not (hist and hist.keep)
+      and string.match(h[1], '^%-?%d+$') and tonumber(h[1]) <= 1 then
+    -- The hook's last row: it is deleted below, so its count is not written (issue 12).
+    left = tonumber(h[1]) - 1
+  else
+    left = redis.pcall('HINCRBY', hk, 'n', -1)
+    if malformed(left) then return h[4] or '', h[5] or '' end
+  end
   if dead then
     dead_count = redis.pcall('HINCRBY', hk, 'd', 1)
     if malformed(dead_count) then return h[4] or '', h[5] or '' end
   end
   if left <= 0 and dead_count == 0 then
-    local cc = redis.call('HGET', hk, 'cc')
-    if cc then retain(cc) end
+    if h[6] then retain(h[6]) end
     if hist and hist.keep then
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)

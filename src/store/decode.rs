@@ -142,14 +142,32 @@ pub(super) fn per_key_replies<R>(
         .collect()
 }
 
-/// Decode a hook read with [`HOOK_FIELDS`] and the `GET` of its body key: `None` when the
-/// hook is gone (every field absent), `Some(Err(what))` naming the first field that is
-/// missing or unreadable. The hash's own `b` (a hook committed before bodies moved apart,
-/// issue 12) is taken before the body key.
-pub(super) fn decode_hook(
+/// Decode one hook of a `hooks.lua` reply: its [`HOOK_FIELDS`] then its body, or
+/// `{'!', error}` for a malformed hook. Errors: [`StoreError::Protocol`] for another shape.
+pub(super) fn decode_hook_reply(
     v: Value,
-    body: Result<Value, String>,
-) -> Option<Result<StoredHook, String>> {
+) -> Result<Option<Result<StoredHook, String>>, StoreError> {
+    let Value::Array(mut a) = v else {
+        return Err(StoreError::protocol("hooks", "a hook is not an array"));
+    };
+    if a.len() == 2 && a[0].as_str_ref() == Some("!") {
+        return Ok(Some(Err(a[1].text())));
+    }
+    if a.len() != HOOK_FIELDS.len() + 1 {
+        return Err(StoreError::protocol(
+            "hooks",
+            format!("{} values for a hook", a.len()),
+        ));
+    }
+    let body = a.pop().unwrap_or(Value::Null);
+    Ok(decode_hook(Value::Array(a), body))
+}
+
+/// Decode a hook read with [`HOOK_FIELDS`] and its body key's value: `None` when the hook
+/// is gone (every field absent), `Some(Err(what))` naming the first field that is missing
+/// or unreadable. The hash's own `b` (a hook committed before bodies moved apart, issue 12)
+/// is taken before the body key.
+fn decode_hook(v: Value, body: Value) -> Option<Result<StoredHook, String>> {
     let Value::Array(mut f) = v else {
         return Some(Err("unexpected reply".into()));
     };
@@ -160,17 +178,17 @@ pub(super) fn decode_hook(
         return None;
     }
     if matches!(f[0], Value::Null) {
-        match body {
-            Ok(b) => f[0] = b,
-            Err(e) => return Some(Err(format!("body {}", truncate_text(&e, 64)))),
-        }
+        f[0] = body;
     }
     let bad = |i: usize| {
         let shown = match &f[i] {
             Value::Null => "missing".to_string(),
             v => format!("{:?} unreadable", truncate_text(&v.text(), 32)),
         };
-        format!("field {} {shown}", HOOK_FIELDS[i])
+        match i {
+            0 => format!("body {shown}"),
+            _ => format!("field {} {shown}", HOOK_FIELDS[i]),
+        }
     };
     let text = |i: usize| f[i].as_str_ref().map(str::to_string).ok_or_else(|| bad(i));
     let hook = (|| {

@@ -22,10 +22,11 @@ pub struct StoredHook {
 }
 
 impl Store {
-    /// Read hooks for delivery with one pipelined round trip (the hash and the body key of
-    /// each): `None` where a hook is gone, `Some(Err(what))` where its keys hold something
-    /// else than a readable hook (another type, a missing or garbage field: a malformed
-    /// hook). Errors: Redis failing as a whole.
+    /// Read hooks for delivery with one call of `lua/hooks.lua` (the hash and the body key
+    /// of each): `None` where a hook is gone, `Some(Err(what))` where its keys hold
+    /// something else than a readable hook (another type, a missing or garbage field: a
+    /// malformed hook). Errors: Redis failing as a whole; [`StoreError::Protocol`] for a
+    /// reply of another shape.
     pub async fn fetch_hooks(
         &self,
         ids: &[u64],
@@ -33,21 +34,18 @@ impl Store {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let pipe = self.client().pipeline();
-        for id in ids {
-            let _: () = pipe.hmget(self.ks.hook(*id), HOOK_FIELDS.to_vec()).await?;
-            let _: () = pipe.get(self.ks.body(*id)).await?;
+        let mut args: Vec<Value> = Vec::with_capacity(2 + HOOK_FIELDS.len() + ids.len());
+        args.extend([self.prefix(), (HOOK_FIELDS.len() as i64).into()]);
+        args.extend(HOOK_FIELDS.iter().map(|f| Value::from(*f)));
+        args.extend(ids.iter().map(|id| Value::from(*id as i64)));
+        let v = self.call(&self.scripts.hooks, args).await?;
+        if v.len() != ids.len() {
+            return Err(StoreError::protocol(
+                "hooks",
+                format!("{} hooks answered for {}", v.len(), ids.len()),
+            ));
         }
-        let replies = per_key_replies(pipe.try_all::<Value>().await, 2 * ids.len())?;
-        let mut replies = replies.into_iter();
-        let mut out = Vec::with_capacity(ids.len());
-        while let (Some(hash), Some(body)) = (replies.next(), replies.next()) {
-            out.push(match hash {
-                Ok(v) => decode_hook(v, body),
-                Err(e) => Some(Err(e)),
-            });
-        }
-        Ok(out)
+        v.into_iter().map(decode_hook_reply).collect()
     }
 
     /// Record claim-check references with their hooks (field `cc`, R18) in one call of

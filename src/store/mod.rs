@@ -13,7 +13,7 @@
 //! | `claim.rs` | `claim.lua`, `requeue.lua` (R2, R3) |
 //! | `settle.rs` | `settle.lua` (R4–R9) |
 //! | `lease.rs` | `lease.lua` (R25) |
-//! | `hooks.rs` | hooks, claim-check references, lanes of a claim (R10, R18) |
+//! | `hooks.rs` | `hooks.lua` (a claimed page's hooks and bodies), `claim_refs.lua` (R18), lanes of a claim (R10) |
 //! | `sources.rs` | the source registry (R19) |
 //! | `sink_state.rs` | `sink_state.lua`: disabling / enabling a sink entry, operational events (P9) |
 //! | `reads.rs` | totals, counts, Redis time, the window (R21, R23) |

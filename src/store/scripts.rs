@@ -65,6 +65,8 @@ pub const CLAIM_REFS: &str = lua!("claim_refs.lua");
 pub const SINK_STATE: &str = lua!("sink_state.lua");
 /// The source of `dlq_purge.lua` (dead-letter purge and retention).
 pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
+/// The source of `hooks.lua` (a claimed page's hooks and bodies in one call, issue 12).
+pub const HOOKS: &str = lua!("hooks.lua");
 /// The source of `heartbeat.lua` (workers announcing themselves, issue 13).
 pub const HEARTBEAT: &str = lua!(allow_oom "heartbeat.lua");
 
@@ -119,6 +121,8 @@ pub struct Scripts {
     pub sink_state: LuaScript,
     /// `heartbeat.lua`.
     pub heartbeat: LuaScript,
+    /// `hooks.lua`.
+    pub hooks: LuaScript,
 }
 
 impl Default for Scripts {
@@ -139,13 +143,14 @@ impl Default for Scripts {
             breakers: LuaScript::new("breakers", BREAKERS),
             sink_state: LuaScript::new("sink_state", SINK_STATE),
             heartbeat: LuaScript::new("heartbeat", HEARTBEAT),
+            hooks: LuaScript::new("hooks", HOOKS),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 15] {
+    pub fn all(&self) -> [&LuaScript; 16] {
         [
             &self.commit,
             &self.claim,
@@ -162,6 +167,7 @@ impl Scripts {
             &self.breakers,
             &self.sink_state,
             &self.heartbeat,
+            &self.hooks,
         ]
     }
 }
