@@ -191,14 +191,19 @@ async fn a_hook_key_of_another_type_dead_letters_its_row_malformed() {
         due_now(env, "acme", "200.0");
         env.redis_cmd(&["RPUSH", &env.key("hook:201"), "a", "list"]);
         due_now(env, "acme", "201.0");
+        // A hook of today's layout (body apart, issue 12) whose body key is a list.
+        write_hook(env, 202, &with(good_fields("{}"), &[("b", None)]));
+        env.redis_cmd(&["RPUSH", &env.key("body:202"), "a", "list"]);
+        due_now(env, "acme", "202.0");
     })
     .await;
     let got = reasons(&dead);
     assert_eq!(
         got.keys().cloned().collect::<Vec<_>>(),
-        ["200.0", "201.0"],
+        ["200.0", "201.0", "202.0"],
         "{got:?}"
     );
+    assert!(got["202.0"].contains("body"), "{got:?}");
     assert!(
         got.values().all(|r| r.starts_with("malformed(hook ")),
         "{got:?}"
