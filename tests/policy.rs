@@ -172,18 +172,14 @@ async fn a_hook_no_entry_takes_is_counted_and_reported_not_stored_and_not_an_err
     assert_eq!(receipt.rows_per_hook, 0, "rows of the first hook");
     assert_eq!(ids.len(), 3);
     assert_eq!(due_rows(&env, "acme"), vec![format!("{}.0", ids[1])]);
-    let hook_keys: Vec<String> = env
-        .keys()
-        .into_iter()
-        .filter(|k| k.contains(":hook:"))
-        .collect();
-    assert_eq!(hook_keys, vec![env.key(&format!("hook:{}", ids[1]))]);
-    let body_keys: Vec<String> = env
-        .keys()
-        .into_iter()
-        .filter(|k| k.contains(":body:"))
-        .collect();
-    assert_eq!(body_keys, vec![env.key(&format!("body:{}", ids[1]))]);
+    for kind in ["hook", "body"] {
+        let stored: Vec<String> = env
+            .keys()
+            .into_iter()
+            .filter(|k| k.contains(&format!(":{kind}:")))
+            .collect();
+        assert_eq!(stored, vec![env.key(&format!("{kind}:{}", ids[1]))]);
+    }
     assert_eq!(
         env.redis_cmd(&["HGET", &env.key("stats"), "unmatched"]),
         "2"
