@@ -7,6 +7,8 @@
 -- then     optionally the byte window (R5): 'bytes', global room (bytes), alone (1 when
 --          nothing is claimed), default tenant room (bytes), b, then b triples: tenant id,
 --          room (bytes), 1 when the tenant has nothing claimed else 0
+-- then     optionally the tenants' weights: 'weights', weight of a tenant not listed, w, then
+--          w pairs: tenant id, weight (>= 1)
 -- then     optionally the time budget (issue 17.11): 'budget', µs. Once 3/5 of it has
 --          passed (Redis `TIME`), the sweep stops, and the page stops after the tenant (or
 --          the 32nd row of one) being claimed; a tenant not reached keeps its place in line
@@ -22,8 +24,11 @@
 -- a bounded random sample of lanes with members; a lane whose head is neither due nor
 -- claimed (committed into while idle, or its head row was lost) gets its next member
 -- promoted to head.
--- Deficit round-robin: the page is split into equal shares over the due tenants;
--- a tenant that filled its share may take what others left, in further passes.
+-- Deficit round-robin: the page is split into shares over the due tenants in proportion to
+-- their weights (equal shares without weights); a tenant that filled its share may take what
+-- others left, in further passes. With the byte window, each pass splits the global byte
+-- room the same way: a tenant's rows stop at its byte share (but one row a pass is always
+-- allowed, so every pass makes progress) and it takes more of the rest in the next pass.
 -- A served tenant that still has due rows moves to the back of the index
 -- (score = now + 0.999 ms), so a tenant this page did not reach goes first next scan.
 -- Each claimed row is scored in `claimed` with this call's claim token (the next value of
@@ -51,6 +56,9 @@ i = i + 2 * r + 1
 local brest, balone, bdefault = nil, false, 0
 local broom, bempty = {}, {}
 local budget = nil
+-- Weights of the tenants (a tenant not listed: wdefault).
+local wdefault, weights = 1, {}
+local function weight(t) return weights[t] or wdefault end
 while ARGV[i] do
   if ARGV[i] == 'bytes' then
     brest = tonumber(ARGV[i + 1]) or 0
@@ -63,6 +71,13 @@ while ARGV[i] do
       bempty[ARGV[k + 1]] = ARGV[k + 3] == '1'
     end
     i = i + 5 + 3 * b
+  elseif ARGV[i] == 'weights' then
+    wdefault = math.max(1, tonumber(ARGV[i + 1]) or 1)
+    local w = tonumber(ARGV[i + 2]) or 0
+    for j = 1, w do
+      weights[ARGV[i + 1 + 2 * j]] = math.max(1, tonumber(ARGV[i + 2 + 2 * j]) or 1)
+    end
+    i = i + 3 + 2 * w
   elseif ARGV[i] == 'budget' then
     budget = tonumber(ARGV[i + 1])
     i = i + 2
@@ -135,10 +150,19 @@ local left = page
 local hungry = active
 local page_full = false
 while left > 0 and #hungry > 0 and not page_full and not stop_now() do
-  local share = math.max(1, math.floor(left / #hungry))
+  local wsum = 0
+  for _, t in ipairs(hungry) do wsum = wsum + weight(t) end
+  -- The page left and the byte room at the start of the pass, split by weight.
+  local pass_left, pass_bytes = left, brest
   local next_hungry = {}
   for _, t in ipairs(hungry) do
     if left <= 0 or page_full or stop_now() then break end
+    local share = math.max(1, math.floor(pass_left * weight(t) / wsum))
+    -- The tenant's byte share of this pass (none alone: the whole room is its own).
+    local bshare = nil
+    if pass_bytes and #hungry > 1 then bshare = math.floor(pass_bytes * weight(t) / wsum) end
+    local bytes_taken = 0
+    local share_stop = false
     if not was_visited[t] then
       was_visited[t] = true
       visited[#visited + 1] = t
@@ -172,6 +196,13 @@ while left > 0 and #hungry > 0 and not page_full and not stop_now() do
             if not global_ok then page_full = true end
             break
           end
+          -- Its byte share of the pass is used up: the rest waits for the next pass.
+          if bshare and fit > 0 and bytes_taken + z > bshare then
+            stopped = true
+            share_stop = true
+            break
+          end
+          bytes_taken = bytes_taken + z
           brest = (z <= brest) and (brest - z) or 0
           tb = (z <= tb) and (tb - z) or 0
           claimed_rows = claimed_rows + 1
@@ -217,7 +248,7 @@ while left > 0 and #hungry > 0 and not page_full and not stop_now() do
       end
       taken[t] = got + n
       left = left - n
-      if n == want and not stopped and taken[t] < (room[t] or default_room) then
+      if (share_stop or (n == want and not stopped)) and taken[t] < (room[t] or default_room) then
         next_hungry[#next_hungry + 1] = t
       end
     end

@@ -6,16 +6,35 @@
 --          then options, each a word and its values (docs/commit-protocol.md):
 --          'idem', ttl_ms, then n producer idempotency keys ('' none): a hook whose key was
 --                  committed to this tenant+source within ttl_ms is not written again;
+--                  ttl_ms a whole number >= 1;
 --          'sink', index: make the row of this sink entry only (resend);
---          'events', then n event types ('' none): the entries' event filters (P9).
--- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
+--          'events', then n event types ('' none, else 1..=128 bytes of [A-Za-z0-9_.:/-]):
+--                  the entries' event filters (P9);
+--          'deliver_at', then n times (ms since the epoch, '' none) and/or 'delay', then n
+--                  delays (ms after now by the Redis clock, '' none): scheduled delivery.
+--                  A hook may have one or the other; a time not after now is due now, one
+--                  more than the leader's `commit.max_delay_ms` (kept in `settings`,
+--                  30 days until a leader wrote it) ahead is refused.
+-- Returns  {'ok', first_hook_id, rows_per_hook, now_ms, …, replicas} where `replicas`, always
+--          last, is the replicas attached to this server: the caller's `WAIT` for them
+--          (docs/operations.md) makes the commit survive a failover before it answers
+--          {'ok', first_hook_id, rows_per_hook, now_ms}
 --          with 'idem': {'ok', first_hook_id, rows_per_hook, now_ms, id of hook 1 … hook n}
 --          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
 --          with 'events': {'ok', first_hook_id, rows of hook 1, now_ms, id of hook 1 … hook n,
 --          rows of hook 1 … hook n} (a hook with 0 rows matched no entry: not stored)
+--       |  {'replica_lost', replicas attached, replicas the leader's term counted}: this
+--          server lost a replica, most likely to a failover; retry (see prelude.lua)
 --       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
+--       |  {'too_late', index, ms ahead, max_delay_ms}: a hook scheduled further ahead than
+--          the leader's `commit.max_delay_ms`
+-- Scheduled hooks: each of the hook's rows is due at its time (score = that ms) instead of
+-- now, and leaves the source's virtual time alone (a far-off row must not hold back the
+-- source's next rows). The hook keeps the time as `da`, with `m` (rows made) for cancel.lua;
+-- an ordered row that heads its lane holds the lane until then, and a scheduled member is
+-- due at its time when promoted (prelude `promote`).
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
 -- The script checks its input itself, trusting no caller (issue 17.10): KEYS[1] must be the
 -- lease key of the prefix ARGV[1] (`ankusa:{…}:`), tenant and source ids must match
@@ -32,6 +51,7 @@
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
 -- is idle, else it is appended behind it as a member (R10).
+-- The body bytes of the hooks stored are added to the tenant's count (`tenant_bytes`).
 -- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, or a list of
 -- event type patterns): a hook makes rows only for the entries whose gate it passes; its
 -- `n` counts those rows. A hook passing none is not stored, and counted in stats
@@ -51,15 +71,46 @@ local max_bytes = tonumber(redis.call('HGET', K_SETTINGS, 'max_hook_bytes') or '
 local asked = tonumber(ARGV[4])
 if asked and asked < max_bytes then max_bytes = asked end
 local idem_ttl, idem, only, events = nil, nil, nil, nil
+-- Scheduled hooks: sched[i] = {'deliver_at' | 'delay', ms}.
+local sched = nil
 local o = 6 + 2 * n
+-- Options are checked here, before the first write: a TTL that `SET … PX` refuses would
+-- otherwise fail the script after a hook's hash and body were written (orphans).
 while o <= #ARGV do
   if ARGV[o] == 'idem' and tonumber(ARGV[o + 1]) and o + 1 + n <= #ARGV then
     idem_ttl, idem = tonumber(ARGV[o + 1]), {}
+    if idem_ttl < 1 or idem_ttl ~= math.floor(idem_ttl) or idem_ttl >= 2^53 then
+      return {'bad_request', 'idem ttl_ms must be a whole number of milliseconds, 1 or more'}
+    end
     for i = 1, n do idem[i] = ARGV[o + 1 + i] end
     o = o + 2 + n
   elseif ARGV[o] == 'events' and o + n <= #ARGV then
+    -- Event types as model::check_event_type: '' (none) or 1..=128 bytes of [A-Za-z0-9_.:/-].
     events = {}
-    for i = 1, n do events[i] = ARGV[o + i] end
+    for i = 1, n do
+      local et = ARGV[o + i]
+      if #et > 128 or string.find(et, '[^A-Za-z0-9_.:/%-]') then
+        return {'bad_request', 'event type of hook ' .. i .. ' must be 1..=128 bytes of [A-Za-z0-9_.:/-]'}
+      end
+      events[i] = et
+    end
+    o = o + 1 + n
+  elseif (ARGV[o] == 'deliver_at' or ARGV[o] == 'delay') and o + n <= #ARGV then
+    local word = ARGV[o]
+    sched = sched or {}
+    for i = 1, n do
+      local v = ARGV[o + i]
+      if v ~= '' then
+        local x = tonumber(v)
+        if not x or x < 0 or x ~= math.floor(x) or x >= 2^53 or not string.match(v, '^%d+$') then
+          return {'bad_request', word .. ' of hook ' .. i .. ' must be a whole number of milliseconds, 0 or more'}
+        end
+        if sched[i] then
+          return {'bad_request', 'hook ' .. i .. ' has both deliver_at and delay: give one'}
+        end
+        sched[i] = {word, x}
+      end
+    end
     o = o + 1 + n
   elseif ARGV[o] == 'sink' and tonumber(ARGV[o + 1]) then
     only = tonumber(ARGV[o + 1])
@@ -68,6 +119,9 @@ while o <= #ARGV do
     return {'bad_request', 'argument count'}
   end
 end
+local replicas, replid = replication()
+local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
+if replicas < want then return {'replica_lost', replicas, want} end
 local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes', 'gates')
 local modules, lanes_json, gates_json = src[1], src[2], src[3]
 if not modules then return {'unknown_source'} end
@@ -102,6 +156,22 @@ if gates_json then
   gates = v
 end
 local now = now_ms()
+-- When each scheduled hook is due (ms, Redis clock); nil: now (a time not after now too).
+local due_at = {}
+if sched then
+  local max_delay = tonumber(redis.call('HGET', K_SETTINGS, 'max_delay_ms') or '') or 2592000000
+  for i = 1, n do
+    local s = sched[i]
+    if s then
+      local at = s[2]
+      if s[1] == 'delay' then at = now + s[2] end
+      if at > now then
+        if at - now > max_delay then return {'too_late', i, at - now, max_delay} end
+        due_at[i] = at
+      end
+    end
+  end
+end
 if only and (only < 0 or only >= sinks or only ~= math.floor(only)) then return {'bad_request', 'no sink entry ' .. only} end
 if sinks == 0 then return {'ok', 0, 0, now} end
 local ids, fresh, alias = {}, {}, {}
@@ -135,11 +205,13 @@ end
 -- The reply: with 'events' every hook's id and rows; else the (uniform) rows of hook 1.
 local function reply(first_id)
   local out = {'ok', first_id, rows[1], now}
-  if not idem and not events then return out end
-  for i = 1, n do out[#out + 1] = ids[i] end
+  if idem or events then
+    for i = 1, n do out[#out + 1] = ids[i] end
+  end
   if events then
     for i = 1, n do out[#out + 1] = rows[i] end
   end
+  out[#out + 1] = replicas
   return out
 end
 -- Idempotency: which hooks were committed already (by an earlier call or earlier in this one).
@@ -211,6 +283,14 @@ end
 local PART = tonumber(string.match(P, '%.p(%d+)}:$')) or 0
 local ID_SPACE = 2 ^ 40
 local function id_text(x) return string.format('%d', x) end
+-- A new replication history (this server was promoted, or restarted and may have lost its
+-- last writes): the ids it would issue next may have been issued already by the primary
+-- it replaced. They jump 2^24 ahead, more than a primary issues before it is fenced.
+local known = redis.call('HGET', K_REPLICATION, 'replid')
+if known ~= replid then
+  if known then redis.call('INCRBY', K_SEQ, 2 ^ 24) end
+  redis.call('HSET', K_REPLICATION, 'replid', replid)
+end
 local last = redis.call('INCRBY', K_SEQ, #fresh)
 if last >= ID_SPACE then
   redis.call('DECRBY', K_SEQ, #fresh)
@@ -231,6 +311,23 @@ local function next_score()
   return s
 end
 local unmatched = 0
+local stored_bytes = 0
+local scheduled = 0
+-- The earliest score given to a scheduled row: the tenant's place in line when no row of
+-- the call is due now.
+local first_at = nil
+local any_now = false
+-- A row's score: its hook's time when scheduled (noted in first_at), else the next virtual
+-- time (noted in any_now).
+local function row_score(i)
+  local at = due_at[i]
+  if at then
+    if not first_at or at < first_at then first_at = at end
+    return id_text(at)
+  end
+  any_now = true
+  return next_score()
+end
 for f, i in ipairs(fresh) do
   local hook = first + f - 1
   ids[i] = hook
@@ -245,9 +342,14 @@ for f, i in ipairs(fresh) do
   else
     -- The body apart: a hash of small fields stays a listpack (issue 12).
     redis.call('SET', k_body(id_text(hook)), body)
+    stored_bytes = stored_bytes + #body
     redis.call('HSET', hk, 'h', headers, 't', now, 'tn', tenant,
       's', source, 'k', modules, 'n', rows[i], 'z', #body)
     if et ~= '' then redis.call('HSET', hk, 'et', et) end
+    if due_at[i] then
+      redis.call('HSET', hk, 'da', id_text(due_at[i]), 'm', rows[i])
+      scheduled = scheduled + 1
+    end
   end
   local cache = {}
   for idx = (only or 0), (only or sinks - 1) do
@@ -255,7 +357,7 @@ for f, i in ipairs(fresh) do
     local row = id_text(hook) .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
-      pending[#pending + 1] = next_score()
+      pending[#pending + 1] = row_score(i)
       pending[#pending + 1] = row
       if #pending >= 1000 then
         redis.call('ZADD', due, unpack(pending))
@@ -271,7 +373,7 @@ for f, i in ipairs(fresh) do
         redis.call('SADD', K_LANE_TENANTS, tenant)
       else
         set_head(lane, row)
-        redis.call('ZADD', due, next_score(), row)
+        redis.call('ZADD', due, row_score(i), row)
       end
     end
    end
@@ -280,8 +382,11 @@ end
 if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
 redis.call('HSET', k_srcvt(tenant), source, string.format('%.3f', vt))
 for i, j in pairs(alias) do ids[i] = ids[j] end
-tenant_due(tenant, now)
+-- The tenant's place in line: now, or its first scheduled row's time when no row is due now.
+if first_at and not any_now then tenant_due(tenant, first_at) else tenant_due(tenant, now) end
 redis.call('PUBLISH', K_WAKE, tenant)
 redis.call('HINCRBY', K_STATS, 'committed', #fresh - unmatched)
+if scheduled > 0 then redis.call('HINCRBY', K_STATS, 'scheduled', scheduled) end
+add_bytes(K_TENANT_BYTES, tenant, stored_bytes)
 if unmatched > 0 then redis.call('HINCRBY', K_STATS, 'unmatched', unmatched) end
 return reply(ids[1])

@@ -47,11 +47,15 @@ local function dead_letter(row, hook, idx, modules)
     n = n + 1
   end
   local st = redis.call('HMGET', k_row(row), 'a', 'f', 'e')
-  redis.call('XADD', k_dlq(tenant), '*', 'row', row, 'hook', hook, 'tenant', tenant,
-    'source', source, 'sink', idx, 'module', module, 'reason', reason,
-    'attempts', st[1] or '0', 'first', st[2] or '', 'error', st[3] or '', 'at', now)
-  redis.call('DEL', k_row(row))
   local hk = k_hook(hook)
+  local f = {'row', row, 'hook', hook, 'tenant', tenant,
+    'source', source, 'sink', idx, 'module', module, 'reason', reason,
+    'attempts', st[1] or '0', 'first', st[2] or '', 'error', st[3] or '', 'at', now}
+  -- The event type goes with the dead letter, so lists show it without the hook.
+  local et = redis.pcall('HGET', hk, 'et')
+  if type(et) == 'string' and et ~= '' then f[#f + 1] = 'et'; f[#f + 1] = et end
+  redis.call('XADD', k_dlq(tenant), '*', unpack(f))
+  redis.call('DEL', k_row(row))
   redis.call('HINCRBY', hk, 'n', -1)
   redis.call('HINCRBY', hk, 'd', 1)
   dead = dead + 1

@@ -8,7 +8,8 @@
 --       |  {'bad_request', detail}
 -- A hook is kept while dead letters reference it (field `d`); the last one purged of a
 -- hook with no row left (`n` <= 0) deletes the hook and its body; its claim-check
--- reference, if any, goes to the `blob_gc` list for the leader to delete (R18).
+-- reference, if any, goes to the `blob_gc` list for the leader to delete (R18); its body
+-- bytes leave the tenant's count (`tenant_bytes`).
 -- 'retain' deletes from the oldest end: entries older than now - max age, and the
 -- oldest entries beyond max entries.
 local tenant, mode = ARGV[2], ARGV[3]
@@ -28,8 +29,9 @@ local function release(fields)
   local n = tonumber(redis.call('HGET', hk, 'n')) or 0
   if d <= 0 and n <= 0 then
     -- R18: the leader deletes the body's claim-check blob (handed over by settle.lua).
-    local cc = redis.call('HGET', hk, 'cc')
-    if cc then redis.call('RPUSH', K_BLOB_GC, cc) end
+    local f = redis.call('HMGET', hk, 'cc', 'z')
+    if f[1] then redis.call('RPUSH', K_BLOB_GC, f[1]) end
+    add_bytes(K_TENANT_BYTES, tenant, -(tonumber(f[2]) or 0))
     redis.call('DEL', hk, k_body(hook))
   end
 end

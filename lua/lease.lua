@@ -2,8 +2,9 @@
 -- KEYS[1]  lease key
 -- ARGV[1]  prefix  ARGV[2] op ('acquire' | 'renew' | 'release')  ARGV[3] node id
 -- ARGV[4]  token held (renew, release; '' for acquire)  ARGV[5] ttl ms
--- Returns  acquire: {'ok', token, epoch} | {'held', holder token, pttl ms}
+-- Returns  acquire: {'ok', token, epoch}  | {'held', holder token, pttl ms}
 --          renew:   {'ok', token}        | {'lost', holder token or ''}
+--                 | {'replica_lost', replicas attached, replicas the term counted}
 --          release: {'ok'}               | {'lost', holder token or ''}
 -- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
 -- It also records in `claim_floor` the last claim token issued so far (at least the epoch,
@@ -13,6 +14,12 @@
 -- is a term of this very process that ended (e.g. after Redis restarted with the
 -- lease persisted): the node may take it again at once, under a new epoch, so the
 -- old term's scripts are fenced exactly as another node's would be.
+-- Acquiring also counts the replicas attached to this server (field `replicas` of
+-- `replication`); every renewal raises the count when more are attached, and a renewal or
+-- a fenced script finding fewer refuses (see `replicas_lost` in the prelude): the server
+-- most likely lost its replica to a promotion. It makes the partition's message space, the
+-- random part of every `webhook-id`, at the first acquisition (and again after a FLUSHALL),
+-- from this server's replication id, Redis' clock and the node id.
 -- Release publishes on a channel named like the lease key, so standbys take over
 -- at once instead of waiting out the ttl.
 local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -30,9 +37,20 @@ if op == 'acquire' then
   redis.call('SET', K_CLAIM_FLOOR, seq)
   local t = node .. ':' .. epoch
   redis.call('SET', KEYS[1], t, 'PX', ttl)
+  local replicas, replid = replication()
+  redis.call('HSET', K_REPLICATION, 'replicas', replicas)
+  local space = redis.call('HGET', K_REPLICATION, 'space')
+  if not space then
+    space = string.sub(redis.sha1hex(replid .. ':' .. string.format('%d', clock_us()) .. ':' .. node), 1, 16)
+    redis.call('HSET', K_REPLICATION, 'space', space)
+  end
   return {'ok', t, epoch}
 elseif op == 'renew' then
   if holder ~= token then return {'lost', holder or ''} end
+  local have = replication()
+  local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
+  if have < want then return {'replica_lost', have, want} end
+  if have > want then redis.call('HSET', K_REPLICATION, 'replicas', have) end
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {'ok', token}
 elseif op == 'release' then

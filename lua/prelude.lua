@@ -50,6 +50,15 @@ local K_EPOCH = P .. 'epoch'
 -- the lease records the last token issued before the term in `claim_floor`.
 local K_CLAIM_SEQ = P .. 'claim_seq'
 local K_CLAIM_FLOOR = P .. 'claim_floor'
+-- Who holds the memory (`ankusa tenants top --by bytes`): `tenant_bytes` counts, per
+-- tenant, the body bytes of its stored hooks (pending or dead-lettered; commit adds, the
+-- scripts that delete a hook subtract); `kept_bytes` the bodies of its delivered hooks kept
+-- for resend. `kept_index` orders the kept hooks by when they were kept (member
+-- `<hook>:<bytes>:<tenant>`), so the oldest give way first: past their age, past the byte
+-- budget, or when Redis is full (kept.lua). Stats field `kept_bytes` is the partition's sum.
+local K_TENANT_BYTES = P .. 'tenant_bytes'
+local K_KEPT_BYTES = P .. 'kept_bytes'
+local K_KEPT_INDEX = P .. 'kept_index'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -63,9 +72,38 @@ local function clock_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Fencing (R25): a caller may move rows only while KEYS[1] holds its token.
+-- Failover safety (hash): `replicas`, the replicas this server had attached when the
+-- current term started (raised by each renewal, never lowered but by a new term); `replid`,
+-- the replication history under which hook ids were last issued; `space`, the random part
+-- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL).
+local K_REPLICATION = P .. 'replication'
+
+-- This server's attached replicas and replication id (`INFO replication`; a promotion or a
+-- restart gives a server a new replication id).
+local function replication()
+  local info = redis.call('INFO', 'replication')
+  return tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0,
+    string.match(info, 'master_replid:(%x+)') or ''
+end
+
+-- A primary that has fewer replicas attached than when the term started has most likely
+-- just seen its replica promoted (a graceful `SENTINEL FAILOVER` detaches it at once, while
+-- the sentinels convert this server into a replica only ~10 s later): whatever it writes
+-- now is thrown away then. So nothing moves here until a new term (whose lease acquisition
+-- counts the replicas again) starts, after the sentinels were asked who the primary is.
+-- Returns the replicas attached and the count wanted when short of it, else nil.
+local function replicas_lost()
+  local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
+  if want == 0 then return nil end
+  local have = replication()
+  if have < want then return have, want end
+  return nil
+end
+
+-- Fencing (R25): a caller may move rows only while KEYS[1] holds its token, on a server
+-- that kept the replicas its term started with.
 local function fenced(token)
-  return redis.call('GET', KEYS[1]) ~= token
+  return redis.call('GET', KEYS[1]) ~= token or replicas_lost() ~= nil
 end
 
 -- A row id is `<hook id>.<sink index>`.
@@ -74,7 +112,7 @@ local function split_row(row)
   return hook, idx
 end
 
--- Make the next member of `lane` its head, due at `now`; with no member left the lane
+-- Make the next member of `lane` its head, due at `now` (or at its hook's scheduled time); with no member left the lane
 -- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
 -- this (R12: only the scheduler moves lane state).
 -- A tenant with no lane holding members left leaves `lane_tenants` (issue 17.5).
@@ -98,8 +136,16 @@ local function promote(lane, tenant, now)
   end
   redis.call('DECR', K_LANE_MEMBERS)
   set_head(lane, nxt)
-  redis.call('ZADD', k_due(tenant), now, nxt)
-  redis.call('ZADD', K_TENANTS, 'LT', now, tenant)
+  -- A scheduled hook (`da`, commit.lua) is due at its time, not now: it holds its lane.
+  local at = now
+  local hook = split_row(nxt)
+  if hook then
+    local da = redis.pcall('HGET', k_hook(hook), 'da')
+    da = type(da) == 'string' and tonumber(da) or nil
+    if da and da > now then at = da end
+  end
+  redis.call('ZADD', k_due(tenant), at, nxt)
+  redis.call('ZADD', K_TENANTS, 'LT', at, tenant)
   if redis.call('LLEN', k_lane(lane)) == 0 then
     lane_drained(lane, tenant)
   end
@@ -117,4 +163,59 @@ end
 -- Lower a tenant's score in the active-tenant index to `due` (never raises it).
 local function tenant_due(tenant, due)
   redis.call('ZADD', K_TENANTS, 'LT', due, tenant)
+end
+
+-- Add `n` (negative: subtract) to `tenant`'s count in the hash `key`; a count that reaches
+-- 0 or less leaves the hash, so no tenant shows a negative count (hooks stored before the
+-- counts existed are subtracted without having been added).
+local function add_bytes(key, tenant, n)
+  if n == 0 then return end
+  if redis.call('HINCRBY', key, tenant, n) <= 0 then redis.call('HDEL', key, tenant) end
+end
+
+-- A delivered hook kept for resend: indexed by when it was kept, its bytes counted.
+local function index_kept(hook, bytes, tenant, now)
+  redis.call('ZADD', K_KEPT_INDEX, now, hook .. ':' .. bytes .. ':' .. tenant)
+  add_bytes(K_KEPT_BYTES, tenant, bytes)
+  redis.call('HINCRBY', K_STATS, 'kept_bytes', bytes)
+end
+
+-- Drop the kept hook of an index member: its hash and body (gone already when they
+-- expired), with `records` its attempt records too, its bytes off the counts. Returns the
+-- bytes.
+local function drop_kept(member, records)
+  redis.call('ZREM', K_KEPT_INDEX, member)
+  local hook, bytes, tenant = string.match(member, '^(%d+):(%d+):(.+)$')
+  if not hook then return 0 end
+  bytes = tonumber(bytes)
+  redis.call('DEL', k_kept(hook), k_keptbody(hook))
+  if records then redis.call('DEL', k_attempts(hook)) end
+  add_bytes(K_KEPT_BYTES, tenant, -bytes)
+  if redis.call('HINCRBY', K_STATS, 'kept_bytes', -bytes) < 0 then
+    redis.call('HSET', K_STATS, 'kept_bytes', 0)
+  end
+  return bytes
+end
+
+-- Drop the kept hooks indexed before `cutoff` (ms), then the oldest while the partition's
+-- kept bytes are over `budget` (nil: no budget), at most `limit` in all; with `records`
+-- their attempt records too. Returns the hooks and bytes dropped.
+local function trim_kept(cutoff, budget, limit, records)
+  local dropped, freed = 0, 0
+  if limit <= 0 then return 0, 0 end
+  local old = redis.call('ZRANGEBYSCORE', K_KEPT_INDEX, '-inf', '(' .. cutoff, 'LIMIT', 0, limit)
+  for _, m in ipairs(old) do
+    freed = freed + drop_kept(m, records)
+    dropped = dropped + 1
+  end
+  if budget then
+    local total = tonumber(redis.call('HGET', K_STATS, 'kept_bytes') or '') or 0
+    while total > budget and dropped < limit do
+      local m = redis.call('ZRANGE', K_KEPT_INDEX, 0, 0)
+      if #m == 0 then break end
+      local b = drop_kept(m[1], records)
+      total, freed, dropped = total - b, freed + b, dropped + 1
+    end
+  end
+  return dropped, freed
 end

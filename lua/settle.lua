@@ -19,7 +19,10 @@
 --          "rec": [[outcome index (0-based), hook id, record JSON text], …]}; each record of
 --          an applied outcome is appended to its hook's `attempts` list, and with "keep" a
 --          delivered hook is kept (as `kept:<hook>`) for resend; both expire after "age" and
---          the tenant's `history` index keeps at most "max" hooks.
+--          the tenant's `history` index keeps at most "max" hooks; "kb" (bytes, optional,
+--          0 none) bounds the partition's kept bodies: the oldest kept give way past it.
+--          A kept hook is indexed in `kept_index` and its body bytes move from the tenant's
+--          `tenant_bytes` to its `kept_bytes`; a deleted hook's leave `tenant_bytes`.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, processed (outcomes looked
 --          at, from the first), µs this call took (Redis clock), claim-check refs…}
 --          (up to 100 refs in `blob_retain` whose retention is over: blobs for the caller
@@ -107,7 +110,7 @@ local function release_lane(row, hint, tenant)
 end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc')
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z')
   if malformed(h) or not h[1] then
     release_lane(row, nil, tenant)
     return '', ''
@@ -130,6 +133,8 @@ local function finish_row(hook, idx, tenant, row, dead)
   end
   if left <= 0 and dead_count == 0 then
     if h[6] then retain(h[6]) end
+    local bytes = tonumber(h[7]) or 0
+    add_bytes(K_TENANT_BYTES, tenant, -bytes)
     if hist and hist.keep then
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)
@@ -140,6 +145,7 @@ local function finish_row(hook, idx, tenant, row, dead)
         redis.call('RENAME', bk, k_keptbody(hook))
         redis.call('PEXPIRE', k_keptbody(hook), hist.age)
       end
+      index_kept(hook, bytes, tenant, now)
       remember(tenant, hook)
     else
       redis.call('DEL', hk, k_body(hook))
@@ -187,8 +193,12 @@ for j = 0, n - 1 do
       redis.call('ZADD', k_due(tenant), due, row)
       tenant_due(tenant, due)
     elseif op == 'X' then
-      local source, modules = '', ''
-      if hook then source, modules = finish_row(hook, idx, tenant, row, true) end
+      local source, modules, et = '', '', nil
+      if hook then
+        -- The event type goes with the dead letter, so lists show it without the hook.
+        et = redis.pcall('HGET', k_hook(hook), 'et')
+        source, modules = finish_row(hook, idx, tenant, row, true)
+      end
       local module = ''
       local m_i = 0
       for m in string.gmatch(modules, '[^,]+') do
@@ -199,9 +209,11 @@ for j = 0, n - 1 do
         local last = redis.pcall('HGET', k_row(row), 'e')
         if type(last) == 'string' then err = last end
       end
-      redis.call('XADD', k_dlq(tenant), '*', 'row', row, 'hook', hook or '', 'tenant', tenant,
+      local f = {'row', row, 'hook', hook or '', 'tenant', tenant,
         'source', source, 'sink', idx or '', 'module', module, 'reason', x,
-        'attempts', attempts, 'first', first, 'error', err, 'at', now)
+        'attempts', attempts, 'first', first, 'error', err, 'at', now}
+      if type(et) == 'string' and et ~= '' then f[#f + 1] = 'et'; f[#f + 1] = et end
+      redis.call('XADD', k_dlq(tenant), '*', unpack(f))
       redis.call('SADD', K_DLQ_TENANTS, tenant)
       redis.call('DEL', k_row(row))
     end
@@ -224,9 +236,18 @@ for t in pairs(touched) do
     pops = pops - over
     local gone = redis.call('ZPOPMIN', hk, over)
     for g = 1, #gone, 2 do
+      local kept = redis.call('HMGET', k_kept(gone[g]), 'z', 'tn')
+      if kept[2] then drop_kept(gone[g] .. ':' .. (tonumber(kept[1]) or 0) .. ':' .. kept[2]) end
       redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g]), k_keptbody(gone[g]))
     end
   end
+end
+-- Kept bodies past their age, then the oldest past the byte budget ("kb"), give way; as
+-- many as this call kept plus 100, so the kept bytes converge to the budget.
+if hist and hist.keep then
+  local kb = tonumber(hist.kb)
+  if kb and kb <= 0 then kb = nil end
+  trim_kept(now - hist.age, kb, #done + 100)
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end

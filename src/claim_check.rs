@@ -126,12 +126,14 @@ impl BlobStore {
             })
         } else {
             let dir = match url.strip_prefix("file://") {
-                Some(d) => std::path::PathBuf::from(d),
-                None if url.is_empty() => std::env::temp_dir().join("ankusa-claim-check"),
+                Some(d) => {
+                    let dir = std::path::PathBuf::from(d);
+                    explicit_dir(&dir)?;
+                    dir
+                }
+                None if url.is_empty() => private_dir(&std::env::temp_dir())?,
                 None => return Err(format!("claim_check.url {url:?}: unknown scheme")),
             };
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("claim_check: cannot create {}: {e}", dir.display()))?;
             let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| format!("claim_check: {e}"))?;
             Ok(BlobStore {
@@ -208,6 +210,74 @@ impl BlobStore {
             .ok_or_else(|| format!("{url} is not in the claim-check store {}", self.root))?;
         Ok(ObjectPath::from(key))
     }
+}
+
+/// This process's effective user id: the owner of a file it creates (no `unsafe` call).
+fn own_uid() -> Result<u32, String> {
+    use std::os::unix::fs::MetadataExt;
+    let probe = tempfile::tempfile().map_err(|e| format!("claim_check: temp file: {e}"))?;
+    probe
+        .metadata()
+        .map(|m| m.uid())
+        .map_err(|e| format!("claim_check: temp file: {e}"))
+}
+
+/// The default store directory under `base` (the system temp dir, shared by every user):
+/// `<base>/ankusa-claim-check-<uid>`, created 0700. One already there must be a real
+/// directory (not a symlink) owned by this user; its mode is narrowed to 0700 — bodies are
+/// tenants' data and the shared temp dir is readable by everyone.
+pub fn private_dir(base: &std::path::Path) -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let uid = own_uid()?;
+    let dir = base.join(format!("ankusa-claim-check-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("claim_check: cannot create {}: {e}", dir.display())),
+    }
+    check_owned(&dir, uid)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("claim_check: cannot chmod 0700 {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// An operator's `file://` directory: created 0700 (with its parents) when missing,
+/// refused when it is owned by another user. Its mode is the operator's.
+fn explicit_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("claim_check: cannot create {}: {e}", dir.display()))?;
+    }
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("claim_check: {}: {e}", dir.display()))?;
+    check_owned(&dir, own_uid()?)
+}
+
+/// `dir` is a directory, not a symlink, owned by `uid`; the error names the directory and
+/// says what is wrong.
+pub fn check_owned(dir: &std::path::Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("claim_check: {}: {e}", dir.display()))?;
+    if m.file_type().is_symlink() || !m.is_dir() {
+        return Err(format!(
+            "claim_check: {} is not a directory (a symlink or a file); remove it or set claim_check.url",
+            dir.display()
+        ));
+    }
+    if m.uid() != uid {
+        return Err(format!(
+            "claim_check: {} is owned by user {}, not this worker's user {uid}; remove it or set claim_check.url",
+            dir.display(),
+            m.uid()
+        ));
+    }
+    Ok(())
 }
 
 fn join(a: &str, b: &str) -> String {
@@ -328,6 +398,44 @@ mod tests {
         );
         assert_eq!(s3_parts("file:///tmp/x"), None);
         assert_eq!(s3_parts("s3://b"), None);
+    }
+
+    #[test]
+    fn the_default_directory_is_private_and_one_owned_by_another_user_is_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = tempfile::tempdir().unwrap();
+        let uid = own_uid().unwrap();
+        let dir = private_dir(base.path()).unwrap();
+        assert_eq!(dir, base.path().join(format!("ankusa-claim-check-{uid}")));
+        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{mode:o}");
+        // Opened to others by someone: narrowed again on the next start.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_dir(base.path()).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        // A symlink planted in its place is refused.
+        std::fs::remove_dir(&dir).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), &dir).unwrap();
+        let e = private_dir(base.path()).unwrap_err();
+        assert!(e.contains("not a directory"), "{e}");
+        // A directory owned by another user ("/" unless we are root; then one we give away).
+        let foreign = if uid == 0 {
+            let d = base.path().join("foreign");
+            std::fs::create_dir(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+            d
+        } else {
+            std::path::PathBuf::from("/")
+        };
+        let e = check_owned(&foreign, uid).unwrap_err();
+        assert!(e.contains("owned by user"), "{e}");
+        let cfg = ClaimCheckConfig {
+            url: format!("file://{}", foreign.display()),
+            ..Default::default()
+        };
+        let e = BlobStore::from_config(&cfg, "t").unwrap_err();
+        assert!(e.contains("owned by user"), "{e}");
     }
 
     #[tokio::test]

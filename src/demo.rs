@@ -42,6 +42,11 @@ pub struct DemoArgs {
     /// Print the summary as one JSON object on the last line (the global `--json`).
     #[arg(skip)]
     pub json: bool,
+    /// After the summary, keep the worker running and serve the operator console and the
+    /// tenant portal on this address (e.g. 127.0.0.1:9187) until Ctrl-C: the demo prints
+    /// the console's URL with an operator token made for this run, and a portal link.
+    #[arg(long)]
+    pub console: Option<std::net::SocketAddr>,
 }
 
 /// The demo's summary (the `--json` line).
@@ -158,6 +163,10 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     progress.finish_and_clear();
 
     let (summary, pending) = summarise(&worker, &receiver, &tenants, &sent, elapsed).await?;
+    let worker = std::sync::Arc::new(worker);
+    if let Some(addr) = args.console {
+        serve_console(&worker, &producer, cfg.clone(), addr, &tenants[0]).await?;
+    }
     worker.shutdown().await;
     let text = format!(
         "committed {} hooks → {} rows: {} delivered, {} dead-lettered, {} pending, {} lost, {} duplicates, {} byte mismatches\n\
@@ -179,6 +188,39 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         )));
     }
     Ok(summary)
+}
+
+/// `--console`: serve the admin listener (console and portal) on `addr` with an operator
+/// token made for this run, print how to open both, and wait for Ctrl-C.
+async fn serve_console(
+    worker: &std::sync::Arc<Worker>,
+    producer: &Producer,
+    mut cfg: Config,
+    addr: std::net::SocketAddr,
+    tenant: &str,
+) -> Result<(), Error> {
+    let token = format!("demo-{:032x}", rand::random::<u128>());
+    cfg.admin.token = Some(token.clone());
+    cfg.admin.listen = addr.to_string();
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Other(format!("--console {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let st = crate::admin::AdminState::new(worker.clone(), producer.clone(), None, &cfg, None);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let limits = crate::admin::ServeLimits::from(&cfg.admin);
+    let server = tokio::spawn(crate::admin::serve(listener, st, limits, stop.clone()));
+    let (link, _) =
+        crate::console::link::mint(&cfg.admin, tenant, Some("1h"), crate::console::now_ms())?;
+    eprintln!(
+        "demo: the console is at http://{bound}/ui/ — operator token for this run: {token}\n\
+         demo: {tenant}'s portal (link valid 1 h): http://{bound}/portal/enter?link={link}\n\
+         demo: Ctrl-C stops the worker"
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    stop.cancel();
+    let _ = server.await;
+    Ok(())
 }
 
 /// The Redis to use: `--redis-url`, or a private `redis-server` kept alive by the returned

@@ -27,7 +27,7 @@ pub enum Error {
     EvictingRedis(String),
     /// The config's `partitions` differs from the count recorded in Redis at the instance's
     /// first start (issue 13): routing tenants with another count would lose their rows.
-    #[error("partitions = {configured} in the config, but instance {instance:?} was started with partitions = {recorded} (recorded in redis key {key}); set partitions = {recorded}, or change the count as docs/operations.md \"Partitions\" says: drain, stop every worker, move the data (or start empty), SET {key} <new count>, set partitions in every config, start the workers")]
+    #[error("partitions = {configured} in the config, but instance {instance:?} was started with partitions = {recorded} (recorded in redis key {key}); set partitions = {recorded}, or change the count as docs/running.md \"Partitions\" says: drain, stop every worker, move the data (or start empty), SET {key} <new count>, set partitions in every config, start the workers")]
     PartitionsMismatch {
         /// The instance.
         instance: String,
@@ -63,15 +63,18 @@ impl Error {
             | Error::InvalidSource(_)
             | Error::BadRequest(_)
             | Error::PartitionsMismatch { .. }
-            | Error::Store(StoreError::Tls(_) | StoreError::UnsupportedUrl(_)) => 2,
+            | Error::Store(
+                StoreError::Tls(_) | StoreError::UnsupportedUrl(_) | StoreError::NotRedis { .. },
+            ) => 2,
             Error::Commit(
                 CommitError::BadRequest(_)
                 | CommitError::ReservedHeader { .. }
                 | CommitError::TooLarge { .. }
+                | CommitError::TooLate { .. }
                 | CommitError::UnknownSource { .. },
             ) => 1,
             Error::Store(StoreError::Redis(_))
-            | Error::Commit(CommitError::Store(_))
+            | Error::Commit(CommitError::Store(_) | CommitError::NotReplicated { .. })
             | Error::Unavailable(_) => 3,
             _ => 1,
         }
@@ -83,14 +86,16 @@ impl Error {
         match self {
             Error::Config(_) => "invalid_config",
             Error::BadId(_) | Error::BadRequest(_) | Error::InvalidSource(_) => "bad_request",
-            Error::Commit(CommitError::BadRequest(_) | CommitError::ReservedHeader { .. }) => {
-                "bad_request"
-            }
+            Error::Commit(
+                CommitError::BadRequest(_)
+                | CommitError::ReservedHeader { .. }
+                | CommitError::TooLate { .. },
+            ) => "bad_request",
             Error::Commit(CommitError::TooLarge { .. }) => "too_large",
             Error::Commit(CommitError::UnknownSource { .. }) => "unknown_source",
             Error::NotFound(_) => "not_found",
             Error::Store(StoreError::Redis(_))
-            | Error::Commit(CommitError::Store(_))
+            | Error::Commit(CommitError::Store(_) | CommitError::NotReplicated { .. })
             | Error::Unavailable(_) => "unavailable",
             Error::EvictingRedis(_) => "evicting_redis",
             Error::PartitionsMismatch { .. } => "partitions_mismatch",

@@ -1,6 +1,11 @@
 //! A worker's health beyond "the process answers" (R25): the leader's self-check, Redis
-//! refusing writes, eviction, a graceful shutdown. Written by the leader and the dispatch
-//! loop, read by `/healthz` and `/readyz`.
+//! refusing writes, eviction, a full Redis refusing commits, a graceful shutdown. Written
+//! by the leader and the dispatch loop, read by `/healthz` and `/readyz`.
+//!
+//! Liveness ([`Health::wedged`], `/healthz`) fails only when this process is stuck, since
+//! an orchestrator restarts it for that; everything about Redis (unreachable, refusing
+//! writes, evicting) is readiness ([`Health::problem`], `/readyz`): a restart would not help
+//! and, on a Redis blip, would restart every worker of the pool at once.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,6 +29,10 @@ struct HealthInner {
     write_error: Option<String>,
     /// Redis may evict keys (its `maxmemory-policy` changed at run time), and why.
     evicting: Option<String>,
+    /// Redis refuses commits for memory (full under `noeviction`), and why: readiness only,
+    /// since this process works on (it drains the backlog) and a restart would not help.
+    /// Per partition (its index) whose Redis refuses them.
+    commits_refused: std::collections::BTreeMap<u32, String>,
 }
 
 impl Health {
@@ -33,14 +42,46 @@ impl Health {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `None` when healthy; else why not: a failed self-check, or Redis refusing the writes
-    /// this node needs (a lease acquisition, a claim, a settle) until one succeeds again.
+    /// Liveness: `None` unless this process is wedged (its scheduler made no progress and
+    /// the self-check gave the lease up), and then why; cleared when it leads again.
+    pub fn wedged(&self) -> Option<String> {
+        self.lock().unhealthy.clone()
+    }
+
+    /// Readiness beyond Redis answering now: `None` when fine; else why not: a
+    /// [`Health::wedged`] process, Redis evicting keys, or Redis unreachable for or refusing
+    /// the writes this node needs (a lease acquisition, a claim, a settle) until one
+    /// succeeds again.
     pub fn problem(&self) -> Option<String> {
         let h = self.lock();
         h.unhealthy
             .clone()
             .or_else(|| h.evicting.clone())
             .or_else(|| h.write_error.clone())
+    }
+
+    /// Readiness, besides [`Health::problem`]: `None` unless Redis refuses commits for memory
+    /// ([`Health::set_commits_refused`]), and then why, naming the partition.
+    pub fn redis_full(&self) -> Option<String> {
+        let h = self.lock();
+        let (p, why) = h.commits_refused.iter().next()?;
+        let more = match h.commits_refused.len() {
+            1 => String::new(),
+            n => format!(" and {} more partitions", n - 1),
+        };
+        Some(format!(
+            "redis out of memory: commits are refused (partition {p}{more}: {why})"
+        ))
+    }
+
+    /// Record partition `partition`'s commit check: `Some(why)` while its Redis refuses
+    /// commits for memory, `None` once it admits them.
+    pub fn set_commits_refused(&self, partition: u32, why: Option<String>) {
+        let mut h = self.lock();
+        match why {
+            Some(why) => h.commits_refused.insert(partition, why),
+            None => h.commits_refused.remove(&partition),
+        };
     }
 
     /// Record the eviction check (issue 17.9): `Some(why)` while Redis may evict keys and
@@ -50,12 +91,17 @@ impl Health {
     }
 
     /// Record the result of a write this node needed (`what`: `lease`, `claim`, `settle`):
-    /// an error turns health red until the next success. Fencing is not a failure.
+    /// an error turns readiness red until the next success. Fencing is not a failure. A
+    /// lost connection or a timeout says so, never "refuses writes", which would send the
+    /// operator to Redis' memory or replicas instead of the network.
     pub fn record_write<T>(&self, what: &str, r: &Result<T, crate::store::StoreError>) {
         let mut h = self.lock();
         match r {
             Err(e) if !matches!(e, crate::store::StoreError::Fenced) => {
-                h.write_error = Some(format!("redis refuses writes ({what}): {e}"));
+                h.write_error = Some(match e.kind() {
+                    "connection" | "timeout" => format!("redis unreachable ({what}): {e}"),
+                    _ => format!("redis refuses writes ({what}): {e}"),
+                });
             }
             _ => h.write_error = None,
         }

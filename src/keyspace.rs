@@ -10,7 +10,7 @@
 //! `{<instance>}`, outside every partition's slot, and no script touches them together
 //! with a partition's keys.
 
-/// The partition of `tenant` among `partitions` (issue 13): CRC-32 (IEEE 802.3, the
+/// The partition of `tenant` among `partitions`: CRC-32 (IEEE 802.3, the
 /// checksum of zlib's `crc32`, Go's `hash/crc32.ChecksumIEEE`, Java's `CRC32`) of the
 /// tenant id's UTF-8 bytes, modulo `partitions`. With one partition every tenant is in
 /// partition 0. Stable across versions and languages: producers compute it to find the
@@ -24,17 +24,9 @@ pub fn partition_of(tenant: &str, partitions: u32) -> u32 {
 }
 
 /// CRC-32/ISO-HDLC (reflected polynomial `0xEDB88320`, initial and final XOR `0xFFFFFFFF`),
-/// bit by bit: tenant ids are short, and no table or dependency is worth it.
+/// by the `crc32fast` crate.
 fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = 0xFFFF_FFFFu32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            let mask = (crc & 1).wrapping_neg();
-            crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
-        }
-    }
-    !crc
+    crc32fast::hash(bytes)
 }
 
 /// The key builder of one partition of one instance.
@@ -86,6 +78,20 @@ impl Keyspace {
     /// worker sees how leadership is spread (issue 13). `ankusa:{<instance>}:leads`.
     pub fn leads(&self) -> String {
         format!("ankusa:{{{}}}:leads", self.instance)
+    }
+
+    /// Hash: one tenant token's record (`h` SHA-256 of the token, lowercase hex; `tenant`;
+    /// `scopes` csv; `name`; `created` and `expires`, ms since the epoch), expiring with the
+    /// token (`PEXPIREAT`). The token itself is never stored. Outside every partition's
+    /// slot: `ankusa:{<instance>}:token:<id>`; `id` is 16 lowercase hex digits.
+    pub fn token(&self, id: &str) -> String {
+        format!("ankusa:{{{}}}:token:{id}", self.instance)
+    }
+
+    /// Set of the ids of the instance's tenant tokens, for `token list`; an id whose record
+    /// expired is dropped from it when listed. `ankusa:{<instance>}:tokens`.
+    pub fn tokens(&self) -> String {
+        format!("ankusa:{{{}}}:tokens", self.instance)
     }
 
     /// The prefix every key of the partition starts with, e.g. `ankusa:{default.p0}:`.
@@ -226,6 +232,14 @@ impl Keyspace {
     pub fn seq(&self) -> String {
         self.key("seq")
     }
+    /// Hash: what keeps a failover from losing or repeating anything: `replicas` (the
+    /// replicas attached to the primary when the term started, raised by renewals; the fenced
+    /// scripts refuse on a primary with fewer), `replid` (the replication history hook ids
+    /// were last issued under: a new one makes them jump) and `space` (the random part of
+    /// every `webhook-id`, made by the partition's first lease acquisition).
+    pub fn replication(&self) -> String {
+        self.key("replication")
+    }
     /// Hash: running totals (`committed`, `delivered`, `dead_lettered`, `dropped`).
     pub fn stats(&self) -> String {
         self.key("stats")
@@ -243,6 +257,21 @@ impl Keyspace {
     /// retention (`claim_check.retention_ms`) ends; `settle` hands the due ones over (R18).
     pub fn blob_retain(&self) -> String {
         self.key("blob_retain")
+    }
+    /// Hash: tenant → body bytes of its stored hooks (rows to deliver, dead letters), kept
+    /// by the scripts that store and delete hooks; `ankusa tenants top --by bytes` reads it.
+    pub fn tenant_bytes(&self) -> String {
+        self.key("tenant_bytes")
+    }
+    /// Hash: tenant → body bytes of its delivered hooks kept for resend ([`Keyspace::kept`]).
+    pub fn kept_bytes(&self) -> String {
+        self.key("kept_bytes")
+    }
+    /// Sorted set: the kept hooks ([`Keyspace::kept`]), `<hook>:<body bytes>:<tenant>` → when
+    /// kept (ms), so the oldest give way first (past their age, past
+    /// `history.kept_max_bytes`, or while Redis refuses commits for memory).
+    pub fn kept_index(&self) -> String {
+        self.key("kept_index")
     }
     /// Hash: settings the scripts keep server side, written by the leader (`max_hook_bytes`,
     /// `cc_retention_ms`; issue 17.10).
@@ -302,6 +331,33 @@ mod tests {
         }
     }
 
+    /// The bit-by-bit CRC-32 the partition hash used before `crc32fast`: tenants must stay in
+    /// the partitions their rows were written to.
+    fn crc32_bitwise(bytes: &[u8]) -> u32 {
+        let mut crc = 0xFFFF_FFFFu32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                let mask = (crc & 1).wrapping_neg();
+                crc = (crc >> 1) ^ (0xEDB8_8320 & mask);
+            }
+        }
+        !crc
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn crc32fast_hashes_every_id_bit_for_bit_as_the_partition_hash_always_did(
+            id in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            partitions in 1u32..=1024,
+        ) {
+            proptest::prop_assert_eq!(crc32(&id), crc32_bitwise(&id));
+            let text = String::from_utf8_lossy(&id);
+            let old = if partitions <= 1 { 0 } else { crc32_bitwise(text.as_bytes()) % partitions };
+            proptest::prop_assert_eq!(partition_of(&text, partitions), old);
+        }
+    }
+
     #[test]
     fn one_partition_keeps_the_layout_of_before_partitions() {
         let ks = Keyspace::new("default", 0);
@@ -309,5 +365,10 @@ mod tests {
         assert_eq!(ks.with_partition(3).lease(), "ankusa:{default.p3}:lease");
         assert_eq!(ks.partition_count(), "ankusa:{default}:partitions");
         assert_eq!(ks.workers(), "ankusa:{default}:workers");
+        assert_eq!(ks.tokens(), "ankusa:{default}:tokens");
+        assert_eq!(
+            ks.with_partition(2).token("00ff"),
+            "ankusa:{default}:token:00ff"
+        );
     }
 }

@@ -31,9 +31,9 @@ use crate::config::Config;
 use crate::dispatch::{run_session, Progress, SchedulerState, SessionCtx, SessionEnd};
 pub use crate::health::Health;
 use crate::scheduler::slots::SharedWindow;
-use crate::sinks::http::HttpSink;
+use crate::sinks::registry::Sinks;
 use crate::spread::{must_give, Spread};
-use crate::store::{LeaseAcquire, Store};
+use crate::store::{LeaseAcquire, PrimaryCheck, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -85,10 +85,13 @@ pub struct Node {
     pub shutdown: CancellationToken,
     /// Health for `/healthz` and `/readyz`.
     pub health: Arc<Health>,
-    /// HTTP sink (one client for every partition's sessions).
-    pub http: HttpSink,
+    /// The process's sinks (one set of clients for every partition's sessions).
+    pub sinks: Sinks,
     /// Which partitions this node leads, and the view of the other workers (issue 13).
     pub spread: Arc<Spread>,
+    /// Behind Redis Sentinel, bumped when the pool moved to a new primary
+    /// ([`Store::watch_primary`]): every term on the old one ends at once.
+    pub primary: watch::Receiver<u64>,
 }
 
 /// Announce this node, then campaign for every partition (one loop each, issue 13), each
@@ -171,6 +174,7 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
     let label = n.to_string();
     let mut backoff = Duration::from_millis(200);
     metrics::gauge!("ankusa_leader", "partition" => label.clone()).set(0.0);
+    let mut waiting_for_primary: Option<String> = None;
     loop {
         if node.shutdown.is_cancelled() {
             return;
@@ -184,12 +188,24 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
             wait(&node.shutdown, d).await;
             continue;
         }
+        // Leadership follows the primary, not the connection: behind sentinels a term starts
+        // only on the server they name, with no failover under way (store/primary.rs).
+        if let PrimaryCheck::Wait(why) = store.primary_check().await {
+            if waiting_for_primary.as_deref() != Some(why.as_str()) {
+                info!(partition = n, %why, "not campaigning until the primary is confirmed");
+                waiting_for_primary = Some(why);
+            }
+            wait(&node.shutdown, Duration::from_millis(200)).await;
+            continue;
+        }
+        waiting_for_primary = None;
         let cfg = node.config.borrow().clone();
         let lease_ms = cfg.leader.lease_ms;
         let renew_ms = cfg.leader.renew_interval_ms();
         // Keep to this node's share (issue 13): past it, wait for the view to change, the
         // partition's lease to be released, or a renew interval.
         if !node.spread.try_campaign(node.partitions.len() as u32) {
+            tracing::debug!(partition = n, "not campaigning: this worker has its share");
             let changed = node.spread.changed.notified();
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(renew_ms)) => {}
@@ -237,7 +253,8 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
                     }
                 }
             }
-            Ok(LeaseAcquire::Held { pttl_ms, .. }) => {
+            Ok(LeaseAcquire::Held { pttl_ms, holder }) => {
+                tracing::debug!(partition = n, %holder, pttl_ms, "the lease is held");
                 node.spread.campaigned(n, None);
                 backoff = Duration::from_millis(200);
                 // Campaign again when the lease can have lapsed, at least every renew
@@ -435,8 +452,27 @@ async fn lead(
             return SessionEnd::StoreFailed(e.to_string());
         }
     }
+    // The partition's message space, made by the lease acquisition: every webhook-id of
+    // the term carries it.
+    let message_space: Arc<str> = match term.store.message_space().await {
+        Ok(Some(space)) => space.into(),
+        Ok(None) => return SessionEnd::StoreFailed("no message space after the lease".into()),
+        Err(e) => return SessionEnd::StoreFailed(e.to_string()),
+    };
     metrics::gauge!("ankusa_leader", "partition" => partition.to_string()).set(1.0);
     let lost = CancellationToken::new();
+    // A move to a new primary (store/primary.rs) ends the term at once: it was the old one's.
+    let mut primary = node.primary.clone();
+    primary.mark_unchanged();
+    let _switched = AbortOnDrop(tokio::spawn({
+        let lost = lost.clone();
+        async move {
+            if primary.changed().await.is_ok() {
+                warn!(partition, "the Redis primary changed: stepping down");
+                lost.cancel();
+            }
+        }
+    }));
     let done = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let (dl_tx, dl_rx) = watch::channel(deadline(sent, lease_ms));
@@ -464,12 +500,13 @@ async fn lead(
         config: node.config.clone(),
         token,
         epoch,
+        message_space,
         wake: term.side.wake.clone(),
         shutdown: term.shutdown.clone(),
         lost: lost.clone(),
         lease_deadline: dl_rx,
         state: term.side.state.clone(),
-        http: node.http.clone(),
+        sinks: node.sinks.clone(),
         progress,
         health: node.health.clone(),
         shared: term.shared.clone(),

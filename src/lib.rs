@@ -8,7 +8,7 @@
 //! ## Map of the crate
 //! | module | concept |
 //! | --- | --- |
-//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the sections |
+//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the sections, the operator's bounds on sources (`[limits]`, `[tenants.<id>]`) |
 //! | [`keyspace`] | every Redis key name, hash-tagged per partition (R26, R29) |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
 //! | [`store`] | Redis pool, the `lua/` scripts and one typed wrapper file each |
@@ -18,14 +18,16 @@
 //! | [`health`] | what `/healthz` and `/readyz` report beyond "the process answers" |
 //! | [`dispatch`] | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
 //! | [`scheduler`] | pure decisions: [`scheduler::slots`], [`scheduler::breaker`], [`scheduler::backoff`] |
-//! | [`sinks`] | sink modules (http, sqs, pubsub), the batcher, retry classification (R8, R17) |
-//! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references |
+//! | [`sinks`] | sink modules (http, sqs, pubsub) behind [`sinks::registry`], the batcher, retry classification (R8, R17) |
+//! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references scoped per tenant |
 //! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18) |
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
 //! | [`dlq`] | reading, replaying and purging dead letters |
 //! | [`visibility`] | attempt history, `hooks show`, `rows list`, resend, `tenants top` |
-//! | [`admin`] | admin HTTP: metrics, health, ingest, operations |
+//! | [`admin`] | admin HTTP: metrics, health, ingest, operations; who may call what ([`admin::Principal`]) |
+//! | [`console`] | the operator console (`/ui/`) and tenant portal (`/portal/`): server-rendered pages over the admin API |
+//! | [`tokens`] | tenant tokens: minting, their scopes, what Redis keeps of them |
 //! | [`metrics`] | the Prometheus recorder (R27) |
 //! | [`telemetry`] | optional OpenTelemetry (OTLP/HTTP) export of attempt spans |
 //! | [`testkit`] | real `redis-server` and webhook receiver for tests, demo and bench |
@@ -47,6 +49,7 @@ pub mod admin;
 pub mod bench;
 pub mod claim_check;
 pub mod config;
+pub mod console;
 pub mod demo;
 pub mod dispatch;
 pub mod dlq;
@@ -66,10 +69,12 @@ pub mod spread;
 pub mod store;
 pub mod telemetry;
 pub mod testkit;
+pub mod tokens;
 pub mod visibility;
 pub mod worker;
 
 pub use config::Config;
 pub use error::Error;
 pub use producer::{Hook, Producer};
+pub use store::Schedule;
 pub use worker::Worker;

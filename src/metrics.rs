@@ -1,8 +1,8 @@
-//! Prometheus metrics (R27). Names, types, units and labels are catalogued in
+//! Prometheus metrics. Names, types, units and labels are catalogued in
 //! `docs/metrics.md`; `tests/observability.rs` keeps this file, the catalogue, the
 //! dashboards in `grafana/` and the alert rules in `prometheus/` in step.
 //!
-//! Every series carries the pipeline's instance name (R29) as the global label
+//! Every series carries the pipeline's instance name (the config's `instance`) as the global label
 //! `ankusa_instance`. It is not called `instance`: Prometheus attaches `instance` (the
 //! scraped `host:port`) to every target and would rename ours to `exported_instance`;
 //! with both labels each worker of a pool stays a series of its own.
@@ -11,7 +11,7 @@ use metrics::Unit;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 
-/// The global label that names the instance on every series (R29).
+/// The global label that names the instance on every series (the config's `instance`).
 pub const INSTANCE_LABEL: &str = "ankusa_instance";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -75,6 +75,8 @@ pub struct Metric {
     /// Its unit, when it has one (seconds, bytes).
     pub unit: Option<Unit>,
     /// Whether [`init_series`] creates its unlabelled series at 0 before its first event.
+    /// Never for a metric that is always labelled: an unlabelled series beside the labelled
+    /// ones would stay at 0 for ever and mislead every `max()` and `sum()` over it.
     pub zero: bool,
     /// The `# HELP` text.
     pub help: &'static str,
@@ -151,7 +153,7 @@ pub const CATALOGUE: &[Metric] = &[
         name: "ankusa_due_lag_seconds",
         kind: Kind::Gauge,
         unit: Some(Unit::Seconds),
-        zero: true,
+        zero: false,
         help: "Lag of the oldest row claimed by the last scan (0 when none).",
     },
     Metric {
@@ -239,6 +241,20 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Times this process became leader.",
     },
     Metric {
+        name: "ankusa_primary_switches_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Times this process saw the sentinels name another Redis primary and moved to it.",
+    },
+    Metric {
+        name: "ankusa_commits_not_replicated_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Commits answered with a retryable error because not every replica acknowledged them in time.",
+    },
+    Metric {
         name: "ankusa_lease_renew_seconds",
         kind: Kind::Histogram,
         unit: Some(Unit::Seconds),
@@ -251,6 +267,27 @@ pub const CATALOGUE: &[Metric] = &[
         unit: Some(Unit::Seconds),
         zero: false,
         help: "Latency of each Lua script call, by script.",
+    },
+    Metric {
+        name: "ankusa_commits_refused_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Commits of this process (ingest; a library Producer under a recorder) that Redis refused, by reason (oom: Redis is full; the kinds of ankusa_redis_errors_total).",
+    },
+    Metric {
+        name: "ankusa_redis_full",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "1 while the partition's Redis refuses commits for memory (maxmemory reached under noeviction), checked by every worker each renew interval; 0 otherwise.",
+    },
+    Metric {
+        name: "ankusa_kept_dropped_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Delivered hooks kept for resend that the leader dropped because Redis refused commits for memory.",
     },
     Metric {
         name: "ankusa_redis_errors_total",
@@ -299,13 +336,13 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Counter,
         unit: None,
         zero: false,
-        help: "Claim or settle calls cut short by their time budget, by script (claim, settle).",
+        help: "Claim, settle or hooks calls cut short by their time budget, by script (claim, settle, hooks).",
     },
     Metric {
         name: "ankusa_breakers_open",
         kind: Kind::Gauge,
         unit: None,
-        zero: true,
+        zero: false,
         help: "Sink keys whose breaker is open or probing (their rows are parked, R16).",
     },
     Metric {
@@ -320,70 +357,84 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Rows parked by an open breaker (written back due when it closes, R16) or a rate limit (P9).",
+        help: "Rows parked by an open breaker (written back due when it closes, R16) or a rate limit.",
     },
     Metric {
         name: "ankusa_rate_limit_parked_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Rows of a rate-limited sink key parked back in Redis until their token comes (P9).",
+        help: "Rows of a rate-limited sink key parked back in Redis until their token comes.",
     },
     Metric {
         name: "ankusa_hooks_unmatched_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Hooks committed by this process that no sink entry's event filter took: not stored (P9).",
+        help: "Hooks committed by this process that no sink entry's event filter took: not stored.",
+    },
+    Metric {
+        name: "ankusa_partition_hooks_committed_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Hooks committed to the partition by every producer, as the commit script counts them in Redis; published by the partition's leader.",
+    },
+    Metric {
+        name: "ankusa_partition_hooks_unmatched_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Hooks committed to the partition by every producer that no sink entry took, as counted in Redis; published by the partition's leader.",
     },
     Metric {
         name: "ankusa_sinks_disabled_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Sink entries disabled by the leader after disable_after_ms of continuous failure (P9).",
+        help: "Sink entries disabled by the leader after disable_after_ms of continuous failure.",
     },
     Metric {
         name: "ankusa_operator_events_total",
         kind: Kind::Counter,
         unit: None,
         zero: false,
-        help: "Operational events POSTed to operator.events_url, by result (ok, failed) (P9).",
+        help: "Operational events POSTed to operator.events_url, by result (ok, failed).",
     },
     Metric {
         name: "ankusa_lane_members",
         kind: Kind::Gauge,
         unit: None,
-        zero: true,
-        help: "Hooks waiting behind a lane head in the partition (R10).",
+        zero: false,
+        help: "Hooks waiting behind a lane head in the partition.",
     },
     Metric {
         name: "ankusa_lane_releases_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Lanes released by a terminal outcome of their head (R11).",
+        help: "Lanes released by a terminal outcome of their head.",
     },
     Metric {
         name: "ankusa_lane_sweeps_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Lane sweeps run by a claim; none while no lane has members (R12).",
+        help: "Lane sweeps run by a claim; none while no lane has members.",
     },
     Metric {
         name: "ankusa_lane_sweep_promotions_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Lane members promoted to head by a sweep (R12).",
+        help: "Lane members promoted to head by a sweep.",
     },
     Metric {
         name: "ankusa_requeued_rows_total",
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Rows claimed under an older epoch made due again at takeover (R3).",
+        help: "Rows claimed under an older epoch made due again at takeover.",
     },
     Metric {
         name: "ankusa_settle_rows_total",
@@ -445,7 +496,7 @@ pub const CATALOGUE: &[Metric] = &[
         name: "ankusa_claim_check_bytes_total",
         kind: Kind::Counter,
         unit: Some(Unit::Bytes),
-        zero: false,
+        zero: true,
         help: "Bytes of bodies stored in the claim-check blob store.",
     },
     Metric {
@@ -568,10 +619,10 @@ pub fn init_series() {
             Kind::Histogram => {}
         }
     }
-    for script in ["claim", "settle"] {
+    for script in ["claim", "settle", "hooks"] {
         metrics::counter!("ankusa_script_budget_stops_total", "script" => script).increment(0);
     }
-    for module in crate::model::Module::ALL.map(crate::model::Module::as_str) {
+    for module in crate::sinks::registry::names() {
         for outcome in DELIVERY_OUTCOMES {
             metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => *outcome)
                 .increment(0);
@@ -581,19 +632,88 @@ pub fn init_series() {
     for to in ["open", "closed"] {
         metrics::counter!("ankusa_breaker_transitions_total", "to" => to).increment(0);
     }
+    for module in crate::sinks::registry::MODULES.iter().filter(|m| m.batched) {
+        let module = module.name;
+        metrics::gauge!("ankusa_batcher_queued", "module" => module).increment(0.0);
+        for outcome in BATCH_OUTCOMES {
+            metrics::counter!("ankusa_batch_requests_total", "module" => module, "outcome" => *outcome)
+                .increment(0);
+        }
+    }
+    for via in ["pack", "attempt"] {
+        for result in ["ok", "error"] {
+            metrics::counter!("ankusa_claim_checks_total", "via" => via, "result" => result)
+                .increment(0);
+        }
+    }
+    for result in ["ok", "error"] {
+        metrics::counter!("ankusa_claim_check_deletes_total", "result" => result).increment(0);
+    }
     for reason in DEAD_LETTER_REASONS {
         metrics::counter!("ankusa_dead_letters_total", "reason" => *reason).increment(0);
         metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => *reason).increment(0);
     }
     for kind in REDIS_ERROR_KINDS {
         metrics::counter!("ankusa_redis_errors_total", "kind" => *kind).increment(0);
+        metrics::counter!("ankusa_commits_refused_total", "reason" => *kind).increment(0);
     }
+}
+
+/// The metrics labelled by `partition` alone: [`init_partition_series`] creates one series
+/// per partition at 0, and none unlabelled.
+pub const PARTITIONED: &[&str] = &[
+    "ankusa_due_lag_seconds",
+    "ankusa_breakers_open",
+    "ankusa_lane_members",
+    "ankusa_redis_full",
+];
+
+/// Outcomes of a batch request: the `outcome` label of `ankusa_batch_requests_total`.
+pub const BATCH_OUTCOMES: &[&str] = &["ok", "partial", "error", "timeout"];
+
+/// Create the [`PARTITIONED`] series of partitions `0..partitions` at 0, so that a
+/// dashboard and an alert see every partition from the start (the partition's leader sets
+/// them). Call after [`init_series`] with the instance's `partitions`.
+pub fn init_partition_series(partitions: u32) {
+    for p in 0..partitions {
+        for name in PARTITIONED {
+            metrics::gauge!(*name, "partition" => p.to_string()).increment(0.0);
+        }
+    }
+}
+
+/// Publish the partition's hook counts kept in Redis by the commit script (every producer's
+/// commits, not only this process's) as `ankusa_partition_hooks_committed_total` and
+/// `ankusa_partition_hooks_unmatched_total`: absolute values of counters that only grow.
+pub fn publish_partition_totals(partition: u32, committed: u64, unmatched: u64) {
+    let p = partition.to_string();
+    metrics::counter!("ankusa_partition_hooks_committed_total", "partition" => p.clone())
+        .absolute(committed);
+    metrics::counter!("ankusa_partition_hooks_unmatched_total", "partition" => p)
+        .absolute(unmatched);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::DeadReason;
+
+    #[test]
+    fn no_partitioned_metric_gets_an_unlabelled_zero_series() {
+        for m in CATALOGUE {
+            assert!(
+                !(m.zero && PARTITIONED.contains(&m.name)),
+                "{}: its unlabelled series would stay at 0 beside the partitions' own",
+                m.name
+            );
+        }
+        for name in PARTITIONED {
+            assert!(
+                CATALOGUE.iter().any(|m| m.name == *name),
+                "{name} not catalogued"
+            );
+        }
+    }
 
     #[test]
     fn the_pre_created_dead_letter_reasons_are_exactly_the_kinds_of_dead_reason() {

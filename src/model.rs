@@ -76,10 +76,38 @@ impl SinkEntry {
         let mut opts = serde_json::Map::new();
         opts.insert("url".into(), url.into());
         SinkEntry {
-            module: Module::Http.as_str().into(),
+            module: "http".into(),
             opts,
             ..Default::default()
         }
+    }
+}
+
+impl SinkEntry {
+    /// Check the entry's module-independent policy fields: the lane key (ordered entries
+    /// only), the event filter, the retry policy (alone and within the operator's caps in
+    /// `bounds`) and the rate limit. The error starts with the field's name.
+    pub fn check_policy(&self, bounds: &crate::config::SourceBounds) -> Result<(), String> {
+        if let Some(k) = &self.key {
+            if !self.ordered {
+                return Err("key: only ordered entries have a lane key".into());
+            }
+            if lane_spec(k).is_none() {
+                return Err(format!("key: {k:?} must be `header:<name>` or `json:<pointer>` (pointer empty or starting with '/')"));
+            }
+        }
+        if let Some(f) = &self.filter {
+            f.validate().map_err(|e| format!("filter.{e}"))?;
+        }
+        if let Some(r) = &self.retry {
+            r.validate().map_err(|e| format!("retry.{e}"))?;
+            r.within(bounds.max_attempts, bounds.max_elapsed_ms)
+                .map_err(|e| format!("retry.{e}"))?;
+        }
+        if let Some(r) = &self.rate_limit {
+            r.validate().map_err(|e| format!("rate_limit.{e}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -207,6 +235,32 @@ impl EntryRetry {
         }
         Ok(())
     }
+
+    /// Check the fields set against the operator's caps, `retry.max_attempts` (0: none) and
+    /// `retry.max_elapsed_ms`: an entry may give up sooner, never later.
+    pub fn within(&self, max_attempts: u32, max_elapsed_ms: u64) -> Result<(), String> {
+        if let Some(a) = self.max_attempts {
+            if max_attempts > 0 && (a == 0 || a > max_attempts) {
+                let asked = match a {
+                    0 => "0 (no limit)".to_string(),
+                    a => a.to_string(),
+                };
+                return Err(format!(
+                    "max_attempts: {asked} exceeds the operator's limit of {max_attempts} \
+                     (retry.max_attempts = {max_attempts})"
+                ));
+            }
+        }
+        if let Some(e) = self.max_elapsed_ms {
+            if e > max_elapsed_ms {
+                return Err(format!(
+                    "max_elapsed_ms: {e} exceeds the operator's limit of {max_elapsed_ms} \
+                     (retry.max_elapsed_ms = {max_elapsed_ms})"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A rate limit per sink key (P9): a token bucket of `burst` tokens refilled at
@@ -259,105 +313,58 @@ pub struct SourceSpec {
     pub sinks: Vec<SinkEntry>,
 }
 
-/// The sink modules this build can deliver to, by their `module` names.
-pub const MODULES: &[&str] = &["http", "sqs", "pubsub"];
-
-/// A sink module this build delivers to: the typed form of a sink entry's `module` (which
-/// stays a string in the stored spec, so a spec naming a module another build knows still
-/// reads).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Module {
-    /// `http`: one POST per row (R6).
-    Http,
-    /// `sqs`: Amazon SQS, batched (R17).
-    Sqs,
-    /// `pubsub`: Google Pub/Sub, batched (R17).
-    PubSub,
-}
-
-impl Module {
-    /// Every module, in the order of [`MODULES`].
-    pub const ALL: [Module; 3] = [Module::Http, Module::Sqs, Module::PubSub];
-
-    /// The module's name in a sink entry and in the `module` metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Module::Http => "http",
-            Module::Sqs => "sqs",
-            Module::PubSub => "pubsub",
-        }
-    }
-
-    /// The module named `name`; `None` for a module this build does not have.
-    pub fn parse(name: &str) -> Option<Module> {
-        Module::ALL.into_iter().find(|m| m.as_str() == name)
-    }
-}
-
-impl std::fmt::Display for Module {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 impl SourceSpec {
     /// Check every entry: a known module and the options it needs, under the secure default
-    /// guards ([`crate::sinks::EdgePolicy::default`]).
+    /// guards and bounds ([`crate::sinks::EdgePolicy::default`]) and no tenant (so a secret
+    /// reference is refused).
     pub fn validate(&self) -> Result<(), String> {
-        self.validate_with(&crate::sinks::EdgePolicy::default())
+        let edge = crate::sinks::EdgePolicy::default();
+        self.check_entries(&edge, &edge.sources.bounds(""), "")
     }
 
-    /// [`SourceSpec::validate`] under `edge`: the SSRF guard for literal IP hosts
-    /// (`http.allow_cidrs`) and the secret references allowed (`secrets.*`).
-    pub fn validate_with(&self, edge: &crate::sinks::EdgePolicy) -> Result<(), String> {
-        for (i, s) in self.sinks.iter().enumerate() {
-            let Some(module) = Module::parse(&s.module) else {
-                return Err(format!(
-                    "sinks[{i}].module: unknown module {:?} (known: {})",
-                    s.module,
-                    MODULES.join(", ")
-                ));
-            };
-            if let Some(k) = &s.key {
-                if !s.ordered {
-                    return Err(format!(
-                        "sinks[{i}].key: only ordered entries have a lane key"
-                    ));
-                }
-                if lane_spec(k).is_none() {
-                    return Err(format!("sinks[{i}].key: {k:?} must be `header:<name>` or `json:<pointer>` (pointer empty or starting with '/')"));
-                }
-            }
-            if let Some(f) = &s.filter {
-                f.validate().map_err(|e| format!("sinks[{i}].filter.{e}"))?;
-            }
-            if let Some(r) = &s.retry {
-                r.validate().map_err(|e| format!("sinks[{i}].retry.{e}"))?;
-            }
-            if let Some(r) = &s.rate_limit {
-                r.validate()
-                    .map_err(|e| format!("sinks[{i}].rate_limit.{e}"))?;
-                if module != Module::Http {
-                    return Err(format!("sinks[{i}].rate_limit: only http entries have a rate limit (a batching sink's requests are bounded by dispatch.sink_concurrency)"));
-                }
-            }
-            if s.disable_after_ms == Some(0) {
-                return Err(format!(
-                    "sinks[{i}].disable_after_ms: must be > 0 (omit it to never disable)"
-                ));
-            }
-            let checked = match module {
-                Module::Http => {
-                    crate::sinks::http::HttpOpts::from_opts_with(&s.opts, edge).map(drop)
-                }
-                Module::Sqs => crate::sinks::sqs::SqsOpts::from_opts_with(&s.opts, edge).map(drop),
-                Module::PubSub => {
-                    crate::sinks::pubsub::PubSubOpts::from_opts_with(&s.opts, edge).map(drop)
-                }
-            };
-            checked.map_err(|e| format!("sinks[{i}].opts: {e}"))?;
+    /// [`SourceSpec::validate`] for a source of `tenant` under `edge`: the SSRF guard for
+    /// literal IP hosts (`http.allow_cidrs`), the tenant's secret namespace (`secrets.*`,
+    /// `tenants.<id>.shared_secrets`) and the operator's bounds (`[limits]`,
+    /// `[tenants.<id>]`, the `[retry]` caps). Every refusal names the limit and its key.
+    pub fn validate_for(
+        &self,
+        tenant: &str,
+        edge: &crate::sinks::EdgePolicy,
+    ) -> Result<(), String> {
+        let bounds = edge.sources.bounds(tenant);
+        // Before any entry is parsed: a 20 000-entry spec costs one comparison.
+        let max = &bounds.max_sinks_per_source;
+        if self.sinks.len() > max.value {
+            return Err(format!(
+                "sinks: {} entries, more than the {} a source may have ({} = {})",
+                self.sinks.len(),
+                max.value,
+                max.key,
+                max.value
+            ));
         }
-        Ok(())
+        self.check_entries(&edge.for_tenant(tenant), &bounds, tenant)
+    }
+
+    fn check_entries(
+        &self,
+        edge: &crate::sinks::EdgePolicy,
+        bounds: &crate::config::SourceBounds,
+        tenant: &str,
+    ) -> Result<(), String> {
+        crate::sinks::registry::check_entries(&self.sinks, edge, bounds, tenant)
+    }
+
+    /// The operator's egress grants to `tenant` (`[tenants.<id>]`): an SQS or Pub/Sub entry
+    /// naming a custom endpoint needs `custom_endpoints`, one publishing with the worker's
+    /// own cloud credentials needs its queue ARN or topic in `ambient_credentials`. The
+    /// error names the entry, the option and the config key. Checked again at attempt time.
+    pub fn check_egress(
+        &self,
+        tenant: &str,
+        edge: &crate::sinks::EdgePolicy,
+    ) -> Result<(), String> {
+        crate::sinks::registry::check_grants(&self.sinks, tenant, edge)
     }
 
     /// The `lanes` field the commit script reads: one spec per entry (`""` unordered,
@@ -508,17 +515,6 @@ impl DeadReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_module_name_parses_to_its_module_and_no_other_does() {
-        let names: Vec<&str> = Module::ALL.iter().map(|m| m.as_str()).collect();
-        assert_eq!(names, MODULES);
-        for m in Module::ALL {
-            assert_eq!(Module::parse(m.as_str()), Some(m));
-        }
-        assert_eq!(Module::parse("HTTP"), None);
-        assert_eq!(Module::parse("kafka"), None);
-    }
 
     #[test]
     fn row_ids_round_trip_and_garbage_is_refused() {

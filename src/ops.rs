@@ -1,13 +1,13 @@
-//! Operations any process can run against an instance (R20–R24): each is a library call
+//! Operations any process can run against an instance: each is a library call
 //! here, an admin HTTP endpoint ([`crate::admin`]) and an `ankusa` command.
 //!
 //! | operation | library | admin HTTP | CLI |
 //! | --- | --- | --- | --- |
-//! | dead_letter_source (R20) | [`dead_letter_source`] | `POST /admin/dead_letter_source` | `ankusa dead-letter-source` |
-//! | pressure (R21) | [`pressure`] | `GET /admin/pressure` | `ankusa pressure` |
-//! | reconfigure (R22) | [`crate::Worker::reconfigure`] | `POST /admin/reconfigure` | `ankusa reconfigure` |
-//! | tick (R23) | [`tick`], [`crate::Worker::tick`] | `POST /admin/tick` | `ankusa tick` |
-//! | validate_config (R24) | [`validate_config`] | `POST /admin/config/check` | `ankusa config check` |
+//! | dead_letter_source | [`dead_letter_source`] | `POST /admin/dead_letter_source` | `ankusa dead-letter-source` |
+//! | pressure | [`pressure`] | `GET /admin/pressure` | `ankusa pressure` |
+//! | reconfigure | [`crate::Worker::reconfigure`] | `POST /admin/reconfigure` | `ankusa reconfigure` |
+//! | tick | [`tick`], [`crate::Worker::tick`] | `POST /admin/tick` | `ankusa tick` |
+//! | validate_config | [`validate_config`] | `POST /admin/config/check` | `ankusa config check` |
 //! | dead letters | [`crate::dlq`] | `/admin/dlq…` | `ankusa dlq list\|show\|replay\|purge` |
 
 use crate::config::{Config, ConfigError};
@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Whether every partition of the instance is idle (nothing claimed, nothing due by
-/// Redis time, R23), each read atomically by `idle.lua`.
+/// Redis time), each read atomically by `idle.lua`.
 pub async fn all_idle(store: &Store) -> Result<bool, StoreError> {
     for p in store.all_partitions() {
         if !p.idle().await? {
@@ -28,7 +28,7 @@ pub async fn all_idle(store: &Store) -> Result<bool, StoreError> {
     Ok(true)
 }
 
-/// The partitions whose lease no leader holds now (issue 13); empty while every partition
+/// The partitions whose lease no leader holds now; empty while every partition
 /// has a leader.
 pub async fn leaderless(store: &Store) -> Result<Vec<u32>, StoreError> {
     let mut out = Vec::new();
@@ -40,7 +40,7 @@ pub async fn leaderless(store: &Store) -> Result<Vec<u32>, StoreError> {
     Ok(out)
 }
 
-/// Block until nothing is claimed, running or due by Redis time in any partition (R23);
+/// Block until nothing is claimed, running or due by Redis time in any partition;
 /// return the rows settled (delivered, dead-lettered or dropped) meanwhile. A row waiting
 /// out a backoff is not due, so this does not wait for it. `local` wakes the wait early when
 /// this process leads; otherwise Redis is polled every 20 ms. Errors: the store failing.
@@ -69,7 +69,7 @@ pub async fn tick(
     }
 }
 
-/// The spare capacity a replay job may use now (R21).
+/// The spare capacity a replay job may use now.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
 )]
@@ -86,7 +86,7 @@ pub const PRESSURE_TENANTS: usize = 1_000;
 /// Read [`Pressure`] with one atomic script (`pressure.lua`) per partition: the lag of the
 /// oldest due row from the heads of the (first 1 000) tenants in line, the window state
 /// from what the leader holding the partition's lease publishes every second with a 3 s
-/// TTL. Over partitions (issue 13) the lag is the largest and the window is full when any
+/// TTL. Over partitions the lag is the largest and the window is full when any
 /// partition's leader says so.
 /// Errors: [`Error::Unavailable`] when nobody holds a partition's lease, its leader has not
 /// published (it died or is starting), or Redis cannot answer; with several partitions the
@@ -127,7 +127,7 @@ fn unavailable(e: StoreError) -> Error {
     }
 }
 
-/// What [`dead_letter_source`] did (R20).
+/// What [`dead_letter_source`] did.
 #[derive(
     Debug,
     Clone,
@@ -140,7 +140,7 @@ fn unavailable(e: StoreError) -> Error {
     utoipa::ToSchema,
 )]
 pub struct SourceDeadLettered {
-    /// Pending rows dead-lettered as `source_gone(<source>)`: R20's count.
+    /// Pending rows dead-lettered as `source_gone(<source>)`.
     pub count: u64,
     /// Pending rows of the tenant dropped because their hook was gone (not counted).
     pub dropped: u64,
@@ -150,14 +150,14 @@ pub struct SourceDeadLettered {
 pub const DEAD_LETTER_SOURCE_PAGE: usize = 500;
 
 /// Dead-letter every pending row of `tenant`'s source `source` now as
-/// `source_gone(<source>)` and return how many (R20), for deleting a source that still
+/// `source_gone(<source>)` and return how many, for deleting a source that still
 /// has a backlog. Rows of the tenant whose hook is gone are dropped and not counted. Rows
 /// claimed by a running attempt are left to settle; one that comes back pending after the
 /// source is deleted is dead-lettered `source_gone` when it is next claimed.
 ///
 /// The walk is a loop of bounded atomic script calls, first over the source's ordered lanes
 /// (their waiting members), then over `due:<tenant>` (a dead-lettered lane head releases
-/// its lane, R11), so no claim can race a row, and other work goes on between pages. The
+/// its lane), so no claim can race a row, and other work goes on between pages. The
 /// call needs a live leader: one that holds the lease and has published its window state
 /// (as for [`pressure`]).
 /// Errors: [`Error::BadId`] for a malformed id; [`Error::Unavailable`] when no leader holds
@@ -173,7 +173,7 @@ pub async fn dead_letter_source(
     crate::model::check_id("source", source)?;
     let started = tokio::time::Instant::now();
     let mut total = SourceDeadLettered::default();
-    // The tenant's partition (issue 13).
+    // The tenant's partition.
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     for phase in [SourcePhase::Lanes, SourcePhase::Due] {
@@ -219,14 +219,14 @@ pub async fn dead_letter_source(
     Ok(total)
 }
 
-/// Check a config (R24): every `dispatch.*` / `retry.*` key and the rest; the error names
+/// Check a config: every `dispatch.*` / `retry.*` key and the rest; the error names
 /// each bad key, e.g. `dispatch.tenants.acme.max_inflight: must be > 0`.
 pub fn validate_config(config: &Config) -> Result<(), Error> {
     Ok(config.validate()?)
 }
 
 /// Parse and check a config file's text (defaults for missing keys, no environment):
-/// unknown keys and wrong types are named with their key path too (R24).
+/// unknown keys and wrong types are named with their key path too.
 pub fn validate_config_toml(toml: &str) -> Result<Config, ConfigError> {
     Config::from_toml_str(toml)
 }
@@ -245,7 +245,7 @@ pub struct SinkEnabled {
 }
 
 /// `ankusa source enable` / `POST /admin/sources/{tenant}/{source}/sinks/{index}/enable`
-/// (P9): clear an entry's `disabled` mark, so new hooks make rows for it again, and append a
+///: clear an entry's `disabled` mark, so new hooks make rows for it again, and append a
 /// `sink_enabled` event to the `events` stream. Rows dead-lettered `sink_disabled` stay in
 /// the dead-letter queue: replay them (`ankusa dlq replay --reason sink_disabled`). Needs no
 /// leader. Errors: [`Error::NotFound`] for an unknown source or index.

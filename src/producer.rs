@@ -2,7 +2,7 @@
 //! protocol in `docs/commit-protocol.md` (one `EVALSHA` of `lua/commit.lua`).
 
 use crate::error::Error;
-use crate::store::{CommitError, CommitOptions, CommitReceipt, Store};
+use crate::store::{CommitError, CommitOptions, CommitReceipt, Schedule, Store};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -22,6 +22,11 @@ pub struct Hook {
     /// filters match (P9); `None`: only entries without a filter take it. 1..=128 bytes of
     /// `[A-Za-z0-9_.:/-]`.
     pub event_type: Option<String>,
+    /// When to deliver it (scheduled delivery); `None`: at once. Its rows are due at that
+    /// time by the Redis clock; a time not after the commit is due at once, one further
+    /// ahead than the leader's `commit.max_delay_ms` is refused
+    /// ([`CommitError::TooLate`]). Until then `ankusa hooks cancel` can cancel it.
+    pub schedule: Option<Schedule>,
 }
 
 impl Hook {
@@ -32,7 +37,23 @@ impl Hook {
             headers: BTreeMap::new(),
             idempotency_key: None,
             event_type: None,
+            schedule: None,
         }
+    }
+
+    /// Deliver it at `ms` since the Unix epoch (see [`Hook::schedule`]).
+    pub fn deliver_at_ms(mut self, ms: u64) -> Hook {
+        self.schedule = Some(Schedule::At(ms));
+        self
+    }
+
+    /// Deliver it `delay` after the commit, by the Redis clock, to the millisecond (see
+    /// [`Hook::schedule`]).
+    pub fn delay(mut self, delay: std::time::Duration) -> Hook {
+        self.schedule = Some(Schedule::Delay(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        ));
+        self
     }
 
     /// Set the event type (see [`Hook::event_type`]).
@@ -171,6 +192,11 @@ impl Producer {
             } else {
                 Vec::new()
             },
+            schedules: if hooks.iter().any(|h| h.schedule.is_some()) {
+                hooks.iter().map(|h| h.schedule).collect()
+            } else {
+                Vec::new()
+            },
         };
         let r = self
             .store
@@ -184,6 +210,11 @@ impl Producer {
                     .increment(u64::from(receipt.unmatched));
             }
         }
+        // Commits Redis refused (`oom` on a full Redis, `readonly`, `timeout`…): what a
+        // producer saw as an error, counted for the alert on a full Redis.
+        if let Err(CommitError::Store(e)) = &r {
+            metrics::counter!("ankusa_commits_refused_total", "reason" => e.kind()).increment(1);
+        }
         r
     }
 
@@ -191,4 +222,35 @@ impl Producer {
     pub fn store(&self) -> &Store {
         &self.store
     }
+}
+
+/// A delivery time as producers write it (`Ankusa-Deliver-At`, `ankusa produce
+/// --deliver-at`): milliseconds since the Unix epoch (digits only) or an RFC 3339 date and
+/// time with its offset (`2026-12-24T18:00:00Z`, `2026-12-24T19:00:00+01:00`). Errors say
+/// what was expected; a time before the epoch is refused.
+pub fn parse_deliver_at(text: &str) -> Result<Schedule, String> {
+    let t = text.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse::<u64>()
+            .map(Schedule::At)
+            .map_err(|e| format!("{t:?}: {e}"));
+    }
+    let when = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            format!(
+                "{t:?}: {e}; expected milliseconds since the Unix epoch or an RFC 3339 time such \
+                 as 2026-12-24T18:00:00Z"
+            )
+        })?;
+    let ms = when.unix_timestamp_nanos() / 1_000_000;
+    u64::try_from(ms)
+        .map(Schedule::At)
+        .map_err(|_| format!("{t:?}: before the Unix epoch"))
+}
+
+/// A delay as producers write it (`Ankusa-Delay`, `ankusa produce --delay`): milliseconds
+/// (digits only) or a duration such as `4s`, `15m`, `2h 30m` (the config's duration form).
+pub fn parse_delay(text: &str) -> Result<Schedule, String> {
+    crate::config::parse_ms(text).map(Schedule::Delay)
 }

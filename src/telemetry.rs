@@ -156,6 +156,38 @@ fn link_slow(span: &tracing::Span, headers: &str) {
     }
 }
 
+/// The OpenTelemetry identity of an exported span: what logs and the outgoing request carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanIds {
+    /// The trace id, 32 hex digits.
+    pub trace_id: String,
+    /// The span's own id, 16 hex digits.
+    pub span_id: String,
+    /// The W3C `traceparent` naming this span as the parent:
+    /// `00-<trace id>-<span id>-<flags>`.
+    pub traceparent: String,
+}
+
+/// The ids of `span` (already [`link`]ed: this starts it) when attempt spans are exported;
+/// `None` when export is off. A receiver given its `traceparent` makes its own span a child
+/// of the attempt's, which is itself a child of the producer's.
+pub fn span_ids(span: &tracing::Span) -> Option<SpanIds> {
+    if !enabled() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    if !sc.is_valid() {
+        return None;
+    }
+    let (trace_id, span_id) = (sc.trace_id().to_string(), sc.span_id().to_string());
+    Some(SpanIds {
+        traceparent: format!("00-{trace_id}-{span_id}-{:02x}", sc.trace_flags().to_u8()),
+        trace_id,
+        span_id,
+    })
+}
+
 /// The remote parent named by the `traceparent` among `headers` (JSON object text; names
 /// matched without regard to case), or `None` when there is none or it is malformed.
 pub fn parent_context(headers: &str) -> Option<opentelemetry::Context> {

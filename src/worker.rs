@@ -8,7 +8,7 @@ use crate::dispatch::SchedulerState;
 use crate::error::Error;
 use crate::leader::{node_id, run_node, Health, Node, PartitionSide};
 use crate::ops::{self, Pressure};
-use crate::sinks::http::HttpSink;
+use crate::sinks::registry::Sinks;
 use crate::spread::Spread;
 use crate::store::Store;
 use fred::prelude::*;
@@ -47,8 +47,8 @@ impl Worker {
     pub async fn start(config: Config, name: Option<&str>) -> Result<Worker, Error> {
         let store = connect(&config).await?;
         let node_id = node_id(name);
-        let http = HttpSink::new(crate::sinks::EdgePolicy::from_config(&config))
-            .map_err(|e| Error::Other(format!("http client: {e}")))?;
+        let sinks =
+            Sinks::new(crate::sinks::EdgePolicy::from_config(&config)).map_err(Error::Other)?;
         let health = Arc::new(Health::default());
         let shutdown = CancellationToken::new();
         let spread = Arc::new(Spread::default());
@@ -75,10 +75,14 @@ impl Worker {
             if config.dlq.sweep_ms > 0 && pstore.partition_index() == 0 {
                 tasks.push(campaign.dlq_retention(config.dlq.clone()));
             }
+            // The partition's hook counts always, per-tenant gauges for the listed tenants.
             let tenants = gauged_tenants(&store, pstore, &config);
-            if !tenants.is_empty() {
-                tasks.push(campaign.tenant_gauges(tenants));
-            }
+            tasks.push(campaign.tenant_gauges(tenants));
+            tasks.push(campaign.watch_memory(
+                health.clone(),
+                config_rx.clone(),
+                Duration::from_millis(config.leader.renew_interval_ms()),
+            ));
         }
         if !config.redis.allow_evicting {
             let every = Duration::from_millis(config.leader.renew_interval_ms());
@@ -96,8 +100,9 @@ impl Worker {
             partitions: sides,
             shutdown: shutdown.clone(),
             health: health.clone(),
-            http,
+            sinks,
             spread: spread.clone(),
+            primary: store.watch_primary(shutdown.clone()),
         };
         tasks.push(tokio::spawn(run_node(node)));
         info!(%node_id, instance = %config.instance, partitions = config.partitions, "worker started");
@@ -223,7 +228,7 @@ impl Worker {
 /// checks the instance's partition count.
 async fn connect(config: &Config) -> Result<Store, Error> {
     config.validate()?;
-    let store = Store::connect_config(&config.redis, &config.instance)
+    let store = connect_waiting(&config.redis, &config.instance)
         .await?
         .with_edge(crate::sinks::EdgePolicy::from_config(config))
         .with_partitions(config.partitions);
@@ -240,6 +245,51 @@ async fn connect(config: &Config) -> Result<Store, Error> {
     // refused when this config says otherwise.
     store.check_partitions(true).await?;
     Ok(store)
+}
+
+/// Connect to Redis, waiting for it while it cannot be reached yet, up to
+/// `redis.startup_wait_ms`: containers of a compose file or a Kubernetes pod start together,
+/// and a worker that exited at once because Redis came up a second later would be restarted
+/// in a crash loop. Each try is logged, with the time waited and the bound. A URL, TLS,
+/// credentials or a server that is not Redis are not waited for: they are no start-up race.
+async fn connect_waiting(
+    redis: &crate::config::RedisConfig,
+    instance: &str,
+) -> Result<Store, crate::store::StoreError> {
+    let bound = Duration::from_millis(redis.startup_wait_ms);
+    let url = crate::config::redact_url(&redis.url);
+    let started = std::time::Instant::now();
+    let mut delay = Duration::from_millis(250);
+    let mut tries = 0u32;
+    loop {
+        match Store::connect_config(redis, instance).await {
+            Ok(store) => {
+                if tries > 0 {
+                    info!(%url, waited_ms = started.elapsed().as_millis() as u64, "redis is up");
+                }
+                return Ok(store);
+            }
+            Err(e) if e.unreachable() => {
+                let waited = started.elapsed();
+                let left = bound.saturating_sub(waited);
+                if left.is_zero() {
+                    if tries > 0 {
+                        tracing::error!(%url, error = %e, waited_ms = waited.as_millis() as u64,
+                            "redis still unreachable at the end of redis.startup_wait_ms; giving up");
+                    }
+                    return Err(e);
+                }
+                tries += 1;
+                warn!(%url, error = %e, attempt = tries, waited_ms = waited.as_millis() as u64,
+                    retry_in_ms = delay.min(left).as_millis() as u64, wait_up_to_ms = redis.startup_wait_ms,
+                    "waiting for redis");
+                // The last try comes at the bound, not a backoff step before it.
+                tokio::time::sleep(delay.min(left)).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// One side per partition (its wake and release notifications, its state sender) and the
@@ -384,6 +434,7 @@ impl Campaign<'_> {
                             let c = cfg.borrow();
                             [
                                 ("max_hook_bytes", c.commit.max_hook_bytes as u64),
+                                ("max_delay_ms", c.commit.max_delay_ms),
                                 ("cc_retention_ms", c.claim_check.retention_ms),
                             ]
                         };
@@ -411,6 +462,74 @@ impl Campaign<'_> {
                     Err(e) => {
                         warn!(error = %e, "dead-letter retention failed; will try again")
                     }
+                }
+            }
+        })
+    }
+
+    /// Whether this partition's Redis admits commits, every `every` on every worker (a
+    /// standby takes ingest too): while it refuses them for memory, readiness is red naming
+    /// the reason and `ankusa_redis_full{partition}` is 1; and where this worker leads the
+    /// partition, delivered hooks kept for resend give way, oldest first, until commits are
+    /// admitted again or none is kept (what is left to free is the backlog itself, which the
+    /// allow-oom scripts drain).
+    fn watch_memory(
+        &self,
+        health: Arc<Health>,
+        cfg: watch::Receiver<Arc<Config>>,
+        every: Duration,
+    ) -> JoinHandle<()> {
+        let (store, state, shutdown) = (
+            self.store.clone(),
+            self.state.clone(),
+            self.shutdown.clone(),
+        );
+        let partition = store.partition_index();
+        let label = [("partition", partition.to_string())];
+        tokio::spawn(async move {
+            let mut was_full = false;
+            loop {
+                let refused = match store.commits_refused().await {
+                    Ok(r) => r,
+                    // Unreachable Redis is reported by the writes that fail; keep the last word.
+                    Err(_) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(every) => continue,
+                            _ = shutdown.cancelled() => break,
+                        }
+                    }
+                };
+                let full = refused.is_some();
+                if full && !was_full {
+                    warn!(
+                        partition,
+                        why = refused.as_deref().unwrap_or(""),
+                        "redis is out of memory: commits are refused"
+                    );
+                } else if was_full && !full {
+                    info!(partition, "redis admits commits again");
+                }
+                was_full = full;
+                metrics::gauge!("ankusa_redis_full", &label).set(if full { 1.0 } else { 0.0 });
+                if full && state.borrow().leading {
+                    let max_age = cfg.borrow().history.max_age_ms;
+                    make_room(&store, max_age).await;
+                    // Checked again at once: the freed room turns readiness green without
+                    // waiting for the next round.
+                    if let Ok(None) = store.commits_refused().await {
+                        info!(partition, "redis admits commits again");
+                        was_full = false;
+                        metrics::gauge!("ankusa_redis_full", &label).set(0.0);
+                        health.set_commits_refused(partition, None);
+                    } else {
+                        health.set_commits_refused(partition, refused);
+                    }
+                } else {
+                    health.set_commits_refused(partition, refused);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.cancelled() => break,
                 }
             }
         })
@@ -450,6 +569,47 @@ impl Campaign<'_> {
         })
     }
 }
+
+/// On a full Redis: drop kept hooks (bodies and attempt records), oldest first, in calls of
+/// [`KEPT_TRIM_PAGE`], until commits are admitted again, none is kept, or
+/// [`KEPT_TRIM_CALLS`] calls (the rest next round). Counted in `ankusa_kept_dropped_total`.
+async fn make_room(store: &Store, max_age_ms: u64) {
+    for _ in 0..KEPT_TRIM_CALLS {
+        match store
+            .trim_kept(max_age_ms, Some(0), KEPT_TRIM_PAGE, true)
+            .await
+        {
+            Ok(t) => {
+                if t.dropped > 0 {
+                    metrics::counter!("ankusa_kept_dropped_total").increment(t.dropped);
+                    info!(
+                        partition = store.partition_index(),
+                        dropped = t.dropped,
+                        freed_bytes = t.freed_bytes,
+                        kept_bytes = t.kept_bytes,
+                        "redis is full: delivered hooks kept for resend give way"
+                    );
+                }
+                if t.kept_hooks == 0 || t.dropped == 0 {
+                    return;
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "kept hooks not dropped; will try again");
+                return;
+            }
+        }
+        if let Ok(None) = store.commits_refused().await {
+            return;
+        }
+    }
+}
+
+/// Kept hooks one `kept.lua` call drops on a full Redis: small enough to stay far under the
+/// script budget (each is two DELs).
+const KEPT_TRIM_PAGE: u32 = 200;
+/// `kept.lua` calls per round of the memory check.
+const KEPT_TRIM_CALLS: usize = 50;
 
 /// The eviction policy, re-checked while running (issue 17.9): a policy changed to an
 /// evicting one turns health red (and is logged) until it is noeviction again.

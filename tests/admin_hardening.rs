@@ -85,7 +85,9 @@ async fn tick(admin: &str, token: Option<&str>) {
 
 /// Run `ankusa worker` as given, expecting it to exit on its own: `(exit code, stderr)`.
 async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ankusa"));
+    // Dies with the test if it does not exit on its own.
+    let child = common::dies_with_test(&mut cmd)
         .args(args)
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
@@ -225,7 +227,7 @@ async fn an_ingest_body_over_max_hook_bytes_is_413_too_large_and_commits_nothing
     s.set_read_timeout(Some(LIVENESS)).unwrap();
     write!(
         s,
-        "POST {hooks} HTTP/1.1\r\nhost: w\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        "POST {hooks} HTTP/1.1\r\nhost: {a}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     for _ in 0..3 {
@@ -249,7 +251,7 @@ async fn an_ingest_body_over_max_hook_bytes_is_413_too_large_and_commits_nothing
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn credentials_and_proxy_headers_sent_to_ingest_never_reach_the_receiver() {
+async fn only_the_forwarded_headers_sent_to_ingest_reach_the_receiver_never_credentials() {
     let env = Env::new().await;
     env.http_source("acme", "orders", &["in"]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -269,6 +271,13 @@ async fn credentials_and_proxy_headers_sent_to_ingest_never_reach_the_receiver()
         ("x-real-ip", "203.0.113.7"),
         ("forwarded", "for=203.0.113.7"),
         ("via", "1.1 edge"),
+        ("x-private-key", "pr1vate"),
+        ("x-jwt", "eyJhbGciOi"),
+        ("x-acme-note", "n0te"),
+        (
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
         ("x-event-type", "order.created"),
         ("content-type", "application/json"),
     ];
@@ -309,6 +318,10 @@ async fn credentials_and_proxy_headers_sent_to_ingest_never_reach_the_receiver()
             "t0ken",
             "203.0.113.7",
             "edge",
+            "pr1vate",
+            "eyJhbGciOi",
+            "n0te",
+            "0af7651916cd43dd8448eb211c80319c",
         ] {
             assert!(
                 !value.contains(secret),
@@ -327,6 +340,9 @@ async fn credentials_and_proxy_headers_sent_to_ingest_never_reach_the_receiver()
         "x-real-ip",
         "forwarded",
         "via",
+        "x-private-key",
+        "x-jwt",
+        "x-acme-note",
     ] {
         assert_eq!(r.header(name), None, "{name} reached the receiver");
     }
@@ -472,7 +488,8 @@ async fn an_ingest_body_slower_than_the_request_timeout_is_answered_408() {
     // Announces 100 bytes, sends 10, then nothing.
     write!(
         s,
-        "POST /v1/hooks/acme/orders HTTP/1.1\r\nhost: w\r\ncontent-length: 100\r\n\r\n0123456789"
+        "POST /v1/hooks/acme/orders HTTP/1.1\r\nhost: {}\r\ncontent-length: 100\r\n\r\n0123456789",
+        w.admin
     )
     .unwrap();
     let mut answer = vec![0u8; 4096];
@@ -483,4 +500,187 @@ async fn an_ingest_body_slower_than_the_request_timeout_is_answered_408() {
     assert_eq!(env.store.totals().await.unwrap().committed, 0);
     // The worker goes on serving.
     healthz_time(&w.admin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_forward_headers_and_prefixes_reach_the_receiver_and_nothing_else_does() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["in"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let w = worker(&env, &dir, |c| {
+        c.admin.forward_headers = vec![
+            "content-type".into(),
+            "x-acme-*".into(),
+            "traceparent".into(),
+        ];
+    })
+    .await;
+    let a = w.admin.as_str();
+    let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let (status, body) = ingest(
+        a,
+        "/v1/hooks/acme/orders",
+        None,
+        &[
+            ("content-type", "application/json"),
+            ("x-acme-order", "42"),
+            ("x-acme-region", "eu"),
+            ("traceparent", trace),
+            ("x-event-type", "order.created"),
+            ("user-agent", "producer/1"),
+            ("cookie", "session=s3cret"),
+        ],
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    tick(a, None).await;
+    assert!(env.receiver.wait_until(LIVENESS, |r| !r.is_empty()));
+    let got = env.receiver.requests_for("/in");
+    let r = &got[0];
+    assert_eq!(r.header("x-acme-order"), Some("42"));
+    assert_eq!(r.header("x-acme-region"), Some("eu"));
+    assert_eq!(r.header("traceparent"), Some(trace));
+    assert_eq!(r.header("x-event-type"), None, "not listed");
+    assert_ne!(r.header("user-agent"), Some("producer/1"), "not listed");
+    assert_eq!(r.header("cookie"), None);
+    // A list naming a credential or a reserved header is refused, naming the entry.
+    let bad = write_config(&env, &dir, "bad.toml", |_| {});
+    let text = std::fs::read_to_string(&bad).unwrap().replace(
+        "forward_headers = [",
+        "forward_headers = [\"authorization\", \"webhook-id\", \"*\", ",
+    );
+    std::fs::write(&bad, text).unwrap();
+    let (code, stderr) = run_to_exit(&["config", "check", bad.to_str().unwrap()], &[]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    for key in [
+        "admin.forward_headers[0]",
+        "admin.forward_headers[1]",
+        "admin.forward_headers[2]",
+    ] {
+        assert!(stderr.contains(key), "{key}: {stderr}");
+    }
+}
+
+/// Every route of the served document, with a sample path (`{…}` filled) and its method.
+async fn every_route(admin: &str) -> Vec<(String, String)> {
+    let (status, doc) = get(admin, "/openapi.json").await.expect("the document");
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let mut routes = vec![("GET".to_string(), "/openapi.json".to_string())];
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let filled = path
+                .replace("{tenant}", "acme")
+                .replace("{source}", "orders")
+                .replace("{hook}", "1")
+                .replace("{index}", "0")
+                .replace("{id}", "0-1");
+            routes.push((method.to_ascii_uppercase(), filled));
+        }
+    }
+    assert!(routes.len() > 20, "{routes:?}");
+    routes
+}
+
+/// `method path` with `headers` (no token): `(status, error code)`.
+async fn refused(admin: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = http()
+        .request(method.parse().unwrap(), format!("http://{admin}{path}"))
+        .timeout(LIVENESS)
+        .header("content-type", "text/plain")
+        .body("{}");
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = req.send().await.expect("answers");
+    let status = resp.status().as_u16();
+    let body: Value =
+        serde_json::from_slice(&resp.bytes().await.unwrap_or_default()).unwrap_or(Value::Null);
+    (
+        status,
+        body["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_or_a_cross_site_request_is_refused_on_every_route_even_without_a_token() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["in"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    // No admin.token: the API is open on loopback, so every refusal below is the browser guard's.
+    let w = worker(&env, &dir, |c| {
+        c.admin.public_hosts = vec!["worker.internal".into()]
+    })
+    .await;
+    let a = w.admin.as_str();
+    let port = a.rsplit(':').next().unwrap();
+    let rebound = format!("evil.example:{port}");
+    for (method, path) in every_route(a).await {
+        let what = format!("{method} {path}");
+        assert_eq!(
+            refused(a, &method, &path, &[("host", &rebound)]).await,
+            (403, "untrusted_host".into()),
+            "{what}: DNS rebinding"
+        );
+        for cross in [
+            [("origin", "http://evil.example")],
+            [("origin", "null")],
+            [("sec-fetch-site", "cross-site")],
+            [("sec-fetch-site", "same-site")],
+        ] {
+            assert_eq!(
+                refused(a, &method, &path, &cross).await,
+                (403, "cross_site".into()),
+                "{what}: {cross:?}"
+            );
+        }
+    }
+    // A page's text/plain form post to ingest or tick commits and ticks nothing.
+    for path in ["/v1/hooks/acme/orders", "/admin/tick"] {
+        let (status, code) = refused(
+            a,
+            "POST",
+            path,
+            &[
+                ("origin", "http://evil.example"),
+                ("sec-fetch-site", "cross-site"),
+            ],
+        )
+        .await;
+        assert_eq!((status, code.as_str()), (403, "cross_site"), "{path}");
+    }
+    assert_eq!(env.store.totals().await.unwrap().committed, 0);
+    // What the worker answers to: IP literals, localhost, the listed name, same-origin pages.
+    for host in [
+        a.to_string(),
+        format!("localhost:{port}"),
+        format!("worker.internal:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let origin = format!("http://{host}");
+        let (status, code) = refused(
+            a,
+            "GET",
+            "/healthz",
+            &[
+                ("host", &host),
+                ("origin", &origin),
+                ("sec-fetch-site", "same-origin"),
+            ],
+        )
+        .await;
+        assert_eq!(status, 200, "{host}: {code}");
+    }
+    let (status, _) = refused(
+        a,
+        "POST",
+        "/v1/hooks/acme/orders",
+        &[("origin", &format!("http://{a}"))],
+    )
+    .await;
+    assert_eq!(status, 202, "a same-origin post is served");
 }

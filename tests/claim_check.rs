@@ -96,6 +96,7 @@ async fn a_2_mib_body_is_uploaded_once_for_three_sinks_and_their_retries_and_rea
     create_bucket(&moto.url, "claims").await;
     let s3_url = s3.url.clone();
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme"]);
         s3_claim_check(c, "s3://claims", s3_url);
     })
     .await;
@@ -192,6 +193,7 @@ async fn when_the_pack_fails_the_first_attempt_checks_the_body_in_itself() {
     create_bucket(&moto.url, "claims").await;
     let s3_url = s3.url.clone();
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme"]);
         s3_claim_check(c, "s3://claims/pfx", s3_url);
     })
     .await;
@@ -262,6 +264,7 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     let moto = Moto::start().await;
     let d = dir.path().display().to_string();
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme"]);
         c.claim_check.url = format!("file://{d}");
         c.claim_check.retention_ms = 1;
     })
@@ -319,6 +322,7 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
     let moto = Moto::start().await;
     let d = dir.path().display().to_string();
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme"]);
         c.claim_check.url = format!("file://{d}");
         c.claim_check.retention_ms = 1;
     })
@@ -383,6 +387,7 @@ async fn every_pointer_still_on_the_queue_resolves_after_every_row_is_delivered(
     create_bucket(&moto.url, "claims").await;
     let moto_url = moto.url.clone();
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme"]);
         s3_claim_check(c, "s3://claims", moto_url);
     })
     .await;

@@ -711,7 +711,7 @@ async fn a_worker_follows_a_sentinel_failover_under_load_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_url_is_refused_with_a_typed_error_naming_it() {
     for url in [
-        "rediss-cluster://u:secret@127.0.0.1:1",
+        "rediss-sentinel://u:secret@127.0.0.1:1",
         "redis-sentinel://:secret@127.0.0.1:1",
         "redis-cluster://127.0.0.1:1/2",
         "valkey://127.0.0.1:1",

@@ -330,3 +330,66 @@ async fn binary_and_invalid_utf8_bodies_are_delivered_byte_exact() {
     );
     worker.shutdown().await;
 }
+
+/// [`eval_commit`] of one hook with options after it (`idem`, `events`), as a producer in
+/// another language sends them.
+fn eval_commit_with(env: &Env, options: &[&str]) -> Vec<String> {
+    let lease = env.store.keyspace().lease();
+    let mut args = vec![
+        "EVAL",
+        COMMIT,
+        "1",
+        &lease,
+        env.store.keyspace().prefix(),
+        "acme",
+        "orders",
+        "1048576",
+        "1",
+        "{\"id\":1}",
+        "",
+    ];
+    args.extend_from_slice(options);
+    env.redis_cmd(&args).lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_idempotency_ttl_or_event_type_is_refused_before_the_first_write() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let before = env.keys();
+    // Each of these once wrote the hook's body and hash, or the sequence, before failing.
+    let long = "e".repeat(129);
+    for (options, detail) in [
+        (vec!["idem", "0", "k1"], "idem ttl_ms"),
+        (vec!["idem", "-5", "k1"], "idem ttl_ms"),
+        (vec!["idem", "1.5", "k1"], "idem ttl_ms"),
+        (vec!["idem", "1e300", "k1"], "idem ttl_ms"),
+        (vec!["events", "push event"], "event type of hook 1"),
+        (vec!["events", "a*"], "event type of hook 1"),
+        (vec!["events", long.as_str()], "event type of hook 1"),
+        (vec!["events", "push", "idem", "0", "k1"], "idem ttl_ms"),
+        (
+            vec!["idem", "60000", "k1", "events", "{x}"],
+            "event type of hook 1",
+        ),
+    ] {
+        let reply = eval_commit_with(&env, &options);
+        assert_eq!(
+            reply.first().map(String::as_str),
+            Some("bad_request"),
+            "{options:?}: {reply:?}"
+        );
+        assert!(reply[1].starts_with(detail), "{options:?}: {reply:?}");
+        assert_eq!(env.keys(), before, "{options:?} left keys behind");
+    }
+    // The same calls, well formed, commit (an older producer's call is unchanged).
+    let ok = eval_commit_with(
+        &env,
+        &["idem", "60000", "k1", "events", "pull_request.opened"],
+    );
+    assert_eq!(ok[..3], ["ok", "1", "1"], "{ok:?}");
+    let ok = eval_commit_with(&env, &["events", ""]);
+    assert_eq!(ok[..3], ["ok", "2", "1"], "{ok:?}");
+    let ok = eval_commit_with(&env, &[]);
+    assert_eq!(ok[..3], ["ok", "3", "1"], "{ok:?}");
+}

@@ -194,6 +194,36 @@ fn the_compose_stack_wires_redis_three_workers_a_producer_a_receiver_prometheus_
         .map(|i| format!("worker-{i}:{admin_port}"))
         .collect();
     assert_eq!(targets, want);
+    // Each worker answers the Host names it is reached by (Prometheus's targets, the demo
+    // producer's workers): any other name is refused, as DNS rebinding would use one.
+    for w in ["worker-1", "worker-2", "worker-3"] {
+        let public: Vec<String> = serde_json::from_str(
+            env_of(&services[w], "ANKUSA_ADMIN__PUBLIC_HOSTS")
+                .unwrap_or_else(|| panic!("{w}: ANKUSA_ADMIN__PUBLIC_HOSTS")),
+        )
+        .expect("ANKUSA_ADMIN__PUBLIC_HOSTS is a JSON list");
+        let config = ankusa::config::Config {
+            admin: ankusa::config::AdminConfig {
+                public_hosts: public.clone(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        config.validate().expect("public hosts are valid");
+        let hosts = ankusa::admin::browser::Hosts::new(&public);
+        let producer_hosts = env_of(&services["producer"], "DEMO_WORKERS")
+            .expect("DEMO_WORKERS")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        for target in targets.iter().chain(&producer_hosts) {
+            assert!(
+                hosts.allows(target),
+                "{w} refuses Host {target}: {public:?}"
+            );
+        }
+        assert!(!hosts.allows(&format!("evil.example:{admin_port}")));
+    }
     assert_eq!(
         job["metrics_path"].as_str().unwrap_or("/metrics"),
         "/metrics"

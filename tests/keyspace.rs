@@ -44,6 +44,10 @@ return {
   K_LEASE,
   K_EPOCH,
   K_EVENTS,
+  K_REPLICATION,
+  K_TENANT_BYTES,
+  K_KEPT_BYTES,
+  K_KEPT_INDEX,
 }
 "#;
 
@@ -83,6 +87,10 @@ fn rust_keys(ks: &Keyspace) -> Vec<String> {
         ks.lease(),
         ks.epoch(),
         ks.events(),
+        ks.replication(),
+        ks.tenant_bytes(),
+        ks.kept_bytes(),
+        ks.kept_index(),
     ]
 }
 

@@ -364,7 +364,7 @@ async fn pressure_shows_nothing_due_a_backlog_and_a_full_window_in_every_interfa
     }
     let (code, out, _) = cli(&env, &["pressure"]).await;
     assert_eq!(code, 0);
-    assert!(out.contains("window_full  true"), "{out}");
+    assert!(out.contains("window full  yes"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -585,9 +585,18 @@ async fn dead_letters_are_listed_shown_and_replayed_over_http_and_the_cli_and_no
             .starts_with("{\"n\":"),
         "{shown}"
     );
-    let (code, out, _) = cli(&env, &["dlq", "show", "t-http", id]).await;
+    let (code, out, _) = cli(&env, &["--json", "dlq", "show", "t-http", id]).await;
     assert_eq!(code, 0);
     assert_eq!(parse(&out)["row"], first["row"]);
+    // In words: the reason, the row and the body, no JSON document.
+    let (code, out, _) = cli(&env, &["dlq", "show", "t-http", id]).await;
+    assert_eq!(code, 0, "{out}");
+    let row = first["row"].as_str().unwrap();
+    assert!(
+        out.contains(&format!("row {row}")) && out.contains("reason ") && out.contains("{\"n\":"),
+        "{out}"
+    );
+    assert!(serde_json::from_str::<Value>(out.trim()).is_err(), "{out}");
     let (status, missing) = http_get(&format!("{}/admin/dlq/t-http/1-0", pool.url(1)), None).await;
     assert_eq!(
         (status, missing["error"]["code"].as_str()),

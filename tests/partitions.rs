@@ -212,7 +212,11 @@ async fn hook_ids_and_webhook_ids_are_unique_across_partitions() {
             .expect("u64");
         assert!(ids[&tenant].contains(&hook), "{tenant} got hook {hook}");
         let id = r.header("webhook-id").expect("webhook-id").to_string();
-        assert_eq!(id, format!("{hook}.0"));
+        // `msg_<message space>_<row>`: the row part is the hook's first sink's row.
+        assert!(
+            id.starts_with("msg_") && id.ends_with(&format!("_{hook}.0")),
+            "webhook-id {id} names row {hook}.0"
+        );
         webhook_ids.insert(id);
     }
     assert_eq!(
@@ -244,7 +248,7 @@ async fn a_worker_with_another_partition_count_is_refused_with_the_way_to_change
                 unreachable!()
             };
             assert_eq!((*configured, *recorded), (2, P));
-            assert!(e.to_string().contains("docs/operations.md"), "{e}");
+            assert!(e.to_string().contains("docs/running.md"), "{e}");
             assert_eq!(e.exit_code(), 2);
         }
         other => panic!("expected PartitionsMismatch, got {other:?}"),
@@ -337,6 +341,7 @@ async fn a_hanging_tenant_holds_only_its_window_while_one_worker_leads_four_part
                 max_inflight: Some(40),
                 max_inflight_bytes: None,
                 concurrency: Some(16),
+                weight: None,
             },
         );
         c.dispatch.attempt_timeout_ms = 30_000;

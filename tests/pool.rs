@@ -6,6 +6,8 @@
 //! receiver, and checks exact counts against the receiver and Redis (`procs::check_exact`).
 
 mod common;
+#[path = "common/proxy.rs"]
+mod proxy;
 
 use common::procs::*;
 use common::*;
@@ -351,6 +353,62 @@ async fn a_leader_with_a_wedged_claim_loop_gives_up_its_lease_and_reports_unheal
     // The wedged worker stays out of elections for its hold-off: the healthy one keeps leading.
     assert!(is_leader(&b.admin).await && !is_leader(&a.admin).await);
     eprintln!("stall limit {stall} ms");
+}
+
+/// Liveness is "this process is wedged", readiness "it can serve now": a network partition
+/// between a leader and Redis turns `/readyz` 503 naming a lost connection (not "refuses
+/// writes") while `/healthz` stays 200 throughout, so an orchestrator does not restart the
+/// whole pool for a Redis blip; both are green again once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_turns_readiness_red_and_never_liveness() {
+    let env = pool_env(|c| {
+        c.leader.lease_ms = 1_000;
+        // Short, so `/readyz`'s own Redis call answers within the probe's timeout.
+        c.redis.command_timeout_ms = 200;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    let proxy = proxy::Proxy::start(([127, 0, 0, 1], env.redis.port()).into()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let behind = write_config(&env, &dir, "behind.toml", |c| c.redis.url = proxy.url());
+    let a = spawn_worker(&behind, &dir, "behind", &[], &[]);
+    wait_leader(&a).await;
+
+    proxy.blackhole();
+    // Until readiness names the outage (a claim, renewal or lease acquisition has failed),
+    // every liveness answer is 200.
+    let deadline = Instant::now() + LIVENESS;
+    let (mut live, mut ready) = (Vec::new(), None);
+    while Instant::now() < deadline {
+        live.push(get(&a.admin, "/healthz").await.map(|r| r.0));
+        match get(&a.admin, "/readyz").await {
+            Some((503, body)) if body.contains("redis unreachable (") => {
+                ready = Some(body);
+                break;
+            }
+            other => ready = other.map(|(s, b)| format!("{s} {b}")),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let body = ready.expect("/readyz answers during the outage");
+    assert!(
+        body.contains("\"unavailable\"") && body.contains("redis unreachable ("),
+        "readiness does not name the lost connection: {body}\n{}",
+        a.log_text()
+    );
+    assert!(!body.contains("refuses writes"), "{body}");
+    let (status, live_body) = get(&a.admin, "/healthz").await.expect("/healthz answers");
+    live.push(Some(status));
+    assert!(
+        live.iter().all(|s| *s == Some(200)),
+        "liveness went red during a Redis outage: {live:?} ({live_body})"
+    );
+    assert!(live_body.contains("\"healthy\":true"), "{live_body}");
+
+    proxy.heal_with_reset();
+    wait_leader(&a).await;
+    assert_eq!(get(&a.admin, "/healthz").await.map(|r| r.0), Some(200));
+    eprintln!("{} liveness samples during the outage, all 200", live.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,20 +51,26 @@ impl Pki {
         let ca_cert = ca.self_signed(&ca_key).expect("CA signs itself");
         let ca_file = write("ca.pem", ca_cert.pem());
         let issuer = Issuer::new(ca, ca_key);
-        let leaf = |sans: Vec<String>, cn: &str, usage: ExtendedKeyUsagePurpose| {
+        let leaf = |sans: Vec<String>, cn: &str, usage: Vec<ExtendedKeyUsagePurpose>| {
             let key = KeyPair::generate().expect("key");
             let mut p = CertificateParams::new(sans).expect("params");
             p.distinguished_name.push(DnType::CommonName, cn);
-            p.extended_key_usages = vec![usage];
+            p.extended_key_usages = usage;
             let cert = p.signed_by(&key, &issuer).expect("signed");
             (cert.pem(), key.serialize_pem())
         };
+        // The server's certificate is a client's too: the nodes of a TLS cluster present it
+        // to each other on the cluster bus, which always verifies the peer.
         let (server_cert, server_key) = leaf(
             vec!["127.0.0.1".into(), "localhost".into()],
             "redis",
-            ExtendedKeyUsagePurpose::ServerAuth,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
         );
-        let (client_cert, client_key) = leaf(vec![], "ankusa", ExtendedKeyUsagePurpose::ClientAuth);
+        let (client_cert, client_key) =
+            leaf(vec![], "ankusa", vec![ExtendedKeyUsagePurpose::ClientAuth]);
         Pki {
             ca: ca_file,
             server_cert: write("server.pem", server_cert),
@@ -237,4 +243,62 @@ async fn a_rediss_server_whose_certificate_does_not_verify_is_refused() {
     assert_eq!(store.totals().await.expect("totals").committed, 0);
     drop(pki.dir);
     drop(other.dir);
+}
+
+/// Managed Redis in cluster mode with in-transit encryption: a TLS-only 3-master cluster
+/// (`tls-cluster yes`, no plaintext port on any node) served as `rediss-cluster://`, three
+/// partitions spread over its nodes: every hook committed over TLS is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_only_cluster_delivers_every_hook_over_rediss_cluster() {
+    let pki = Pki::new("ankusa cluster CA");
+    let cluster = ankusa::testkit::RedisCluster::start_tls(
+        3,
+        RedisTls {
+            cert_file: pki.server_cert.clone(),
+            key_file: pki.server_key.clone(),
+            ca_file: pki.ca.clone(),
+            auth_clients: false,
+        },
+    )
+    .expect("TLS cluster forms");
+    let url = cluster.url();
+    assert!(url.starts_with("rediss-cluster://127.0.0.1:"), "{url}");
+    let receiver = Receiver::start().expect("receiver");
+    let mut config = test_config(&url);
+    config.redis = pki.redis_config(&url, false);
+    config.partitions = 3;
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects to the TLS cluster")
+        .with_edge(ankusa::testkit::loopback_edge())
+        .with_partitions(3);
+    assert_eq!(store.topology(), ankusa::store::Topology::Cluster);
+    let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
+    let tenants = ["acme", "globex", "initech", "umbrella"];
+    for t in tenants {
+        let sink = SinkEntry::http(&receiver.url(&format!("/{t}")));
+        store
+            .put_source(t, "orders", &SourceSpec { sinks: vec![sink] })
+            .await
+            .expect("source stored");
+        let hooks: Vec<Hook> = (0..10)
+            .map(|i| Hook::new(format!("{{\"n\":{i}}}")))
+            .collect();
+        producer
+            .commit_many(t, "orders", &hooks)
+            .await
+            .expect("committed over TLS");
+    }
+    let worker = ankusa::Worker::start(config, Some("tls-cluster"))
+        .await
+        .expect("worker starts over rediss-cluster://");
+    assert!(
+        receiver.wait_until_async(LIVENESS, |r| r.len() >= 40).await,
+        "every hook delivered: {}",
+        receiver.count()
+    );
+    for t in tenants {
+        assert_eq!(receiver.count_for(&format!("/{t}")), 10, "{t}");
+    }
+    worker.shutdown().await;
 }

@@ -260,3 +260,43 @@ async fn with_a_tiny_budget_every_row_is_delivered_once_and_small_tenants_first(
     assert!(stops >= 1.0, "no claim stopped on its budget");
     worker.shutdown().await;
 }
+
+/// `hooks.lua` (a claimed page's hooks and bodies) under the budget: a call over it answers
+/// the first hooks only and the rest are read by the next call, so a page of 1 000 hooks
+/// reads the same, in the same order, as in one call (a gone hook included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_hooks_read_out_of_budget_is_read_in_several_calls_the_same() {
+    let env = Env::new().await;
+    env.http_source("big", "s", &["big"]).await;
+    let mut ids = env.commit_n("big", "s", 1_000).await;
+    ids.push(u64::MAX >> 1); // a hook that is not there
+    let whole = env.store.fetch_hooks(&ids, None).await.unwrap();
+    assert_eq!(whole.len(), ids.len());
+    assert!(whole[..1_000].iter().all(|h| matches!(h, Some(Ok(_)))));
+    assert!(whole[1_000].is_none(), "a gone hook reads as none");
+
+    // This test's own Redis counts the script calls.
+    let evalsha = || -> u64 {
+        env.redis_cmd(&["INFO", "commandstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|v| v.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = evalsha();
+    let tiny = Some(Duration::from_micros(1));
+    let split = env.store.fetch_hooks(&ids, tiny).await.unwrap();
+    // Checked every 16 hooks: 16 a call, the last call takes what is left.
+    assert_eq!(evalsha() - before, ids.len().div_ceil(16) as u64, "calls");
+    assert_eq!(split.len(), whole.len());
+    for (i, (a, b)) in whole.iter().zip(&split).enumerate() {
+        let body = |h: &Option<Result<ankusa::store::StoredHook, String>>| {
+            h.as_ref().map(|h| h.as_ref().map(|h| h.body.clone()).ok())
+        };
+        assert_eq!(body(a), body(b), "hook {i}");
+    }
+    assert_eq!(
+        split[7].as_ref().unwrap().as_ref().unwrap().body,
+        bytes::Bytes::from("{\"n\":7}")
+    );
+}

@@ -32,13 +32,20 @@ async fn pubsub_publishes_in_requests_of_at_most_1000_via_pubsub_emulator_host()
     );
     emu.topic("p", "events", "events-sub", false).await;
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme"]);
         c.dispatch.batch = 5_000;
         c.dispatch.max_inflight = 5_000;
+        // Room for the 5 s linger below inside one attempt.
+        c.dispatch.attempt_timeout_ms = 20_000;
     })
     .await;
     let spec = SourceSpec {
         sinks: vec![pubsub_sink(
-            serde_json::json!({"topic": "projects/p/topics/events", "linger_ms": 200}),
+            // A request leaves when it is full or when its oldest entry waited linger_ms:
+            // 5 s (not 200 ms) so a loaded machine that claims and stages the 2 500 rows
+            // slowly still fills the first two requests, which is what this test checks
+            // (at 200 ms it once saw [1000, 996, 504]). The last 500 wait out the linger.
+            serde_json::json!({"topic": "projects/p/topics/events", "linger_ms": 5_000}),
             false,
             None,
         )],
@@ -47,7 +54,16 @@ async fn pubsub_publishes_in_requests_of_at_most_1000_via_pubsub_emulator_host()
     let mut ids = Vec::new();
     for chunk in 0..25 {
         let hooks: Vec<Hook> = (0..100)
-            .map(|i| Hook::new(format!("{{\"n\":{}}}", chunk * 100 + i)).header("X-Event", "push"))
+            .map(|i| {
+                let h =
+                    Hook::new(format!("{{\"n\":{}}}", chunk * 100 + i)).header("X-Event", "push");
+                // Even hooks have an event type, delivered as the `ankusa-event-type` attribute.
+                if i % 2 == 0 {
+                    h.event_type("order.created")
+                } else {
+                    h
+                }
+            })
             .collect();
         let r = env.producer.commit_many("acme", "s", &hooks).await.unwrap();
         ids.extend((0..100).map(|i| format!("{}.0", r.first_hook + i)));
@@ -75,6 +91,11 @@ async fn pubsub_publishes_in_requests_of_at_most_1000_via_pubsub_emulator_host()
         assert_eq!(attrs["X-Event"], "push");
         assert_eq!(attrs["ankusa-tenant"], "acme");
         assert_eq!(attrs["ankusa-attempt"], "1");
+        let n = serde_json::from_slice::<serde_json::Value>(data).unwrap()["n"]
+            .as_u64()
+            .unwrap();
+        let et = attrs.get("ankusa-event-type").map(String::as_str);
+        assert_eq!(et, (n % 2 == 0).then_some("order.created"), "hook {n}");
     }
     worker.shutdown().await;
 }
@@ -83,7 +104,7 @@ async fn pubsub_publishes_in_requests_of_at_most_1000_via_pubsub_emulator_host()
 async fn ordered_entries_publish_with_their_lane_as_ordering_key_in_commit_order() {
     let emu = PubSubEmulator::start().await;
     emu.topic("p", "orders", "orders-sub", true).await;
-    let env = Env::new().await;
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme"])).await;
     let spec = SourceSpec {
         sinks: vec![pubsub_sink(
             serde_json::json!({"topic": "projects/p/topics/orders", "endpoint": emu.url, "no_auth": true, "linger_ms": 5}),

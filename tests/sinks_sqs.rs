@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes() {
-    let env = Env::new().await;
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme", "a", "b"])).await;
     let SqsWorld {
         moto: _moto,
         proxy,
@@ -25,8 +25,16 @@ async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes
         vec![sqs_entry(&proxy.url, &q, serde_json::json!({}))],
     )
     .await;
+    // Even hooks have an event type, delivered as the `ankusa-event-type` attribute.
     let hooks: Vec<Hook> = (0..95)
-        .map(|i| Hook::new(format!("{{\"n\":{i}}}")).header("X-Event", "push"))
+        .map(|i| {
+            let h = Hook::new(format!("{{\"n\":{i}}}")).header("X-Event", "push");
+            if i % 2 == 0 {
+                h.event_type("order.created")
+            } else {
+                h
+            }
+        })
         .collect();
     let r = env.producer.commit_many("acme", "s", &hooks).await.unwrap();
     let worker = env.worker().await;
@@ -55,6 +63,11 @@ async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes
         assert_eq!(m.attrs["ankusa-tenant"], "acme");
         assert_eq!(m.attrs["X-Event"], "push");
         assert!(m.body.starts_with("{\"n\":"));
+        let n: u64 = serde_json::from_str::<serde_json::Value>(&m.body).unwrap()["n"]
+            .as_u64()
+            .unwrap();
+        let et = m.attrs.get("ankusa-event-type").map(String::as_str);
+        assert_eq!(et, (n % 2 == 0).then_some("order.created"), "hook {n}");
     }
     assert_eq!(env.store.totals().await.unwrap().delivered, 95);
     worker.shutdown().await;
@@ -62,7 +75,11 @@ async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batched_sink_with_sink_concurrency_8_sends_full_batches_of_10() {
-    let env = Env::with(Default::default(), |c| c.dispatch.sink_concurrency = 8).await;
+    let env = Env::tuned(|c| {
+        grant_custom_endpoints(c, &["acme", "a", "b"]);
+        c.dispatch.sink_concurrency = 8;
+    })
+    .await;
     let SqsWorld {
         moto: _moto,
         proxy,
@@ -95,7 +112,7 @@ async fn a_batched_sink_with_sink_concurrency_8_sends_full_batches_of_10() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_stay_within_256_kib_counting_attributes_that_moto_does_not_count() {
-    let env = Env::new().await;
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme", "a", "b"])).await;
     let SqsWorld {
         moto: _moto,
         proxy,
@@ -144,7 +161,7 @@ async fn requests_stay_within_256_kib_counting_attributes_that_moto_does_not_cou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_batch_failure_retries_only_the_failed_entries() {
-    let env = Env::new().await;
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme", "a", "b"])).await;
     let SqsWorld {
         moto: _moto,
         proxy,
@@ -213,7 +230,7 @@ async fn a_partial_batch_failure_retries_only_the_failed_entries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_queues_keep_commit_order_per_message_group_across_a_retry() {
-    let env = Env::new().await;
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme", "a", "b"])).await;
     let SqsWorld {
         moto: _moto,
         proxy,
@@ -265,6 +282,7 @@ async fn fifo_queues_keep_commit_order_per_message_group_across_a_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_a_with_an_open_breaker_never_shares_a_batch_with_tenant_b() {
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme", "a", "b"]);
         c.dispatch.breaker_failures = 3;
         c.dispatch.breaker_open_ms = 60_000;
         c.dispatch.breaker_max_open_ms = 60_000;
@@ -365,7 +383,7 @@ async fn tenant_a_with_an_open_breaker_never_shares_a_batch_with_tenant_b() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_queue_dead_letters_its_rows_as_permanent() {
-    let env = Env::new().await;
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme", "a", "b"])).await;
     let moto = Moto::start().await;
     let proxy = Proxy::start(&moto.url).await;
     let q = format!("{}/123456789012/nope", moto.url);
@@ -399,6 +417,7 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000);
     let env = Env::with(Default::default(), |c| {
+        grant_custom_endpoints(c, &["acme", "a", "b"]);
         c.dispatch.batch = 1_000;
         c.dispatch.attempt_timeout_ms = 30_000;
     })

@@ -124,6 +124,8 @@ async fn each_attempt_is_exported_as_a_child_of_its_producers_traceparent() {
     let config = write_config(&env, &dir, "w.toml", |c| {
         c.telemetry.otlp_endpoint = collector.url.clone();
         c.telemetry.service_name = "ankusa-test".into();
+        // Ingest keeps a producer's trace context only when it is listed.
+        c.admin.forward_headers.push("traceparent".into());
     });
     // Spans leave on the schedule only after a minute: what the collector sees below was
     // exported by the flush at shutdown.
@@ -247,6 +249,56 @@ async fn each_attempt_is_exported_as_a_child_of_its_producers_traceparent() {
         ],
         "sink, attempt, outcome, status, error of every span"
     );
+
+    // The receiver's span is the attempt's child: every request carries the `traceparent` of
+    // the exported span of its row and attempt, not the producer's.
+    let ids = |s: &Span| (hex::encode(&s.trace_id), hex::encode(&s.span_id));
+    let by_attempt: std::collections::HashMap<(String, i64), (String, String)> = spans
+        .iter()
+        .map(|(_, s)| {
+            let row = string_attr(&s.attributes, "row").unwrap();
+            ((row, int_attr(&s.attributes, "attempt").unwrap()), ids(s))
+        })
+        .collect();
+    let requests = env.receiver.requests();
+    assert_eq!(requests.len(), 5, "{requests:?}");
+    for r in &requests {
+        let row = r.header("ankusa-delivery-id").unwrap().to_string();
+        let attempt: i64 = r.header("ankusa-attempt").unwrap().parse().unwrap();
+        let (trace, span) = &by_attempt[&(row, attempt)];
+        assert_eq!(
+            r.header("traceparent"),
+            Some(format!("00-{trace}-{span}-01").as_str()),
+            "{r:?}"
+        );
+    }
+
+    // The failed attempt's log line is in its span: the span's fields and its ids.
+    let log = w.log_text();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("attempt failed"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    let retried = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| string_attr(&s.attributes, "outcome").as_deref() == Some("retry"))
+        .unwrap();
+    let (trace, span) = ids(retried);
+    let row = string_attr(&retried.attributes, "row").unwrap();
+    for field in [
+        "tenant=acme".to_string(),
+        "source=orders".into(),
+        "sink=1".into(),
+        "module=http".into(),
+        format!("row={row}"),
+        "attempt=1".into(),
+        format!("trace_id={trace}"),
+        format!("span_id={span}"),
+    ] {
+        assert!(failed[0].contains(&field), "{field} missing: {}", failed[0]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,6 +332,11 @@ async fn nothing_is_exported_when_no_endpoint_is_configured() {
     assert!(
         poll_until(LIVENESS, || async { env.receiver.count_for("ok") == 1 }).await,
         "delivered"
+    );
+    // No span of ours is exported: the producer's trace context passes as it came.
+    assert_eq!(
+        env.receiver.requests()[0].header("traceparent"),
+        Some(format!("00-{PRODUCER_TRACE}-{PRODUCER_PARENT}-01").as_str())
     );
     w.signal(libc::SIGTERM);
     let status = wait_exit(&mut w, LIVENESS).await.expect("worker exits");

@@ -1,49 +1,52 @@
-//! `POST /v1/hooks/{tenant}/{source}`: committing hooks over HTTP (R1), and which request
-//! headers a hook keeps.
+//! `POST /v1/hooks/{tenant}/{source}`: committing hooks over HTTP, and which request headers
+//! a hook keeps (`admin.forward_headers`).
 
 use super::*;
 
-/// The ingest route (guarded by `admin.ingest_token` or `admin.token` in [`super::router`]).
+/// The ingest route (its access: [`super::access`]).
 pub(super) fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new().routes(routes!(ingest))
 }
 
-/// Headers of an ingest request kept with the hook besides `x-*` ones (an allowlist: every
-/// other header is the transport's or the caller's own, see [`hook_headers`]); the W3C trace
-/// context follows the hook to its deliveries.
-const KEPT_HEADERS: &[&str] = &["content-type", "user-agent", "traceparent", "tracestate"];
+/// Which request headers of an ingest a hook keeps (and its deliveries carry):
+/// `admin.forward_headers`, exact lowercase names or prefixes ending in `*`. Whatever the
+/// list says, [`AdminConfig::NEVER_FORWARDED`] (credentials of the request, framing,
+/// hop-by-hop) and the headers the request's `Connection` names are never kept.
+#[derive(Debug, Clone, Default)]
+pub struct ForwardHeaders {
+    exact: Vec<String>,
+    prefixes: Vec<String>,
+}
 
-/// `x-*` headers that are never kept: credentials and what proxies add about the caller.
-const DROPPED_X_HEADERS: &[&str] = &[
-    "x-api-key",
-    "x-real-ip",
-    "x-client-ip",
-    "x-cluster-client-ip",
-    "x-csrf-token",
-    "x-xsrf-token",
-    "x-amz-security-token",
-];
+impl ForwardHeaders {
+    /// The list of `admin.forward_headers` (validated by the config).
+    pub fn new(list: &[String]) -> ForwardHeaders {
+        let (prefixes, exact): (Vec<&String>, Vec<&String>) =
+            list.iter().partition(|h| h.ends_with('*'));
+        ForwardHeaders {
+            exact: exact.into_iter().map(|h| h.to_ascii_lowercase()).collect(),
+            prefixes: prefixes
+                .into_iter()
+                .map(|h| h.trim_end_matches('*').to_ascii_lowercase())
+                .collect(),
+        }
+    }
 
-/// Prefixes of `x-*` headers that are never kept: proxy and cloud-edge headers.
-const DROPPED_X_PREFIXES: &[&str] = &["x-forwarded-", "x-original-", "x-envoy-", "x-amzn-"];
-
-/// Words that make an `x-*` header a credential, never kept (`x-auth-token`, `x-session-id`…).
-const CREDENTIAL_WORDS: &[&str] = &[
-    "auth",
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "cookie",
-    "session",
-    "signature",
-    "credential",
-    "api-key",
-    "apikey",
-];
+    /// Whether a header of this (lowercase) name is kept.
+    pub fn allows(&self, name: &str) -> bool {
+        (self.exact.iter().any(|h| h == name)
+            || self.prefixes.iter().any(|p| name.starts_with(p.as_str())))
+            && !AdminConfig::NEVER_FORWARDED.contains(&name)
+    }
+}
 
 /// Prefixes of the headers the product sets on a delivery; a producer may not set them.
 const RESERVED_PREFIXES: &[&str] = &["webhook-", "ankusa-"];
+
+/// The request headers that schedule the hook (`ankusa-deliver-at`: ms since the epoch or
+/// RFC 3339; `ankusa-delay`: ms or a duration such as `4s`): instructions to ingest, read
+/// and never kept with the hook, so the reserved `ankusa-` prefix does not refuse them.
+const SCHEDULE_HEADERS: [&str; 2] = ["ankusa-deliver-at", "ankusa-delay"];
 
 /// A committed hook.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -52,35 +55,41 @@ pub struct Committed {
     pub hook_id: u64,
     /// Rows made (one per sink entry).
     pub rows: u32,
-    /// Set when `rows` is 0: the source has no sinks, or none takes the hook's event type
-    /// (P9), so the hook goes nowhere.
+    /// Set when `rows` is 0: the source has no sinks, or none takes the hook's event type,
+    /// so the hook goes nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// For a scheduled hook (`Ankusa-Deliver-At`, `Ankusa-Delay`): when it is due, ms since
+    /// the epoch (Redis clock); absent for a hook due at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
 }
 
-/// Commit the request body as one hook of `tenant/source` (R1). `content-type`,
-/// `user-agent`, the W3C trace context (`traceparent`, `tracestate`) and `x-*` headers are
-/// kept with the hook, except credentials and proxy headers (`x-api-key`, `x-forwarded-*`,
-/// `x-real-ip`, any `x-*` naming a token, key, secret, session or cookie) and headers the
-/// `Connection` header names. A `webhook-*` or `ankusa-*` header is refused (400). A body
-/// over `commit.max_hook_bytes` is 413 `too_large`. A source with no sinks still answers
-/// 202, with `rows: 0` and a `warning` saying the hook goes nowhere. With an
-/// `Idempotency-Key` header, a repeat within `commit.idempotency_ms` answers the first
-/// hook's id and writes nothing.
+/// Commit the request body as one hook of `tenant/source`. The request headers
+/// `admin.forward_headers` lists are kept with the hook and sent with its deliveries; no
+/// other (credentials, proxy and hop-by-hop headers never). A `webhook-*` or `ankusa-*`
+/// header is refused (400). A body over `commit.max_hook_bytes` is 413 `too_large`. A
+/// source with no sinks still answers 202, with `rows: 0` and a `warning` saying the hook
+/// goes nowhere. With an `Idempotency-Key` header, a repeat within `commit.idempotency_ms`
+/// answers the first hook's id and writes nothing. An `Ankusa-Deliver-At` header (ms since
+/// the epoch, or RFC 3339) or an `Ankusa-Delay` header (ms, or a duration such as `4s`)
+/// schedules the hook: it is delivered then, not before (one beyond `commit.max_delay_ms`
+/// is 400; a time past is delivered now). Bearer: `admin.token`,
+/// `admin.ingest_token`, or a tenant token with the `ingest` scope for `tenant`.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 202, body = Committed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["ingest"])))]
 async fn ingest(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Committed>), ApiError> {
-    let kept = hook_headers(&headers)?;
+    let kept = hook_headers(&headers, &st.forward_headers)?;
     let body = body.map_err(|r| match r {
         BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
             ApiError::too_large(st.max_body_bytes)
@@ -98,7 +107,7 @@ async fn ingest(
         })?;
         hook = hook.idempotency_key(k);
     }
-    // The event type (P9): the first of `admin.event_type_headers` present.
+    // The event type: the first of `admin.event_type_headers` present.
     if let Some(v) = st
         .event_type_headers
         .iter()
@@ -112,6 +121,8 @@ async fn ingest(
     for (name, value) in kept {
         hook = hook.header(name, value);
     }
+    hook.schedule = schedule(&headers)?;
+    let scheduled = hook.schedule;
     match st.producer.commit(&tenant, &source, hook).await {
         Ok(r) => Ok((
             StatusCode::ACCEPTED,
@@ -121,9 +132,12 @@ async fn ingest(
                 warning: (r.rows_per_hook == 0).then(|| {
                     format!("{tenant}/{source} has no sinks taking this hook (no sink entry, or every entry filtered it out): it goes nowhere")
                 }),
+                deliver_at_ms: scheduled
+                    .and_then(|s| s.due_at_ms(r.committed_at_ms))
+                    .filter(|_| r.rows_per_hook > 0),
             }),
         )),
-        Err(e @ CommitError::Store(_)) => Err(ApiError::new(
+        Err(e @ (CommitError::Store(_) | CommitError::NotReplicated { .. })) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             e.to_string(),
@@ -132,12 +146,14 @@ async fn ingest(
     }
 }
 
-/// The headers of an ingest request that become the hook's headers (an allowlist, see
-/// `docs/operations.md` "Ingest"): `content-type`, `user-agent` and `x-*`, minus credentials,
-/// proxy headers and the hop-by-hop headers its `Connection` header names. A reserved
+/// The headers of an ingest request that become the hook's headers: those `forward`
+/// allows, minus the hop-by-hop headers its `Connection` header names. A reserved
 /// `webhook-*` / `ankusa-*` header is a 400 `bad_request` naming it; a kept header whose
 /// value is not visible ASCII is a 400 too, so nothing is dropped silently.
-pub(super) fn hook_headers(headers: &HeaderMap) -> Result<Vec<(&str, &str)>, ApiError> {
+pub(super) fn hook_headers<'h>(
+    headers: &'h HeaderMap,
+    forward: &ForwardHeaders,
+) -> Result<Vec<(&'h str, &'h str)>, ApiError> {
     let hop_by_hop: Vec<String> = headers
         .get_all("connection")
         .iter()
@@ -148,6 +164,9 @@ pub(super) fn hook_headers(headers: &HeaderMap) -> Result<Vec<(&str, &str)>, Api
     let mut kept = Vec::new();
     for (name, value) in headers {
         let n = name.as_str();
+        if SCHEDULE_HEADERS.contains(&n) {
+            continue;
+        }
         if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| n.starts_with(*p)) {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -155,8 +174,7 @@ pub(super) fn hook_headers(headers: &HeaderMap) -> Result<Vec<(&str, &str)>, Api
                 format!("header {n} is reserved: the product sets {prefix}* headers itself"),
             ));
         }
-        let wanted = KEPT_HEADERS.contains(&n) || (n.starts_with("x-") && !credential_or_proxy(n));
-        if !wanted || hop_by_hop.iter().any(|h| h == n) {
+        if !forward.allows(n) || hop_by_hop.iter().any(|h| h == n) {
             continue;
         }
         let v = value.to_str().map_err(|_| {
@@ -171,9 +189,29 @@ pub(super) fn hook_headers(headers: &HeaderMap) -> Result<Vec<(&str, &str)>, Api
     Ok(kept)
 }
 
-/// Whether an `x-*` header carries a credential or what a proxy says about the caller.
-fn credential_or_proxy(name: &str) -> bool {
-    DROPPED_X_HEADERS.contains(&name)
-        || DROPPED_X_PREFIXES.iter().any(|p| name.starts_with(p))
-        || CREDENTIAL_WORDS.iter().any(|w| name.contains(w))
+/// The hook's delivery time from `Ankusa-Deliver-At` or `Ankusa-Delay` (at most one of
+/// them, once); a value that does not parse is a 400 `bad_request` naming the header.
+fn schedule(headers: &HeaderMap) -> Result<Option<crate::store::Schedule>, ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m);
+    let mut found = None;
+    for (name, parse) in [
+        (
+            "ankusa-deliver-at",
+            crate::producer::parse_deliver_at as fn(&str) -> Result<_, String>,
+        ),
+        ("ankusa-delay", crate::producer::parse_delay),
+    ] {
+        let mut values = headers.get_all(name).iter();
+        let Some(v) = values.next() else { continue };
+        if values.next().is_some() || found.is_some() {
+            return Err(bad(
+                "give one Ankusa-Deliver-At or one Ankusa-Delay header, not several".into(),
+            ));
+        }
+        let v = v
+            .to_str()
+            .map_err(|_| bad(format!("header {name}: the value is not visible ASCII")))?;
+        found = Some(parse(v).map_err(|e| bad(format!("header {name}: {e}")))?);
+    }
+    Ok(found)
 }

@@ -1,9 +1,9 @@
 //! `/admin/*` operations: tick, pressure, reconfigure, dead_letter_source, config check
-//! (R20–R24), dead letters, and this worker's state.
+//! (the operations of an instance), dead letters, and this worker's state.
 
 use super::*;
 
-/// The operation routes (guarded by `admin.token` in [`super::router`]).
+/// The operation routes (their access: [`super::access`]).
 pub(super) fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .routes(routes!(pressure))
@@ -20,12 +20,12 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(events_list))
 }
 
-/// Enable a sink entry disabled after prolonged failure (P9); see `ops::enable_sink`.
+/// Enable a sink entry disabled after prolonged failure; see `ops::enable_sink`.
 #[utoipa::path(post, path = "/admin/sources/{tenant}/{source}/sinks/{index}/enable", tag = "sources",
     params(("tenant" = String, Path), ("source" = String, Path), ("index" = u32, Path)),
     responses((status = 200, body = ops::SinkEnabled), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["sources"])))]
 async fn source_enable(
     State(st): State<AdminState>,
     Path((tenant, source, index)): Path<(String, String, u32)>,
@@ -36,21 +36,27 @@ async fn source_enable(
     ))
 }
 
-/// The last operational events (P9), oldest first.
+/// The event list: `{"events": […]}`, wrapped like every other list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(super) struct EventList {
+    /// The last operational events, oldest first.
+    pub events: Vec<crate::store::SinkEvent>,
+}
+
+/// The last operational events, oldest first.
 #[utoipa::path(get, path = "/admin/events", tag = "operations",
-    responses((status = 200, body = Vec<crate::store::SinkEvent>), (status = 401, body = ErrorBody),
+    responses((status = 200, body = EventList), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
-async fn events_list(
-    State(st): State<AdminState>,
-) -> Result<Json<Vec<crate::store::SinkEvent>>, ApiError> {
-    Ok(Json(
-        st.worker
+    security(("bearer" = ["operator"])))]
+async fn events_list(State(st): State<AdminState>) -> Result<Json<EventList>, ApiError> {
+    Ok(Json(EventList {
+        events: st
+            .worker
             .store()
             .sink_events(100)
             .await
             .map_err(Error::from)?,
-    ))
+    }))
 }
 
 /// Deadline of `POST /admin/dead_letter_source` unless the request gives one, ms.
@@ -62,21 +68,21 @@ pub struct Ticked {
     pub settled: u64,
 }
 
-/// tick (R23): block until nothing is claimed, running or due; the rows settled meanwhile.
+/// tick: block until nothing is claimed, running or due; the rows settled meanwhile.
 #[utoipa::path(post, path = "/admin/tick", tag = "operations",
     responses((status = 200, body = Ticked), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn tick(State(st): State<AdminState>) -> Result<Json<Ticked>, ApiError> {
     Ok(Json(Ticked {
         settled: st.worker.tick().await?,
     }))
 }
 
-/// pressure (R21): lag of the oldest due row and whether the leader's window is full.
+/// pressure: lag of the oldest due row and whether the leader's window is full.
 /// `unavailable` (503) when no leader is live or Redis cannot answer.
 #[utoipa::path(get, path = "/admin/pressure", tag = "operations",
     responses((status = 200, body = Pressure), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn pressure(State(st): State<AdminState>) -> Result<Json<Pressure>, ApiError> {
     Ok(Json(st.worker.pressure().await?))
 }
@@ -103,14 +109,14 @@ impl Limits {
     }
 }
 
-/// reconfigure (R22): re-read this worker's config file and take `dispatch.concurrency`,
+/// reconfigure: re-read this worker's config file and take `dispatch.concurrency`,
 /// `dispatch.sink_concurrency` and `dispatch.tenants` from it without a restart. Each worker
 /// of a pool holds its own config: call every worker. An invalid file changes nothing
 /// (`invalid_config`, naming each key).
 #[utoipa::path(post, path = "/admin/reconfigure", tag = "operations",
     responses((status = 200, body = Limits), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 409, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn reconfigure(State(st): State<AdminState>) -> Result<Json<Limits>, ApiError> {
     let Some(reload) = &st.reload else {
         return Err(ApiError::new(
@@ -137,13 +143,13 @@ pub struct DeadLetterSourceRequest {
     pub timeout_ms: Option<u64>,
 }
 
-/// dead_letter_source (R20): dead-letter every pending row of the source as
-/// `source_gone(<source>)`; `count` is R20's count, `dropped` the rows whose hook was gone.
+/// dead_letter_source: dead-letter every pending row of the source as
+/// `source_gone(<source>)`; `count` is how many were dead-lettered, `dropped` the rows whose hook was gone.
 #[utoipa::path(post, path = "/admin/dead_letter_source", tag = "operations",
     request_body = DeadLetterSourceRequest,
     responses((status = 200, body = SourceDeadLettered), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn dead_letter_source(
     State(st): State<AdminState>,
     body: Result<Json<DeadLetterSourceRequest>, JsonRejection>,
@@ -162,12 +168,12 @@ pub struct ConfigOk {
     pub ok: bool,
 }
 
-/// validate_config (R24): check a config file (TOML, the request body; defaults for missing
+/// validate_config: check a config file (TOML, the request body; defaults for missing
 /// keys). An invalid one answers `invalid_config` with one problem per bad key.
 #[utoipa::path(post, path = "/admin/config/check", tag = "operations",
     request_body(content = String, content_type = "application/toml"),
     responses((status = 200, body = ConfigOk), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn config_check(body: Bytes) -> Result<Json<ConfigOk>, ApiError> {
     let text = std::str::from_utf8(&body).map_err(|_| {
         ApiError::new(
@@ -191,6 +197,8 @@ pub struct DlqQuery {
     pub source: Option<String>,
     /// Only this sink: index or module.
     pub sink: Option<String>,
+    /// Only the dead letters of this hook id.
+    pub hook: Option<u64>,
     /// Only this reason: kind or whole text.
     pub reason: Option<String>,
     /// At or after: ms since the epoch, or a duration ago (`15m`).
@@ -205,7 +213,7 @@ pub struct DlqQuery {
 #[utoipa::path(get, path = "/admin/dlq", tag = "dead letters", params(DlqQuery),
     responses((status = 200, body = DlqPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["read"])))]
 async fn dlq_list(
     State(st): State<AdminState>,
     q: Result<Query<DlqQuery>, QueryRejection>,
@@ -215,6 +223,7 @@ async fn dlq_list(
         tenant: q.tenant,
         source: q.source,
         sink: q.sink,
+        hook: q.hook,
         reason: q.reason,
         since: q.since,
         until: q.until,
@@ -228,7 +237,7 @@ async fn dlq_list(
 #[utoipa::path(get, path = "/admin/dlq/{tenant}/{id}", tag = "dead letters",
     params(("tenant" = String, Path), ("id" = String, Path, description = "stream entry id `<ms>-<n>`")),
     responses((status = 200, body = DeadLetterDetail), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["read"])))]
 async fn dlq_show(
     State(st): State<AdminState>,
     Path((tenant, id)): Path<(String, String)>,
@@ -252,7 +261,7 @@ pub struct ReplayRequest {
 #[utoipa::path(post, path = "/admin/dlq/replay", tag = "dead letters", request_body = ReplayRequest,
     responses((status = 200, body = ReplayReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["replay"])))]
 async fn dlq_replay(
     State(st): State<AdminState>,
     body: Result<Json<ReplayRequest>, JsonRejection>,
@@ -279,7 +288,7 @@ pub struct PurgeRequest {
 #[utoipa::path(post, path = "/admin/dlq/purge", tag = "dead letters", request_body = PurgeRequest,
     responses((status = 200, body = PurgeReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn dlq_purge(
     State(st): State<AdminState>,
     body: Result<Json<PurgeRequest>, JsonRejection>,
@@ -304,18 +313,18 @@ pub struct StateView {
     /// The scheduler's state: leading, epoch, claimed rows and bytes, running, window_full.
     #[schema(value_type = Object)]
     pub state: crate::dispatch::SchedulerState,
-    /// The partitions this worker leads now, of the instance's `partitions` (issue 13).
+    /// The partitions this worker leads now, of the instance's `partitions`.
     pub led_partitions: Vec<u32>,
     /// The instance's partition count.
     pub partitions: u32,
-    /// The limits in force (R22).
+    /// The limits in force.
     pub limits: Limits,
 }
 
 /// This worker's scheduler state and limits.
 #[utoipa::path(get, path = "/admin/state", tag = "operations",
     responses((status = 200, body = StateView), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["operator"])))]
 async fn state(State(st): State<AdminState>) -> Json<StateView> {
     Json(StateView {
         node_id: st.worker.node_id().to_string(),

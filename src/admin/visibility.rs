@@ -1,28 +1,27 @@
 //! Admin endpoints of delivery visibility ([`crate::visibility`]) and of the source
-//! registry over HTTP: `GET /admin/hooks/{tenant}/{hook}`, `POST …/resend`,
+//! registry over HTTP: `GET /admin/hooks/{tenant}/{hook}`, `POST …/resend`, `POST …/cancel`,
 //! `GET /admin/rows`, `GET /admin/tenants/top`, `GET/PUT/DELETE /admin/sources/{tenant}/{source}`
-//! and `GET /admin/sources`. All need the admin token when one is set.
+//! and `GET /admin/sources`. Their access: [`super::access`].
 
 use super::{AdminState, ApiError, ErrorBody};
 use crate::error::Error;
 use crate::model::{check_id, SourceSpec};
-use crate::store::StoreError;
-use crate::visibility::{self, HookView, Resent, RowFilter, RowsPage, TenantTop};
+use crate::visibility::{self, CancelAnswer, HookView, Resent, RowFilter, RowsPage, TenantsPage};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use bytes::Bytes;
-use fred::prelude::*;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// The routes of this module (mounted behind the token check).
+/// The routes of this module (their access: [`super::access`]).
 pub(super) fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .routes(routes!(hook_show))
         .routes(routes!(hook_resend))
+        .routes(routes!(hook_cancel))
         .routes(routes!(rows_list))
         .routes(routes!(tenants_top))
         .routes(routes!(source_get, source_put, source_delete))
@@ -34,7 +33,7 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
     params(("tenant" = String, Path), ("hook" = u64, Path)),
     responses((status = 200, body = HookView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["read"])))]
 async fn hook_show(
     State(st): State<AdminState>,
     Path((tenant, hook)): Path<(String, u64)>,
@@ -58,7 +57,7 @@ pub(super) struct ResendQuery {
     params(("tenant" = String, Path), ("hook" = u64, Path), ResendQuery),
     responses((status = 200, body = Resent), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["replay"])))]
 async fn hook_resend(
     State(st): State<AdminState>,
     Path((tenant, hook)): Path<(String, u64)>,
@@ -68,6 +67,25 @@ async fn hook_resend(
     let max = st.worker.config().commit.max_hook_bytes;
     Ok(Json(
         visibility::resend(st.worker.store(), &tenant, hook, q.sink, max).await?,
+    ))
+}
+
+/// Cancel a scheduled hook before it is due (`ankusa hooks cancel`): atomically, only while
+/// none of its rows is claimed. 200 either way: `cancelled` says whether it was, `outcome`
+/// and `message` why not (`not_scheduled`, `claimed`, `finished`). 404 when neither the
+/// hook nor any record of it is left for the tenant. The `ingest` scope: whoever may commit
+/// a tenant's hooks may cancel them.
+#[utoipa::path(post, path = "/admin/hooks/{tenant}/{hook}/cancel", tag = "visibility",
+    params(("tenant" = String, Path), ("hook" = u64, Path)),
+    responses((status = 200, body = CancelAnswer), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = ["ingest"])))]
+async fn hook_cancel(
+    State(st): State<AdminState>,
+    Path((tenant, hook)): Path<(String, u64)>,
+) -> Result<Json<CancelAnswer>, ApiError> {
+    Ok(Json(
+        visibility::cancel(st.worker.store(), &tenant, hook).await?,
     ))
 }
 
@@ -93,7 +111,7 @@ pub(super) struct RowsQuery {
 #[utoipa::path(get, path = "/admin/rows", tag = "visibility", params(RowsQuery),
     responses((status = 200, body = RowsPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["read"])))]
 async fn rows_list(
     State(st): State<AdminState>,
     q: Result<Query<RowsQuery>, QueryRejection>,
@@ -116,21 +134,33 @@ async fn rows_list(
 #[serde(default, deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(super) struct TopQuery {
+    /// Only this tenant (a tenant token sees only its own line).
+    pub tenant: Option<String>,
     /// At most this many tenants (default 20).
     pub limit: Option<usize>,
+    /// `rows` (default): most rows first; `bytes`: most body bytes (stored and kept) first.
+    pub by: Option<visibility::TopBy>,
 }
 
-/// Tenants with rows: due rows, claimed, oldest lag, failing sinks; most rows first.
+/// Tenants with rows: due rows, claimed, oldest lag, failing sinks, body bytes; most rows
+/// first, or most bytes with `by=bytes` (only `tenant`, when given).
 #[utoipa::path(get, path = "/admin/tenants/top", tag = "visibility", params(TopQuery),
-    responses((status = 200, body = Vec<TenantTop>), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = TenantsPage), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = ["read"])))]
 async fn tenants_top(
     State(st): State<AdminState>,
     q: Result<Query<TopQuery>, QueryRejection>,
-) -> Result<Json<Vec<TenantTop>>, ApiError> {
+) -> Result<Json<TenantsPage>, ApiError> {
     let Query(q) = q?;
+    let only = q.tenant.map(|t| vec![t]);
     Ok(Json(
-        visibility::tenants_top(st.worker.store(), None, q.limit.unwrap_or(20)).await?,
+        visibility::tenants_top_by(
+            st.worker.store(),
+            only.as_deref(),
+            q.limit.unwrap_or(20),
+            q.by.unwrap_or_default(),
+        )
+        .await?,
     ))
 }
 
@@ -157,7 +187,7 @@ fn no_source(tenant: &str, source: &str) -> ApiError {
     params(("tenant" = String, Path), ("source" = String, Path)),
     responses((status = 200, body = SourceView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["sources"])))]
 async fn source_get(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
@@ -169,12 +199,11 @@ async fn source_get(
         .get_source(&tenant, &source)
         .await?
         .ok_or_else(|| no_source(&tenant, &source))?;
-    let home = store.for_tenant(&tenant);
-    let version: Option<u64> = home
-        .client()
-        .hget(home.keyspace().source(&tenant, &source), "version")
+    let version = store
+        .for_tenant(&tenant)
+        .source_version(&tenant, &source)
         .await
-        .map_err(|e| Error::Store(StoreError::from(e)))?;
+        .map_err(Error::Store)?;
     Ok(Json(SourceView {
         tenant,
         source,
@@ -192,14 +221,14 @@ pub(super) struct SourcePut {
     pub sinks: usize,
 }
 
-/// Register or replace a source (R19), with the validation and versioning of `ankusa source
+/// Register or replace a source, with the validation and versioning of `ankusa source
 /// put`: the body is the JSON spec `{"sinks": [{"module": "http", "opts": {"url": …}}]}`.
 #[utoipa::path(put, path = "/admin/sources/{tenant}/{source}", tag = "sources",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, body = SourcePut), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["sources"])))]
 async fn source_put(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
@@ -225,12 +254,12 @@ pub(super) struct SourceDeleted {
     pub deleted: bool,
 }
 
-/// Delete a source; its pending rows are dead-lettered `source_gone` when claimed (R19).
+/// Delete a source; its pending rows are dead-lettered `source_gone` when claimed.
 #[utoipa::path(delete, path = "/admin/sources/{tenant}/{source}", tag = "sources",
     params(("tenant" = String, Path), ("source" = String, Path)),
     responses((status = 200, body = SourceDeleted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["sources"])))]
 async fn source_delete(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
@@ -268,18 +297,26 @@ pub(super) struct SourceRef {
     pub source: String,
 }
 
+/// The source list: `{"sources": […]}`, wrapped like every other list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(super) struct SourceList {
+    /// The sources, sorted by tenant then source.
+    pub sources: Vec<SourceRef>,
+}
+
 /// Every registered source (of one tenant), sorted.
 #[utoipa::path(get, path = "/admin/sources", tag = "sources", params(SourcesQuery),
-    responses((status = 200, body = Vec<SourceRef>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, body = SourceList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    security(("bearer" = ["sources"])))]
 async fn sources_list(
     State(st): State<AdminState>,
     q: Result<Query<SourcesQuery>, QueryRejection>,
-) -> Result<Json<Vec<SourceRef>>, ApiError> {
+) -> Result<Json<SourceList>, ApiError> {
     let Query(q) = q?;
-    Ok(Json(
-        st.worker
+    Ok(Json(SourceList {
+        sources: st
+            .worker
             .store()
             .list_sources()
             .await
@@ -288,5 +325,5 @@ async fn sources_list(
             .filter(|(t, _)| q.tenant.as_deref().map_or(true, |want| want == t))
             .map(|(tenant, source)| SourceRef { tenant, source })
             .collect(),
-    ))
+    }))
 }

@@ -140,8 +140,8 @@ pub(super) struct ScriptsReport {
     pub big_delivered_at_last_small: [u64; 2],
     /// Big-tenant rows committed but not yet delivered when wave 2 was committed.
     pub big_left_at_wave2: u64,
-    /// From the worker's `/metrics` at the end of the drain, per script (claim, settle):
-    /// calls, calls whose round trip was within 5 ms, calls its time budget cut short.
+    /// From the worker's `/metrics` at the end of the drain, per script it called: calls,
+    /// calls whose round trip was within 5 ms, calls its time budget cut short.
     pub worker_calls: BTreeMap<String, [u64; 3]>,
     /// The worker's claim and settle pages at the end (`ankusa_claim_page_rows`,
     /// `ankusa_settle_page_outcomes`; 0 when it does not export them).
@@ -160,7 +160,7 @@ async fn worker_metrics(port: u16, report: &mut ScriptsReport) {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0) as u64
     };
-    for script in ["claim", "settle"] {
+    for script in Scripts::default().all().map(|s| s.name) {
         let label = format!("script=\"{script}\"");
         let mut f = [0u64; 3];
         for l in text.lines().filter(|l| l.contains(&label)) {
@@ -174,7 +174,9 @@ async fn worker_metrics(port: u16, report: &mut ScriptsReport) {
                 f[2] = value(l);
             }
         }
-        report.worker_calls.insert(script.to_string(), f);
+        if f[0] > 0 {
+            report.worker_calls.insert(script.to_string(), f);
+        }
     }
     for l in text.lines() {
         if l.starts_with("ankusa_claim_page_rows") {
@@ -187,19 +189,14 @@ async fn worker_metrics(port: u16, report: &mut ScriptsReport) {
 
 /// `SLOWLOG GET -1` grouped by script (by SHA) or command name, then `SLOWLOG RESET`.
 async fn slowlog(store: &Store) -> Result<BTreeMap<String, SlowCalls>, Error> {
-    use fred::interfaces::ClientLike;
-    use fred::types::{CustomCommand, Value};
+    use fred::types::Value;
     let names: BTreeMap<String, &str> = Scripts::default()
         .all()
         .iter()
         .map(|s| (s.script.sha1().to_string(), s.name))
         .collect();
     let v: Value = store
-        .client()
-        .custom(
-            CustomCommand::new_static("SLOWLOG", None, false),
-            vec!["GET", "-1"],
-        )
+        .slowlog()
         .await
         .map_err(|e| Error::Other(format!("SLOWLOG GET: {e}")))?;
     let mut all: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -257,12 +254,8 @@ async fn slowlog(store: &Store) -> Result<BTreeMap<String, SlowCalls>, Error> {
             (name, s)
         })
         .collect();
-    let _: Value = store
-        .client()
-        .custom(
-            CustomCommand::new_static("SLOWLOG", None, false),
-            vec!["RESET"],
-        )
+    store
+        .slowlog_reset()
         .await
         .map_err(|e| Error::Other(format!("SLOWLOG RESET: {e}")))?;
     Ok(out)
@@ -490,4 +483,40 @@ fn print_drain(args: &BenchArgs, total: u64, report: &ScriptsReport) {
         "bench: worker: pages at the end: claim {} rows, settle {} outcomes",
         report.worker_pages[0], report.worker_pages[1]
     );
+    print_csv(args, report);
+}
+
+/// Every script's calls and slow calls as CSV on stdout (for BENCHMARKS.md): per phase and
+/// script, the calls the worker made (its `/metrics`; the bench's own commits in the commit
+/// phase), those Redis logged at or over `--slowlog-us`, the slowest and the median of those.
+fn print_csv(args: &BenchArgs, report: &ScriptsReport) {
+    let row = |phase: &str, name: &str, calls: Option<u64>, s: Option<&SlowCalls>| {
+        let s = s.cloned().unwrap_or_default();
+        println!(
+            "{phase},{name},{},{},{},{:.1},{:.1}",
+            calls.map_or(String::new(), |c| c.to_string()),
+            args.slowlog_us,
+            s.count,
+            s.max_us as f64 / 1000.0,
+            s.median_us as f64 / 1000.0
+        );
+    };
+    println!("phase,script,calls,slowlog_us,slow_calls,slowest_ms,median_slow_ms");
+    let commits = args.scripts_backlog.div_ceil(args.commit_batch.max(1)) + args.scripts_tenants;
+    row(
+        "commit",
+        "commit",
+        Some(commits as u64),
+        report.commit_slow.get("commit"),
+    );
+    for (name, s) in report.commit_slow.iter().filter(|(n, _)| *n != "commit") {
+        row("commit", name, None, Some(s));
+    }
+    let mut names: std::collections::BTreeSet<&str> =
+        report.worker_calls.keys().map(String::as_str).collect();
+    names.extend(report.drain_slow.keys().map(String::as_str));
+    for name in names {
+        let calls = report.worker_calls.get(name).map(|f| f[0]);
+        row("drain", name, calls, report.drain_slow.get(name));
+    }
 }

@@ -75,6 +75,29 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: SourceCmd,
     },
+    /// Tenant tokens: mint, list, revoke bearer tokens that reach one tenant by scope.
+    Token {
+        #[command(subcommand)]
+        cmd: super::token::TokenCmd,
+    },
+    /// Mint a short-lived signed link that opens one tenant's portal (/portal/) without a
+    /// token; print its URL on the worker's admin address (what `admin.listen` names).
+    ///
+    /// Signed with a key derived from `admin.token` (required): nothing is stored, any
+    /// worker of the pool opens it, changing the token voids every link. With --json:
+    /// {"url", "path", "expires_at_ms"}.
+    PortalLink {
+        /// The tenant whose portal it opens.
+        #[arg(long)]
+        tenant: String,
+        /// How long it opens it: 15m, 1h (at most 24h).
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// The address people reach the worker at, e.g. https://ankusa.example.com
+        /// (default: http:// and `admin.listen`).
+        #[arg(long)]
+        base_url: Option<String>,
+    },
     /// Commit hooks from files, directories of payloads, or stdin.
     Produce(ProduceArgs),
     /// Hooks: show one with its rows and attempts, or resend it.
@@ -92,15 +115,22 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: vis::TenantsCmd,
     },
-    /// Block until nothing is claimed, running or due; print the rows settled.
+    /// Block until nothing is claimed, running or due; print the rows settled and what is
+    /// still pending.
     ///
-    /// Rows waiting out a backoff (a retry or a park) are not due, so tick does not wait for
-    /// them: it can return while some rows are still pending. Needs a live leader:
-    /// exits 3 at once when no worker holds the lease.
+    /// Rows waiting out a backoff (a retry, a breaker's or a rate limit's park) are not due,
+    /// so tick returns while they wait, and says how many and when the next comes due;
+    /// `--all` waits for them too. Needs a live leader: exits 3 at once when no worker holds
+    /// the lease.
     Tick {
         /// Give up after this long (exit 3), ms; default: wait as long as it takes.
         #[arg(long)]
         timeout_ms: Option<u64>,
+        /// Wait until nothing is pending at all: rows waiting out a backoff or parked are
+        /// delivered or dead-lettered (use with --timeout-ms: a dead sink keeps its rows
+        /// until their retry horizon).
+        #[arg(long)]
+        all: bool,
     },
     /// Spare capacity for replay jobs: lag of the oldest due row and window state; exit 3 when
     /// no leader is live.
@@ -129,7 +159,8 @@ pub enum Cmd {
     },
     /// Print the admin API's OpenAPI document (JSON), generated from the code.
     Openapi,
-    /// Running totals: hooks committed; rows delivered, dead-lettered, dropped.
+    /// Running totals: hooks committed, scheduled, cancelled; rows delivered, dead-lettered,
+    /// dropped.
     Stats,
     /// Dead letters.
     Dlq {
@@ -148,8 +179,16 @@ pub enum Cmd {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff): `ankusa man > ankusa.1 && man ./ankusa.1`.
-    Man,
+    /// Print a manual page (roff): `ankusa man | man -l -`, `ankusa man dlq replay`; or
+    /// write one page per command with `--dir`.
+    Man {
+        /// The command whose page to print (`dlq replay`); default: the page of ankusa.
+        command: Vec<String>,
+        /// Write every page (ankusa.1, ankusa-worker.1, ankusa-dlq-replay.1…) into this
+        /// directory, e.g. /usr/local/share/man/man1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Run everything on this machine: Redis, a receiver, a worker, real hooks, a summary.
     Demo(ankusa::demo::DemoArgs),
     /// Measure throughput, latency, Redis cost and memory on this machine.
@@ -256,15 +295,22 @@ pub enum DlqCmd {
         /// Do not pace by pressure: put everything back at once.
         #[arg(long)]
         no_pace: bool,
+        /// Replay nothing: print how many dead letters the filter selects and the first few.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Delete dead letters and the hook bodies only they keep. With no filter and no
     /// --all: apply the retention of [dlq] (max_age_ms, max_per_tenant).
     Purge {
         #[command(flatten)]
         filter: ops::FilterArgs,
-        /// Delete every dead letter (of --tenant, if given).
+        /// Delete every dead letter (of --tenant, if given). Asks for confirmation on a
+        /// terminal; elsewhere (a script, CI) it needs --yes.
         #[arg(long)]
         all: bool,
+        /// Do not ask for confirmation of --all.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -350,4 +396,13 @@ pub struct ProduceArgs {
     /// source's event filters match (docs/sinks.md "Per-entry policy").
     #[arg(long)]
     pub event_type: Option<String>,
+    /// Deliver every hook this long after the commit, not before: milliseconds or a
+    /// duration (`4s`, `15m`, `2h`); at most `commit.max_delay_ms`. `ankusa hooks cancel`
+    /// cancels a hook until then.
+    #[arg(long, conflicts_with = "deliver_at")]
+    pub delay: Option<String>,
+    /// Deliver every hook at this time, not before: RFC 3339 (`2026-12-24T18:00:00Z`,
+    /// `…+01:00`) or milliseconds since the Unix epoch; a time past is delivered now.
+    #[arg(long)]
+    pub deliver_at: Option<String>,
 }

@@ -3,6 +3,8 @@
 //! ([`signals`]) and argument errors as JSON ([`usage_error`]).
 
 pub mod args;
+pub mod human;
+pub mod man;
 pub mod ops;
 pub mod out;
 pub mod produce;
@@ -10,6 +12,7 @@ pub mod redis_words;
 pub mod run;
 pub mod signals;
 pub mod sources;
+pub mod token;
 pub mod vis;
 pub mod worker;
 

@@ -1,4 +1,4 @@
-//! The operation commands of the `ankusa` CLI (R20–R24, dead letters, stats): each prints a human
+//! The operation commands of the `ankusa` CLI (operations, dead letters, stats): each prints a human
 //! table or, with `--json`, one JSON document on stdout. Exit codes come from
 //! [`Error::exit_code`]: 0 ok, 1 failed, 2 usage or config error, 3 unavailable.
 
@@ -8,6 +8,8 @@ use ankusa::store::Store;
 use ankusa::{ops, Error};
 use serde::Serialize;
 use std::time::Duration;
+
+use super::human;
 
 /// Filters shared by the `dlq` commands.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -21,6 +23,9 @@ pub struct FilterArgs {
     /// Only this sink: an index (0) or a module (http).
     #[arg(long)]
     pub sink: Option<String>,
+    /// Only the dead letters of this hook id (one per sink entry that failed).
+    #[arg(long)]
+    pub hook: Option<u64>,
     /// Only this reason: a kind (permanent, source_gone…) or the whole text.
     #[arg(long)]
     pub reason: Option<String>,
@@ -38,6 +43,7 @@ impl From<&FilterArgs> for Filter {
             tenant: a.tenant.clone(),
             source: a.source.clone(),
             sink: a.sink.clone(),
+            hook: a.hook,
             reason: a.reason.clone(),
             since: a.since.clone(),
             until: a.until.clone(),
@@ -93,16 +99,29 @@ fn no_leader(cfg: &Config) -> Error {
     ))
 }
 
-/// `ankusa tick` (R23): exit 3 at once when no leader holds the lease (nothing would settle),
-/// when the lease stays unheld for longer than `leader.lease_ms` while waiting (the leader
-/// died and no standby took over), or when `timeout_ms` passes, saying which.
-pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(), Error> {
+/// `ankusa tick`: wait until nothing is claimed, running or due, then say what is still
+/// pending (rows waiting out a backoff, parked by a breaker or a rate limit, in a lane) and
+/// when the next comes due; with `all`, wait until nothing is pending at all. Exit 3 at once
+/// when no leader holds the lease (nothing would settle), when the lease stays unheld for
+/// longer than `leader.lease_ms` while waiting (the leader died and no standby took over),
+/// or when `timeout_ms` passes, saying which.
+pub async fn tick(
+    cfg: &Config,
+    timeout_ms: Option<u64>,
+    all: bool,
+    json: bool,
+) -> Result<(), Error> {
     let s = connect(cfg).await?;
-    // Every partition needs a leader (issue 13): one without makes the whole wait hopeless,
-    // and "idle" would read as "delivered" while rows wait out a backoff nobody will end.
+    // Every partition needs a leader: one without makes the whole wait hopeless, and "idle"
+    // would read as "delivered" while rows wait out a backoff nobody will end.
     if !ops::leaderless(&s).await?.is_empty() {
         return Err(no_leader(cfg));
     }
+    let start = s.totals().await?;
+    let settled_since = |end: ankusa::store::Totals| {
+        (end.delivered + end.dead_lettered + end.dropped)
+            .saturating_sub(start.delivered + start.dead_lettered + start.dropped)
+    };
     let watch_leader = async {
         let mut unheld_since: Option<tokio::time::Instant> = None;
         loop {
@@ -124,46 +143,132 @@ pub async fn tick(cfg: &Config, timeout_ms: Option<u64>, json: bool) -> Result<(
             None => std::future::pending().await,
         }
     };
-    let n = tokio::select! {
-        n = ops::tick(&s, None) => n?,
-        e = watch_leader => return Err(e),
-        () = deadline => {
-            let ms = timeout_ms.unwrap_or_default();
-            let held = match ops::leaderless(&s).await?.is_empty() {
-                true => s.lease_holder().await?,
-                false => None,
-            };
-            return Err(match held {
-                None => Error::Unavailable(format!("not idle after {ms} ms, and no leader holds the lease: start a worker (`ankusa worker`)")),
-                Some((token, _)) => Error::Unavailable(format!(
-                    "not idle after {ms} ms: the leader ({}) is still delivering; rows are claimed, running or due",
-                    ankusa::store::token_node(&token)
-                )),
-            });
+    let wait = async {
+        loop {
+            ops::tick(&s, None).await?;
+            let p = ankusa::visibility::pending(&s).await?;
+            if !all || p.is_empty() {
+                return Ok::<_, Error>(p);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     };
+    let pending = tokio::select! {
+        p = wait => p?,
+        e = watch_leader => return Err(e),
+        () = deadline => return Err(tick_timeout(&s, timeout_ms.unwrap_or_default(), all).await),
+    };
+    let settled = settled_since(s.totals().await?);
     if json {
-        print_json(&serde_json::json!({ "settled": n }))
-    } else {
-        outln!("idle; {n} rows settled while waiting");
-        Ok(())
+        return print_json(&serde_json::json!({ "settled": settled, "pending": pending }));
     }
+    let rows = human::count(settled, "row", "rows");
+    if pending.is_empty() {
+        outln!("idle: {rows} settled while waiting; nothing is pending");
+    } else {
+        outln!(
+            "idle: {rows} settled while waiting; {}",
+            pending_words(&pending)
+        );
+    }
+    Ok(())
 }
 
-/// `ankusa stats`: the running totals named by unit (hooks are committed, rows — one per
-/// hook and sink entry — are delivered, dead-lettered or dropped).
+/// What `tick` says is still pending once nothing is due.
+fn pending_words(p: &ankusa::visibility::Pending) -> String {
+    let mut kinds = Vec::new();
+    if p.parked > 0 {
+        kinds.push(format!(
+            "{} parked by an open breaker or a rate limit",
+            p.parked
+        ));
+    }
+    if p.retrying > 0 {
+        kinds.push(format!("{} waiting out a retry backoff", p.retrying));
+    }
+    if p.due_now > 0 {
+        kinds.push(format!("{} due now", p.due_now));
+    }
+    if p.scheduled > 0 {
+        kinds.push(format!("{} scheduled for later", p.scheduled));
+    }
+    if p.in_lane > 0 {
+        kinds.push(format!(
+            "{} waiting behind their ordered lane's head",
+            p.in_lane
+        ));
+    }
+    if p.claimed > 0 {
+        kinds.push(format!("{} claimed", p.claimed));
+    }
+    let total = p.rows + p.in_lane + p.claimed;
+    let mut words = format!(
+        "{}{} still pending ({})",
+        human::count(total, "row", "rows"),
+        if p.partial { " or more" } else { "" },
+        kinds.join(", ")
+    );
+    if let Some(next) = p.next_due_ms {
+        words.push_str(&format!(
+            "; the next is due {}",
+            human::when(next, p.now_ms)
+        ));
+    }
+    words.push_str(". `ankusa tick --all` waits for them too; `ankusa tenants top` and `ankusa rows list --tenant T` show them");
+    words
+}
+
+/// Why `tick` gave up at its deadline: a leader still delivering, none at all, or (with
+/// `--all`) rows still pending.
+async fn tick_timeout(s: &Store, ms: u64, all: bool) -> Error {
+    let leaderless = match ops::leaderless(s).await {
+        Ok(v) => !v.is_empty(),
+        Err(e) => return Error::Store(e),
+    };
+    let held = match leaderless {
+        false => s.lease_holder().await.ok().flatten(),
+        true => None,
+    };
+    let Some((token, _)) = held else {
+        return Error::Unavailable(format!(
+            "not idle after {ms} ms, and no leader holds the lease: start a worker (`ankusa worker`)"
+        ));
+    };
+    let leader = ankusa::store::token_node(&token);
+    if all {
+        if let Ok(p) = ankusa::visibility::pending(s).await {
+            if !p.is_empty() {
+                return Error::Unavailable(format!(
+                    "not done after {ms} ms (the leader is {leader}): {}",
+                    pending_words(&p)
+                ));
+            }
+        }
+    }
+    Error::Unavailable(format!(
+        "not idle after {ms} ms: the leader ({leader}) is still delivering; rows are claimed, running or due"
+    ))
+}
+
+/// `ankusa stats`: the running totals named by unit (hooks are committed, of them some
+/// scheduled and some of those cancelled; rows — one per hook and sink entry — are
+/// delivered, dead-lettered or dropped).
 pub fn stats(t: &ankusa::store::Totals, json: bool) -> Result<(), Error> {
     if json {
         return print_json(&serde_json::json!({
             "hooks_committed": t.committed,
+            "hooks_scheduled": t.scheduled,
+            "hooks_cancelled": t.cancelled,
             "rows_delivered": t.delivered,
             "rows_dead_lettered": t.dead_lettered,
             "rows_dropped": t.dropped,
         }));
     }
     outln!(
-        "hooks_committed     {}\nrows_delivered      {}\nrows_dead_lettered  {}\nrows_dropped        {}",
+        "hooks_committed     {}\nhooks_scheduled     {}\nhooks_cancelled     {}\nrows_delivered      {}\nrows_dead_lettered  {}\nrows_dropped        {}",
         t.committed,
+        t.scheduled,
+        t.cancelled,
         t.delivered,
         t.dead_lettered,
         t.dropped
@@ -171,19 +276,27 @@ pub fn stats(t: &ankusa::store::Totals, json: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// `ankusa pressure` (R21).
+/// `ankusa pressure`.
 pub async fn pressure(cfg: &Config, json: bool) -> Result<(), Error> {
     let s = connect(cfg).await?;
     let p = ops::pressure(&s).await?;
     if json {
         print_json(&p)
     } else {
-        outln!("lag_ms       {}\nwindow_full  {}", p.lag_ms, p.window_full);
+        outln!(
+            "due lag      {}\nwindow full  {}",
+            human::span(p.lag_ms),
+            if p.window_full {
+                "yes: replays and resends wait"
+            } else {
+                "no"
+            }
+        );
         Ok(())
     }
 }
 
-/// `ankusa dead-letter-source` (R20).
+/// `ankusa dead-letter-source`.
 pub async fn dead_letter_source(
     cfg: &Config,
     tenant: &str,
@@ -197,8 +310,9 @@ pub async fn dead_letter_source(
         print_json(&r)
     } else {
         outln!(
-            "dead-lettered {} pending rows of {tenant}/{source} as source_gone({source}); dropped {} whose hook was gone",
-            r.count, r.dropped
+            "dead-lettered {} of {tenant}/{source} as source_gone({source}); dropped {} whose hook was gone",
+            human::count(r.count, "pending row", "pending rows"),
+            r.dropped
         );
         Ok(())
     }
@@ -213,7 +327,7 @@ fn admin_url(base: &str) -> String {
     }
 }
 
-/// `ankusa reconfigure` (R22): `POST /admin/reconfigure` on each worker.
+/// `ankusa reconfigure`: `POST /admin/reconfigure` on each worker.
 pub async fn reconfigure(
     cfg: &Config,
     admins: &[String],
@@ -315,59 +429,120 @@ pub async fn reconfigure(
     }
 }
 
-/// `ankusa dlq list`.
+/// `ankusa dlq list`: a table, newest information first per row (when, what, why), every
+/// text a receiver controls escaped; `--json` keeps the stored values (times in ms).
 pub async fn dlq_list(s: &Store, filter: &FilterArgs, limit: u64, json: bool) -> Result<(), Error> {
     let page = dlq::browse(s, &filter.into(), limit).await?;
     if json {
         return print_json(&page);
     }
-    outln!(
-        "{:<16} {:<12} {:<16} {:<10} {:<6} {:<28} {:>8}  ERROR",
-        "ID",
-        "TENANT",
-        "SOURCE",
-        "ROW",
-        "MODULE",
-        "REASON",
-        "ATTEMPTS"
-    );
-    for d in &page.dead_letters {
-        let mut err = d.error.replace('\n', " ");
-        if err.len() > 60 {
-            let mut cut = 60;
-            while !err.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            err.truncate(cut);
-            err.push('…');
-        }
+    if page.dead_letters.is_empty() {
         outln!(
-            "{:<16} {:<12} {:<16} {:<10} {:<6} {:<28} {:>8}  {err}",
-            d.id,
-            d.tenant,
-            d.source,
-            d.row,
-            d.module,
-            d.reason,
-            d.attempts
+            "no dead letters{}",
+            if filter_given(filter) { " match" } else { "" }
         );
+        return Ok(());
     }
+    let now = s.now_ms().await?;
+    let rows = page.dead_letters.iter().map(|d| {
+        vec![
+            d.id.clone(),
+            human::when(d.at_ms, now),
+            d.tenant.clone(),
+            d.source.clone(),
+            d.event_type.clone().unwrap_or_else(|| "-".into()),
+            d.row.clone(),
+            d.module.clone(),
+            human::esc_cut(&d.reason, 40),
+            d.attempts.to_string(),
+            human::esc_cut(&d.error, 60),
+        ]
+    });
+    outln!(
+        "{}",
+        human::table(
+            &[
+                "ID",
+                "DEAD-LETTERED",
+                "TENANT",
+                "SOURCE",
+                "EVENT",
+                "ROW",
+                "MODULE",
+                "REASON",
+                "ATTEMPTS",
+                "ERROR"
+            ],
+            rows
+        )
+    );
     if page.more {
         outln!("… more match: narrow the filter or raise --limit");
     }
     Ok(())
 }
 
-/// `ankusa dlq show`: pretty JSON, or one line with `--json`.
+/// Whether any `dlq` filter was given (for the words of an empty answer).
+fn filter_given(f: &FilterArgs) -> bool {
+    !ankusa::dlq::Filter::from(f).is_empty()
+}
+
+/// `ankusa dlq show`: the dead letter in words with its hook's headers and body (escaped,
+/// cut at 4 KiB), or one JSON document with `--json`.
 pub async fn dlq_show(s: &Store, tenant: &str, id: &str, json: bool) -> Result<(), Error> {
     let d = dlq::show(s, tenant, id).await?;
     if json {
         return print_json(&d);
     }
+    let now = s.now_ms().await?;
+    let l = &d.dead_letter;
     outln!(
-        "{}",
-        serde_json::to_string_pretty(&d).map_err(|e| Error::Other(e.to_string()))?
+        "dead letter {} of {}/{}, row {} ({})",
+        human::esc(&l.id),
+        human::esc(&l.tenant),
+        human::esc(&l.source),
+        human::esc(&l.row),
+        human::esc(&l.module)
     );
+    outln!("dead-lettered  {}", human::when(l.at_ms, now));
+    outln!("reason         {}", human::esc(&l.reason));
+    outln!(
+        "attempts       {}{}",
+        l.attempts,
+        l.first_attempt_ms
+            .map(|ms| format!(", the first {}", human::when(ms, now)))
+            .unwrap_or_default()
+    );
+    if let Some(et) = &l.event_type {
+        outln!("event type     {}", human::esc(et));
+    }
+    outln!(
+        "last error     {}",
+        if l.error.is_empty() {
+            "-".to_string()
+        } else {
+            human::esc(&l.error)
+        }
+    );
+    let Some(h) = &d.hook_body else {
+        outln!("\nits hook is gone: it cannot be replayed");
+        return Ok(());
+    };
+    outln!(
+        "\nhook committed {}, {}; {} still pending, {} referencing it",
+        human::when(h.committed_at_ms, now),
+        human::count(h.size, "byte", "bytes"),
+        human::count(h.rows_left.max(0) as u64, "row", "rows"),
+        human::count(h.dead_letters.max(0) as u64, "dead letter", "dead letters")
+    );
+    for (k, v) in &h.headers {
+        outln!("{}: {}", human::esc(k), human::esc(v));
+    }
+    match (&h.body, &h.body_base64) {
+        (Some(body), _) => outln!("\n{}", human::esc_cut(body, 4096)),
+        (None, Some(b64)) => outln!("\nbody (not UTF-8, base64): {}", human::esc_cut(b64, 4096)),
+        (None, None) => {}
+    }
     Ok(())
 }
 
@@ -399,38 +574,91 @@ pub fn show_pace(bar: &indicatif::ProgressBar, p: ReplayProgress) {
     }
 }
 
-/// `ankusa dlq replay`: a progress bar on stderr unless `--json`.
+/// `ankusa dlq replay`: a progress bar on stderr unless `--json`; `--dry-run` prints what
+/// the filter selects (a count and the first few) and replays nothing.
 pub async fn dlq_replay(
     s: &Store,
     filter: &FilterArgs,
     opts: &ReplayOptions,
     json: bool,
 ) -> Result<(), Error> {
-    let bar = paced_bar(json, "replay");
+    let bar = paced_bar(json || opts.dry_run, "replay");
     let r = dlq::replay(s, &filter.into(), opts, |p| show_pace(&bar, p)).await;
     bar.finish_and_clear();
     let r = r?;
     if json {
-        print_json(&r)
-    } else {
-        outln!(
-            "replayed {} of {} dead letters (hook gone: {}, row live: {}, gone meanwhile: {}); paused {} times, {} ms",
-            r.replayed, r.matched, r.hook_gone, r.live, r.missing, r.pauses, r.paused_ms
-        );
-        Ok(())
+        return print_json(&r);
     }
+    if r.dry_run {
+        let letters = human::count(r.matched, "dead letter", "dead letters");
+        if r.matched == 0 {
+            outln!("dry run: no dead letters match; nothing would be replayed");
+            return Ok(());
+        }
+        let now = s.now_ms().await?;
+        outln!(
+            "dry run: {letters} would be replayed{}",
+            if r.selected.len() as u64 == r.matched {
+                String::new()
+            } else {
+                format!("; the first {}:", r.selected.len())
+            }
+        );
+        let rows = r.selected.iter().map(|d| {
+            vec![
+                d.id.clone(),
+                human::when(d.at_ms, now),
+                d.tenant.clone(),
+                d.source.clone(),
+                d.row.clone(),
+                human::esc_cut(&d.reason, 40),
+                human::esc_cut(&d.error, 60),
+            ]
+        });
+        outln!(
+            "{}",
+            human::table(
+                &[
+                    "ID",
+                    "DEAD-LETTERED",
+                    "TENANT",
+                    "SOURCE",
+                    "ROW",
+                    "REASON",
+                    "ERROR"
+                ],
+                rows
+            )
+        );
+        return Ok(());
+    }
+    outln!(
+        "replayed {} of {} (hook gone: {}, row live: {}, gone meanwhile: {}); paused {}, {}",
+        r.replayed,
+        human::count(r.matched, "dead letter", "dead letters"),
+        r.hook_gone,
+        r.live,
+        r.missing,
+        human::count(r.pauses, "time", "times"),
+        human::span(r.paused_ms)
+    );
+    Ok(())
 }
 
-/// `ankusa dlq purge`: by filter, `--all`, or (neither) the configured retention.
+/// `ankusa dlq purge`: by filter, `--all`, or (neither) the configured retention. `--all`
+/// deletes every dead letter, so it asks first on a terminal and needs `--yes` elsewhere.
 pub async fn dlq_purge(
     s: &Store,
     cfg: &Config,
     filter: &FilterArgs,
-    all: bool,
+    (all, yes): (bool, bool),
     json: bool,
 ) -> Result<(), Error> {
     let filter: Filter = filter.into();
     let retention_only = !all && filter.is_empty();
+    if all && !yes {
+        confirm_purge_all(s, &filter).await?;
+    }
     let scope = if retention_only {
         PurgeScope::Retention {
             retention: (&cfg.dlq).into(),
@@ -441,23 +669,59 @@ pub async fn dlq_purge(
     };
     let r = dlq::purge(s, &scope).await?;
     if json {
-        print_json(&r)
+        return print_json(&r);
+    }
+    let letters = human::count(r.purged, "dead letter", "dead letters");
+    if retention_only {
+        outln!(
+            "purged {letters} past the retention (max_age_ms {}, max_per_tenant {})",
+            cfg.dlq.max_age_ms,
+            cfg.dlq.max_per_tenant
+        );
     } else {
-        let letters = if r.purged == 1 {
-            "dead letter"
-        } else {
-            "dead letters"
-        };
-        if retention_only {
-            outln!(
-                "purged {} {letters} past the retention (max_age_ms {}, max_per_tenant {})",
-                r.purged,
-                cfg.dlq.max_age_ms,
-                cfg.dlq.max_per_tenant
-            );
-        } else {
-            outln!("purged {} {letters}", r.purged);
-        }
+        outln!("purged {letters}");
+    }
+    Ok(())
+}
+
+/// Ask on the terminal before `dlq purge --all`; refuse (exit 2) when stdin is not a
+/// terminal, since nobody can answer there: a script says `--yes`.
+async fn confirm_purge_all(s: &Store, filter: &Filter) -> Result<(), Error> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let whose = filter.tenant.as_deref().map_or_else(
+        || "of every tenant".to_string(),
+        |t| format!("of tenant {t}"),
+    );
+    if !std::io::stdin().is_terminal() {
+        return Err(Error::BadRequest(format!(
+            "dlq purge --all deletes every dead letter {whose} and the hook bodies only they keep; \
+             nobody can confirm without a terminal: pass --yes"
+        )));
+    }
+    let n = dlq::replay(
+        s,
+        filter,
+        &ReplayOptions {
+            dry_run: true,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await?
+    .matched;
+    eprint!(
+        "Delete {} {whose}, with the hook bodies only they keep? This cannot be undone. [y/N] ",
+        human::count(n, "dead letter", "dead letters")
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Error::Other(format!("stdin: {e}")))?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
         Ok(())
+    } else {
+        Err(Error::Other("not confirmed: nothing purged".into()))
     }
 }

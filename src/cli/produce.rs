@@ -20,18 +20,24 @@ pub async fn produce(cli: &Cli, args: &ProduceArgs) -> Result<(), Error> {
                 "--idempotency-key names one hook: give one file (or stdin) and no --repeat".into(),
             ));
         }
-        let mut hook = base.idempotency_key(key.as_str());
+        let mut hook = base.clone().idempotency_key(key.as_str());
         hook.body = bodies.remove(0).1.into();
         let r = producer.commit(tenant, source, hook).await?;
+        let due = due_at(&base, r.committed_at_ms, r.rows_per_hook);
         return if json {
-            json_line(&serde_json::json!({
+            let mut v = serde_json::json!({
                 "committed": 1, "first_hook": r.first_hook, "rows_per_hook": r.rows_per_hook
-            }))
+            });
+            if let Some(at) = due {
+                v["deliver_at_ms"] = at.into();
+            }
+            json_line(&v)
         } else {
             outln!(
-                "committed 1 hook to {tenant}/{source} (first hook id {}, {} rows each)",
+                "committed 1 hook to {tenant}/{source} (hook id {}, {}){}",
                 r.first_hook,
-                r.rows_per_hook
+                super::human::count(r.rows_per_hook.into(), "row", "rows"),
+                scheduled_words(due)
             );
             Ok(())
         };
@@ -39,6 +45,8 @@ pub async fn produce(cli: &Cli, args: &ProduceArgs) -> Result<(), Error> {
     let mut n = 0u64;
     let mut first = None;
     let mut rows = 0u32;
+    // When the first call's hooks are due, for a scheduled commit.
+    let mut due = None;
     for _ in 0..args.repeat {
         for chunk in bodies.chunks(100) {
             let hooks: Vec<Hook> = chunk
@@ -48,10 +56,12 @@ pub async fn produce(cli: &Cli, args: &ProduceArgs) -> Result<(), Error> {
                     headers: base.headers.clone(),
                     idempotency_key: None,
                     event_type: base.event_type.clone(),
+                    schedule: base.schedule,
                 })
                 .collect();
             let r = producer.commit_many(tenant, source, &hooks).await?;
             first.get_or_insert(r.first_hook);
+            due = due.or(due_at(&base, r.committed_at_ms, r.rows_per_hook));
             rows = r.rows_per_hook;
             n += hooks.len() as u64;
         }
@@ -66,12 +76,21 @@ pub async fn produce(cli: &Cli, args: &ProduceArgs) -> Result<(), Error> {
         if let Some(w) = &warning {
             v["warning"] = w.clone().into();
         }
+        if let Some(at) = due {
+            v["deliver_at_ms"] = at.into();
+        }
         return json_line(&v);
     }
-    let hooks = if n == 1 { "hook" } else { "hooks" };
+    let hooks = super::human::count(n, "hook", "hooks");
+    let rows = super::human::count(rows.into(), "row", "rows");
+    let (id, each) = match n {
+        1 => ("hook id", ""),
+        _ => ("first hook id", " each"),
+    };
     outln!(
-        "committed {n} {hooks} to {tenant}/{source} (first hook id {}, {rows} rows each)",
-        first.unwrap_or(0)
+        "committed {hooks} to {tenant}/{source} ({id} {}, {rows}{each}){}",
+        first.unwrap_or(0),
+        scheduled_words(due)
     );
     if let Some(w) = warning {
         eprintln!("warning: {w}");
@@ -82,6 +101,18 @@ pub async fn produce(cli: &Cli, args: &ProduceArgs) -> Result<(), Error> {
 /// The headers and event type every hook of the call carries.
 fn base_hook(args: &ProduceArgs) -> Result<Hook, Error> {
     let mut base = Hook::default();
+    if let Some(d) = &args.delay {
+        base.schedule = Some(
+            ankusa::producer::parse_delay(d)
+                .map_err(|e| Error::BadRequest(format!("--delay {e}")))?,
+        );
+    }
+    if let Some(d) = &args.deliver_at {
+        base.schedule = Some(
+            ankusa::producer::parse_deliver_at(d)
+                .map_err(|e| Error::BadRequest(format!("--deliver-at {e}")))?,
+        );
+    }
     if let Some(e) = &args.event_type {
         ankusa::model::check_event_type(e)
             .map_err(|e| Error::BadRequest(format!("--event-type: {e}")))?;
@@ -91,7 +122,22 @@ fn base_hook(args: &ProduceArgs) -> Result<Hook, Error> {
         let (k, v) = h
             .split_once(':')
             .ok_or_else(|| Error::BadRequest(format!("--header {h:?}: expected `name: value`")))?;
-        base = base.header(k.trim(), v.trim());
+        let (k, v) = (k.trim(), v.trim());
+        // Bad input is a usage error (exit 2) here, before anything is committed, as for
+        // every other flag; the commit would refuse it too, as a failed operation.
+        if ankusa::sinks::is_reserved_header(k) {
+            return Err(Error::BadRequest(format!(
+                "--header {k:?}: webhook-* and ankusa-* headers are the delivery's own; the worker sets them"
+            )));
+        }
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
+            || reqwest::header::HeaderValue::from_str(v).is_err()
+        {
+            return Err(Error::BadRequest(format!(
+                "--header {h:?}: the name must be an HTTP token and the value visible ASCII, spaces and tabs"
+            )));
+        }
+        base = base.header(k, v);
     }
     Ok(base)
 }
@@ -121,4 +167,27 @@ fn read_bodies(args: &ProduceArgs) -> Result<Vec<(String, Vec<u8>)>, Error> {
         }
     }
     Ok(bodies)
+}
+
+/// When hooks committed with `base`'s schedule at `committed_at_ms` are due (ms), if later
+/// than the commit and anything was made.
+fn due_at(base: &Hook, committed_at_ms: i64, rows: u32) -> Option<i64> {
+    base.schedule
+        .and_then(|s| s.due_at_ms(committed_at_ms))
+        .filter(|_| rows > 0)
+}
+
+/// `, due at <RFC 3339, UTC>` for a scheduled commit, else nothing.
+fn scheduled_words(due: Option<i64>) -> String {
+    let Some(ms) = due else {
+        return String::new();
+    };
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{ms} ms"));
+    format!(", due at {at}")
 }

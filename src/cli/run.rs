@@ -35,7 +35,11 @@ pub fn init_logs(
             .with_writer(std::io::stderr);
         let fmt = match format {
             LogFormat::Json => fmt.json().with_filter(filter).boxed(),
-            LogFormat::Pretty => fmt.compact().with_filter(filter).boxed(),
+            LogFormat::Pretty => fmt
+                .compact()
+                .fmt_fields(escaped_fields())
+                .with_filter(filter)
+                .boxed(),
         };
         tracing_subscriber::registry()
             .with(fmt)
@@ -49,8 +53,25 @@ pub fn init_logs(
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => b.json().init(),
-        LogFormat::Pretty => b.compact().init(),
+        LogFormat::Pretty => b.compact().fmt_fields(escaped_fields()).init(),
     }
+}
+
+/// The pretty log's field formatter: `name=value` separated by spaces, the message bare, and
+/// every value with its control characters escaped, so a text a receiver or tenant controls
+/// (an error body) cannot start a forged log line or send a terminal escape sequence. (The
+/// JSON log escapes them as JSON does.)
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = super::human::esc(&format!("{value:?}"));
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
 }
 
 pub fn load_config(cli: &Cli) -> Result<Config, Error> {
@@ -139,13 +160,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             emit_text(json, "script", &buf)
         }
         Cmd::CommitScript { sha } => commit_script(json, *sha),
-        Cmd::Man => {
-            let mut buf = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut buf)
-                .map_err(|e| Error::Other(format!("man page: {e}")))?;
-            emit_text(json, "man", &buf)
-        }
+        Cmd::Man { command, dir } => super::man::man(command, dir.as_deref(), json),
         Cmd::Demo(args) => {
             let mut args = args.clone();
             args.json = json;
@@ -160,6 +175,12 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Cmd::Receiver { listen, fail } => receiver(*listen, fail).await,
         Cmd::Worker { name, listen } => worker(&cli, name.as_deref(), listen.as_deref()).await,
         Cmd::Source { cmd } => sources::source(&cli, cmd).await,
+        Cmd::Token { cmd } => super::token::token(&cli, cmd).await,
+        Cmd::PortalLink {
+            tenant,
+            ttl,
+            base_url,
+        } => super::token::portal_link(&cli, tenant, ttl, base_url.as_deref()),
         Cmd::Produce(args) => produce::produce(&cli, args).await,
         Cmd::Hooks { cmd } => {
             let cfg = load_config(&cli)?;
@@ -173,7 +194,9 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             let cfg = load_config(&cli)?;
             vis::tenants(&store(&cfg).await?, cmd, json).await
         }
-        Cmd::Tick { timeout_ms } => ops::tick(&load_config(&cli)?, *timeout_ms, json).await,
+        Cmd::Tick { timeout_ms, all } => {
+            ops::tick(&load_config(&cli)?, *timeout_ms, *all, json).await
+        }
         Cmd::Pressure => ops::pressure(&load_config(&cli)?, json).await,
         Cmd::DeadLetterSource {
             tenant,
@@ -266,6 +289,7 @@ async fn dlq(cli: &Cli, cmd: &DlqCmd) -> Result<(), Error> {
             limit,
             max_pause_ms,
             no_pace,
+            dry_run,
         } => {
             let opts = ankusa::dlq::ReplayOptions {
                 max_lag_ms: *max_lag_ms,
@@ -273,10 +297,13 @@ async fn dlq(cli: &Cli, cmd: &DlqCmd) -> Result<(), Error> {
                 limit: *limit,
                 max_pause_ms: *max_pause_ms,
                 pace: !*no_pace,
+                dry_run: *dry_run,
             };
             ops::dlq_replay(&s, filter, &opts, json).await
         }
-        DlqCmd::Purge { filter, all } => ops::dlq_purge(&s, &cfg, filter, *all, json).await,
+        DlqCmd::Purge { filter, all, yes } => {
+            ops::dlq_purge(&s, &cfg, filter, (*all, *yes), json).await
+        }
     }
 }
 

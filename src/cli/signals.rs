@@ -36,7 +36,7 @@ impl Signals {
     /// After the first stop signal: a second SIGTERM or SIGINT ends the process at once with
     /// exit 130, without waiting out `leader.shutdown_grace_ms`. Nothing is lost: the rows this
     /// process still has claimed come due again when the next leader takes over, exactly as
-    /// after a kill (R3).
+    /// after a kill.
     pub async fn second_stops_at_once(mut self) {
         tokio::select! {
             _ = self.term.recv() => {}

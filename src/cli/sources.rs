@@ -60,6 +60,9 @@ pub async fn source(cli: &Cli, cmd: &SourceCmd) -> Result<(), Error> {
                     .collect();
                 return json_line(&serde_json::json!({ "sources": list }));
             }
+            if all.is_empty() {
+                outln!("no sources");
+            }
             for (t, so) in all {
                 outln!("{t}/{so}");
             }

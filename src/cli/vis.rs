@@ -2,9 +2,10 @@
 //! `rows list`, `tenants top` ([`ankusa::visibility`]). Each prints a human table or, with
 //! `--json`, one JSON document on stdout.
 
+use super::human;
 use ankusa::config::Config;
 use ankusa::store::Store;
-use ankusa::visibility::{self, AttemptRecord, RowFilter, RowView};
+use ankusa::visibility::{self, AttemptRecord, RowFilter, RowState, RowView};
 use ankusa::Error;
 use clap::Subcommand;
 
@@ -42,6 +43,16 @@ pub enum HooksCmd {
         #[arg(long)]
         no_pace: bool,
     },
+    /// Cancel a scheduled hook (`produce --delay`, `Ankusa-Deliver-At`…) before it is due:
+    /// atomically, only while none of its rows is claimed; it is then never delivered. A hook
+    /// already claimed, attempted, delivered or not scheduled is left alone and the answer
+    /// says why (exit 1).
+    Cancel {
+        /// Tenant id.
+        tenant: String,
+        /// Hook id.
+        hook: u64,
+    },
 }
 
 /// `ankusa rows …`.
@@ -64,75 +75,138 @@ pub enum RowsCmd {
     },
 }
 
+/// The order of `ankusa tenants top`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopOrder {
+    /// Most rows (due and claimed) first.
+    Rows,
+    /// Most body bytes (stored and kept for resend) first.
+    Bytes,
+}
+
 /// `ankusa tenants …`.
 #[derive(Subcommand)]
 pub enum TenantsCmd {
-    /// Tenants with rows: due rows, claimed, oldest lag, failing sinks; most rows first.
+    /// Tenants with rows: due rows, claimed, oldest lag, failing sinks, body bytes held
+    /// (stored and kept for resend); most rows first, or most bytes with `--by bytes`.
     Top {
         /// Show at most this many.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Order: `rows` (who waits) or `bytes` (who holds Redis' memory).
+        #[arg(long, value_enum, default_value_t = TopOrder::Rows)]
+        by: TopOrder,
     },
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()))?
     );
     Ok(())
 }
 
-fn at(ms: Option<i64>) -> String {
-    ms.map_or_else(|| "-".into(), |m| m.to_string())
+/// The rows of a hook or of `rows list` as a table: state, next attempt (when and how far),
+/// attempts, the last error (escaped, cut).
+fn rows_table(rows: &[RowView], now: i64) -> String {
+    let lines = rows.iter().map(|r| {
+        let mut state = r.state.as_str().to_string();
+        if let Some(p) = r.lane_position {
+            state.push_str(&format!(" (position {p})"));
+        }
+        let next = match (r.state, r.due_at_ms) {
+            (
+                RowState::Due | RowState::Scheduled | RowState::Retrying | RowState::Parked,
+                Some(at),
+            ) => human::when(at, now),
+            _ => "-".into(),
+        };
+        let last = match &r.dead_letter {
+            Some(d) => format!("dead letter {}: {}", d.id, d.reason),
+            None => r.last_error.clone().unwrap_or_default(),
+        };
+        vec![
+            r.row.clone(),
+            state,
+            if r.source.is_empty() {
+                "-".into()
+            } else {
+                r.source.clone()
+            },
+            r.event_type.clone().unwrap_or_else(|| "-".into()),
+            r.sink.to_string(),
+            r.attempts.to_string(),
+            next,
+            human::esc_cut(&last, 80),
+        ]
+    });
+    human::table(
+        &[
+            "ROW",
+            "STATE",
+            "SOURCE",
+            "EVENT",
+            "SINK",
+            "ATTEMPTS",
+            "NEXT ATTEMPT",
+            "LAST ERROR",
+        ],
+        lines,
+    )
 }
 
-fn row_line(r: &RowView) -> String {
-    let mut s = format!(
-        "{:<10} {:<14} source={} sink={} attempts={} next_attempt_ms={}",
-        r.row,
-        r.state.as_str(),
-        if r.source.is_empty() { "-" } else { &r.source },
-        r.sink,
-        r.attempts,
-        at(r.due_at_ms)
+/// A hook's attempts as a table: when each started, how long it ran, its outcome and why.
+fn attempts_table(attempts: &[AttemptRecord], now: i64) -> String {
+    let lines = attempts.iter().map(|a| {
+        let mut result = a.outcome.clone();
+        if let Some(st) = a.status {
+            result.push_str(&format!(" ({st})"));
+        } else if let Some(k) = &a.error_kind {
+            result.push_str(&format!(" ({k})"));
+        }
+        let detail = match (&a.reason, &a.error) {
+            (Some(r), Some(e)) => format!("{r}: {e}"),
+            (Some(r), None) => r.clone(),
+            (None, e) => e.clone().unwrap_or_default(),
+        };
+        vec![
+            a.row.clone(),
+            a.attempt.to_string(),
+            human::when(a.started_ms, now),
+            format!("{} ms", a.duration_ms),
+            result,
+            human::esc_cut(&detail, 80),
+        ]
+    });
+    human::table(
+        &["ROW", "ATTEMPT", "STARTED", "TOOK", "OUTCOME", "DETAIL"],
+        lines,
+    )
+}
+
+/// One resent hook in words.
+fn resent_line(r: &visibility::Resent) -> String {
+    let mut line = format!(
+        "hook {} resent as hook {} ({})",
+        r.hook,
+        r.new_hook,
+        human::count(r.rows.into(), "row", "rows")
     );
-    if let Some(p) = r.lane_position {
-        s.push_str(&format!(" lane_position={p}"));
+    if !r.settled_dead_letters.is_empty() {
+        line.push_str(&format!(
+            "; its {} deleted (the new hook delivers them)",
+            human::count(
+                r.settled_dead_letters.len() as u64,
+                "dead letter",
+                "dead letters"
+            )
+        ));
     }
-    if let Some(d) = &r.dead_letter {
-        s.push_str(&format!(" dead_letter={} reason={}", d.id, d.reason));
-    }
-    if let Some(e) = &r.last_error {
-        s.push_str(&format!(" last_error={e:?}"));
-    }
-    s
+    line
 }
 
-fn attempt_line(a: &AttemptRecord) -> String {
-    let mut s = format!(
-        "  {} attempt {} at {} ({} ms): {}",
-        a.row, a.attempt, a.started_ms, a.duration_ms, a.outcome
-    );
-    if let Some(st) = a.status {
-        s.push_str(&format!(" status={st}"));
-    }
-    if let Some(k) = &a.error_kind {
-        s.push_str(&format!(" kind={k}"));
-    }
-    if let Some(e) = &a.error {
-        s.push_str(&format!(" error={e:?}"));
-    }
-    if let Some(n) = a.next_attempt_ms {
-        s.push_str(&format!(" next_attempt_ms={n}"));
-    }
-    if let Some(r) = &a.reason {
-        s.push_str(&format!(" reason={r}"));
-    }
-    s
-}
-
-/// `ankusa hooks show|resend`.
+/// `ankusa hooks show|resend|cancel`.
 pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> Result<(), Error> {
     match cmd {
         HooksCmd::Show { tenant, hook } => {
@@ -140,22 +214,59 @@ pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> R
             if json {
                 return print_json(&v);
             }
-            println!(
-                "hook {} of {}/{} ({}; committed_at_ms={}, {} bytes)",
-                v.hook, v.tenant, v.source, v.stored, v.committed_at_ms, v.body_bytes
+            let now = store.now_ms().await?;
+            let committed = match v.stored.as_str() {
+                "gone" => "its body is gone; only its history is left".to_string(),
+                _ => format!(
+                    "committed {}, {}",
+                    human::when(v.committed_at_ms, now),
+                    human::count(v.body_bytes, "byte", "bytes")
+                ),
+            };
+            outln!(
+                "hook {} of {}/{} ({}; {committed})",
+                v.hook,
+                v.tenant,
+                if v.source.is_empty() { "-" } else { &v.source },
+                v.stored
             );
-            println!("rows:");
-            for r in &v.rows {
-                println!("  {}", row_line(r));
+            if let Some(et) = &v.event_type {
+                outln!("event type: {}", human::esc(et));
             }
-            println!("attempts:");
+            if !v.headers.is_empty() {
+                let headers: Vec<String> = v
+                    .headers
+                    .iter()
+                    .map(|(k, val)| format!("{k}: {val}"))
+                    .collect();
+                outln!("headers: {}", human::esc(&headers.join(", ")));
+            }
+            outln!("\nrows:\n{}", rows_table(&v.rows, now));
             if v.attempts.is_empty() {
-                println!("  (none recorded)");
-            }
-            for a in &v.attempts {
-                println!("{}", attempt_line(a));
+                outln!("\nattempts: none recorded");
+            } else {
+                outln!("\nattempts:\n{}", attempts_table(&v.attempts, now));
             }
             Ok(())
+        }
+        HooksCmd::Cancel { tenant, hook } => {
+            let r = visibility::cancel(store, tenant, *hook).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                outln!("{}", r.message);
+            }
+            if r.cancelled {
+                Ok(())
+            } else if json {
+                // The answer is the one JSON document; the exit code says nothing changed.
+                std::process::exit(1);
+            } else {
+                Err(Error::Other(format!(
+                    "hook {hook} not cancelled ({})",
+                    r.outcome
+                )))
+            }
         }
         HooksCmd::Resend {
             tenant,
@@ -171,10 +282,7 @@ pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> R
                 if json {
                     return print_json(&r);
                 }
-                println!(
-                    "hook {} resent as hook {} ({} rows)",
-                    r.hook, r.new_hook, r.rows
-                );
+                outln!("{}", resent_line(&r));
                 return Ok(());
             }
             let pace = ankusa::dlq::ReplayOptions {
@@ -198,20 +306,17 @@ pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> R
                 }
             } else {
                 for x in &r.resent {
-                    println!(
-                        "hook {} resent as hook {} ({} rows)",
-                        x.hook, x.new_hook, x.rows
-                    );
+                    outln!("{}", resent_line(x));
                 }
                 for f in &r.failed {
-                    println!("hook {} not resent: {}", f.hook, f.error);
+                    outln!("hook {} not resent: {}", f.hook, human::esc(&f.error));
                 }
-                println!(
-                    "resent {} of {} hooks; paused {} times, {} ms",
+                outln!(
+                    "resent {} of {}; paused {}, {}",
                     r.resent.len(),
-                    hook.len(),
-                    r.pauses,
-                    r.paused_ms
+                    human::count(hook.len() as u64, "hook", "hooks"),
+                    human::count(r.pauses, "time", "times"),
+                    human::span(r.paused_ms)
                 );
             }
             if r.failed.is_empty() {
@@ -239,40 +344,84 @@ pub async fn rows(store: &Store, cmd: &RowsCmd, json: bool) -> Result<(), Error>
     if json {
         return print_json(&page);
     }
-    for r in &page.rows {
-        println!("{}", row_line(r));
-    }
-    if page.truncated {
-        println!("(more rows: raise --limit)");
-    }
     if page.rows.is_empty() {
-        eprintln!("no rows");
+        let filtered = source.is_some() || state.is_some();
+        outln!(
+            "no rows{} for tenant {tenant}",
+            if filtered { " match" } else { " pending" }
+        );
+        return Ok(());
+    }
+    let now = store.now_ms().await?;
+    outln!("{}", rows_table(&page.rows, now));
+    if page.more {
+        outln!("… more rows match: raise --limit");
     }
     Ok(())
 }
 
 /// `ankusa tenants top`.
 pub async fn tenants(store: &Store, cmd: &TenantsCmd, json: bool) -> Result<(), Error> {
-    let TenantsCmd::Top { limit } = cmd;
-    let top = visibility::tenants_top(store, None, *limit).await?;
+    let TenantsCmd::Top { limit, by } = cmd;
+    let by = match by {
+        TopOrder::Rows => visibility::TopBy::Rows,
+        TopOrder::Bytes => visibility::TopBy::Bytes,
+    };
+    let top = visibility::tenants_top_by(store, None, *limit, by).await?;
     if json {
         return print_json(&top);
     }
-    println!(
-        "{:<24} {:>9} {:>9} {:>9} {:>13} {:>9}  failing sinks",
-        "tenant", "due", "due now", "claimed", "oldest lag ms", "retrying"
-    );
-    for t in &top {
-        println!(
-            "{:<24} {:>9} {:>9} {:>9} {:>13} {:>9}  {}",
-            t.tenant,
-            t.due_rows,
-            t.due_now,
-            t.claimed,
-            t.oldest_lag_ms,
-            t.retrying_rows,
-            t.failing_sinks.join(",")
+    if top.tenants.is_empty() {
+        outln!(
+            "{}",
+            if by == visibility::TopBy::Bytes {
+                "no tenants hold body bytes"
+            } else {
+                "no tenants have rows"
+            }
         );
+        return Ok(());
+    }
+    let lines = top.tenants.iter().map(|t| {
+        vec![
+            t.tenant.clone(),
+            t.due_rows.to_string(),
+            t.due_now.to_string(),
+            t.claimed.to_string(),
+            if t.oldest_lag_ms > 0 {
+                human::span(t.oldest_lag_ms as u64)
+            } else {
+                "-".into()
+            },
+            t.retrying_rows.to_string(),
+            if t.failing_sinks.is_empty() {
+                "-".into()
+            } else {
+                t.failing_sinks.join(",")
+            },
+            human::bytes(t.bytes),
+            human::bytes(t.kept_bytes),
+        ]
+    });
+    outln!(
+        "{}",
+        human::table(
+            &[
+                "TENANT",
+                "DUE",
+                "DUE NOW",
+                "CLAIMED",
+                "OLDEST LAG",
+                "RETRYING",
+                "FAILING SINKS",
+                "BYTES",
+                "KEPT"
+            ],
+            lines
+        )
+    );
+    if top.more {
+        outln!("… more tenants have rows: raise --limit");
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
     let handle = ankusa::metrics::install(&cfg.instance);
     ankusa::metrics::describe();
     ankusa::metrics::init_series();
+    ankusa::metrics::init_partition_series(cfg.partitions);
     let listener = tokio::net::TcpListener::bind(&cfg.admin.listen)
         .await
         .map_err(|e| {
@@ -33,7 +34,14 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
         })?;
     // Signals are taken from here on, so a Ctrl-C while starting is not lost.
     let mut signals = crate::cli::signals::Signals::install()?;
-    let worker = Arc::new(Worker::start(cfg.clone(), name).await?);
+    // Worker::start may wait for Redis (redis.startup_wait_ms): a stop meanwhile ends it.
+    let worker = tokio::select! {
+        w = Worker::start(cfg.clone(), name) => Arc::new(w?),
+        _ = signals.until_stop(|| {}) => {
+            tracing::info!("stopped before the worker started");
+            return Ok(());
+        }
+    };
     let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes)
         .with_idempotency_ms(cfg.commit.idempotency_ms);
     let stop = tokio_util::sync::CancellationToken::new();
@@ -45,17 +53,13 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
             Ok(c)
         })
     };
-    let st = ankusa::admin::AdminState {
-        worker: worker.clone(),
+    let st = ankusa::admin::AdminState::new(
+        worker.clone(),
         producer,
-        metrics: handle,
-        token: cfg.admin.token.clone(),
-        ingest_token: cfg.admin.ingest_token.clone(),
-        max_body_bytes: cfg.commit.max_hook_bytes,
-        request_timeout: std::time::Duration::from_millis(cfg.admin.request_timeout_ms),
-        event_type_headers: cfg.admin.event_type_headers.clone(),
-        reload: Some(reload.clone()),
-    };
+        handle,
+        &cfg,
+        Some(reload.clone()),
+    );
     let bound = listener
         .local_addr()
         .map(|a| a.to_string())

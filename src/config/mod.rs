@@ -1,4 +1,4 @@
-//! Configuration: layered, strict, validated once (R24, R29, R14).
+//! Configuration: layered, strict, validated once.
 //!
 //! Layers, later wins:
 //! 1. [`DEFAULT_CONFIG_TOML`], the commented file `config/ankusa.toml` embedded in the binary;
@@ -28,15 +28,18 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
+mod duration;
 mod env;
 mod sections;
 mod validate;
 
+pub use duration::parse_ms;
 use env::{parse_error, EnvOverrides};
 pub use sections::{
-    AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
-    HttpConfig, LeaderConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig,
-    SecretsConfig, TelemetryConfig, TenantLimits,
+    AdminConfig, Bound, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
+    HttpConfig, LeaderConfig, LimitsConfig, OperatorConfig, RedisConfig, ResolvedLimits,
+    RetryConfig, SecretsConfig, SourceBounds, SourcePolicy, TelemetryConfig, TenantConfig,
+    TenantLimits,
 };
 
 /// The default configuration: every key with its default value and a comment.
@@ -87,7 +90,7 @@ pub struct Config {
     /// [`crate::keyspace::partition_of`] its id; each has its own lease, so up to this many
     /// workers lead at once. `1..=1024`, default 1 (the layout from before partitions).
     /// Recorded in Redis at first start; changing it needs the procedure of
-    /// `docs/operations.md` ("Partitions").
+    /// `docs/running.md` ("Partitions").
     pub partitions: u32,
     /// Redis connection.
     pub redis: RedisConfig,
@@ -109,6 +112,12 @@ pub struct Config {
     pub http: HttpConfig,
     /// Which secret references sink options may resolve (`docs/security.md`).
     pub secrets: SecretsConfig,
+    /// The operator's bounds on every source (`docs/operations.md` "Source limits").
+    pub limits: LimitsConfig,
+    /// The operator's policy per tenant, `[tenants.<id>]` (`docs/security.md`): overrides of
+    /// `[limits]`, shared secrets granted to it, custom SQS/Pub/Sub endpoints, the worker's
+    /// own cloud credentials for named queues and topics. Default empty.
+    pub tenants: BTreeMap<String, TenantConfig>,
     /// Attempt history, resend retention and per-tenant metrics (`docs/operations.md`).
     pub history: HistoryConfig,
     /// Optional OpenTelemetry trace export of attempts (`docs/operations.md`).
@@ -179,6 +188,8 @@ impl Default for Config {
             claim_check: ClaimCheckConfig::default(),
             http: HttpConfig::default(),
             secrets: SecretsConfig::default(),
+            limits: LimitsConfig::default(),
+            tenants: BTreeMap::new(),
             history: HistoryConfig::default(),
             telemetry: TelemetryConfig::default(),
             operator: OperatorConfig::default(),

@@ -1,6 +1,6 @@
 //! The config sections: `[redis]`, `[leader]`, `[dispatch]`, `[retry]`, `[commit]`,
-//! `[admin]`, `[dlq]`, `[history]`, `[claim_check]`, `[http]`, `[secrets]`, with their defaults
-//! and the per-tenant limits (R14, R24).
+//! `[admin]`, `[dlq]`, `[history]`, `[claim_check]`, `[http]`, `[secrets]`, `[limits]`,
+//! `[tenants.<id>]`, with their defaults and the per-tenant limits (R14, R24).
 
 use super::*;
 
@@ -16,17 +16,184 @@ pub struct HttpConfig {
     pub allow_cidrs: Vec<String>,
 }
 
-/// Which secret references (`${env:NAME}`, `${file:/path}`) sink options may use.
+/// Which secret references (`${env:NAME}`, `${file:/path}`) sink options may use: each
+/// tenant only its own namespace (`crate::secrets`, `docs/operations.md` "Secret namespaces").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecretsConfig {
-    /// `${env:NAME}` resolves only names starting with this prefix; `[A-Z0-9_]+`, and under
-    /// `ANKUSA_` only `ANKUSA_SECRET_…` (the worker's own settings are never readable).
-    /// Default `"ANKUSA_SECRET_"`.
+    /// Tenant `T`'s `${env:NAME}` resolves only names starting with this prefix, then `T`'s
+    /// part ([`crate::secrets::env_tenant_part`]) and `__`: `ANKUSA_SECRET_ACME__TOKEN`.
+    /// `[A-Z0-9_]+`; under `ANKUSA_` only `ANKUSA_SECRET_…`, and never under or a start of
+    /// `AWS_`, `GOOGLE_` or `AZURE_`. Default `"ANKUSA_SECRET_"`.
     pub env_prefix: String,
-    /// `${file:/path}` resolves only files under this absolute directory (after following
-    /// symlinks); empty disables file references. Default `"/run/secrets"`.
+    /// Tenant `T`'s `${file:/path}` resolves only files under `<file_dir>/T/` (after
+    /// following symlinks). Empty: file references are refused. An absolute directory other
+    /// than `/` that holds no Kubernetes, EKS or Azure token mount and lies in none
+    /// ([`crate::secrets::file_dir_problem`]). Default empty.
     pub file_dir: String,
+}
+
+/// The operator's bounds on every source (`[limits]`), checked at `source put` by the CLI,
+/// the admin API and [`crate::store::Store::put_source`] alike; `[tenants.<id>]` overrides
+/// them for one tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Most sink entries of one source (one hook makes a row per entry); 1..=1000.
+    /// Default 20.
+    pub max_sinks_per_source: usize,
+    /// Most `headers` of one http sink entry; <= 1000. Default 32.
+    pub max_headers_per_entry: usize,
+    /// Most bytes of one http entry's `headers`, names and values as written; <= 1048576.
+    /// Default 8192.
+    pub max_header_bytes: usize,
+    /// Sink modules a source may use (`http`, `sqs`, `pubsub`). Default all three.
+    pub modules: Vec<String>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_sinks_per_source: 20,
+            max_headers_per_entry: 32,
+            max_header_bytes: 8192,
+            modules: crate::sinks::registry::names()
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+}
+
+/// One `[tenants.<id>]` section: the operator's policy for one tenant. Unset bounds fall
+/// back to `[limits]`; a tenant is granted nothing beyond the secure default (no shared
+/// secret, no custom endpoint, no ambient credentials: `docs/security.md`, "Egress") unless
+/// its section says so.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantConfig {
+    /// `limits.max_sinks_per_source` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sinks_per_source: Option<usize>,
+    /// `limits.max_headers_per_entry` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_headers_per_entry: Option<usize>,
+    /// `limits.max_header_bytes` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_header_bytes: Option<usize>,
+    /// `limits.modules` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<Vec<String>>,
+    /// Environment variables this tenant's `${env:…}` may read beyond its own namespace,
+    /// granted by the operator (e.g. a secret several tenants share); each a full name under
+    /// `secrets.env_prefix`. Default empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shared_secrets: Vec<String>,
+    /// The tenant may name its own SQS endpoint (`endpoint_url`, or a queue URL outside AWS)
+    /// and its own Pub/Sub `endpoint`; the address guard (`[http]`) still applies to them.
+    /// Default false.
+    pub custom_endpoints: bool,
+    /// SQS queue ARNs (`arn:aws:sqs:<region>:<account>:<queue>`) and Pub/Sub topics
+    /// (`projects/<project>/topics/<topic>`) the worker's own cloud credentials (the AWS
+    /// credential chain, the metadata server's token) may publish to for this tenant; an
+    /// entry ending in `*` grants every name it prefixes. Default empty: the tenant brings
+    /// its own credentials by reference.
+    pub ambient_credentials: Vec<String>,
+}
+
+/// One bound on sources with the config key that sets it, so a refusal can name both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound<T> {
+    /// The value in force.
+    pub value: T,
+    /// The dotted key it comes from: `limits.<key>` or `tenants.<id>.<key>`.
+    pub key: String,
+}
+
+/// The bounds on one tenant's sources: `[limits]` under its `[tenants.<id>]` overrides, and
+/// the `[retry]` caps no entry's own retry policy may exceed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceBounds {
+    /// Most sink entries of one source.
+    pub max_sinks_per_source: Bound<usize>,
+    /// Most `headers` of one http entry.
+    pub max_headers_per_entry: Bound<usize>,
+    /// Most bytes of one http entry's `headers`.
+    pub max_header_bytes: Bound<usize>,
+    /// Sink modules the tenant may use.
+    pub modules: Bound<Vec<String>>,
+    /// `retry.max_attempts` (0: no limit): an entry's `retry.max_attempts` must be
+    /// 1..=this when it is set.
+    pub max_attempts: u32,
+    /// `retry.max_elapsed_ms`: an entry's `retry.max_elapsed_ms` must be <= this.
+    pub max_elapsed_ms: u64,
+}
+
+/// The operator's bounds on every tenant's sources: what [`SourceBounds`] are made of.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SourcePolicy {
+    /// `[limits]`.
+    pub limits: LimitsConfig,
+    /// `[tenants.<id>]`, by tenant id.
+    pub tenants: BTreeMap<String, TenantConfig>,
+    /// `[retry]`, whose caps entries' retry policies stay under.
+    pub retry: RetryConfig,
+}
+
+impl SourcePolicy {
+    /// The policy of a validated config.
+    pub fn from_config(c: &Config) -> SourcePolicy {
+        SourcePolicy {
+            limits: c.limits.clone(),
+            tenants: c.tenants.clone(),
+            retry: c.retry.clone(),
+        }
+    }
+
+    /// The bounds on `tenant`'s sources.
+    pub fn bounds(&self, tenant: &str) -> SourceBounds {
+        let t = self.tenants.get(tenant);
+        fn pick<T: Clone>(own: Option<&T>, global: &T, tenant: &str, name: &str) -> Bound<T> {
+            match own {
+                Some(v) => Bound {
+                    value: v.clone(),
+                    key: format!("tenants.{tenant}.{name}"),
+                },
+                None => Bound {
+                    value: global.clone(),
+                    key: format!("limits.{name}"),
+                },
+            }
+        }
+        let l = &self.limits;
+        SourceBounds {
+            max_sinks_per_source: pick(
+                t.and_then(|t| t.max_sinks_per_source.as_ref()),
+                &l.max_sinks_per_source,
+                tenant,
+                "max_sinks_per_source",
+            ),
+            max_headers_per_entry: pick(
+                t.and_then(|t| t.max_headers_per_entry.as_ref()),
+                &l.max_headers_per_entry,
+                tenant,
+                "max_headers_per_entry",
+            ),
+            max_header_bytes: pick(
+                t.and_then(|t| t.max_header_bytes.as_ref()),
+                &l.max_header_bytes,
+                tenant,
+                "max_header_bytes",
+            ),
+            modules: pick(
+                t.and_then(|t| t.modules.as_ref()),
+                &l.modules,
+                tenant,
+                "modules",
+            ),
+            max_attempts: self.retry.max_attempts,
+            max_elapsed_ms: self.retry.max_elapsed_ms,
+        }
+    }
 }
 
 impl Default for HttpConfig {
@@ -42,7 +209,7 @@ impl Default for SecretsConfig {
     fn default() -> Self {
         SecretsConfig {
             env_prefix: crate::secrets::DEFAULT_ENV_PREFIX.into(),
-            file_dir: "/run/secrets".into(),
+            file_dir: String::new(),
         }
     }
 }
@@ -55,17 +222,33 @@ pub struct RedisConfig {
     /// server), `rediss://…` (one server over TLS), `redis-cluster://host:port[?node=host:port…]`
     /// (a Redis Cluster: the nodes are seeds, the rest is discovered) or
     /// `redis-sentinel://host:port[/db]?sentinelServiceName=NAME[&node=host:port…]` (the master
-    /// the sentinels name, followed across failovers). Any other form is refused at start
-    /// (`crate::store::url`). Default `"redis://127.0.0.1:6379"`.
+    /// the sentinels name, followed across failovers); `rediss-cluster://…` and
+    /// `rediss-sentinel://…` are the same over TLS (every node; the sentinels and the servers
+    /// they name). Any other form is refused at start (`crate::store::url`). Default
+    /// `"redis://127.0.0.1:6379"`.
     pub url: String,
     /// Start even when Redis may evict keys (a `maxmemory-policy` other than `noeviction`);
     /// eviction silently loses queued hooks. Default `false`.
     pub allow_evicting: bool,
     /// Deadline of one Redis command, ms; > 0. Default 5000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub command_timeout_ms: u64,
-    /// PEM file of the CA certificates that verify the server of a `rediss://` URL; empty
+    /// How long `ankusa worker` waits at start for a Redis it cannot reach yet (connection
+    /// refused or timing out, Redis still loading its data), ms, trying again with backoff
+    /// and logging each try; then it exits. 0 exits at once. At most 1 day. Default 60000.
+    #[serde(deserialize_with = "super::duration::ms")]
+    pub startup_wait_ms: u64,
+    /// How long a commit waits for every replica attached to the primary to acknowledge it
+    /// (`WAIT`) before it is answered, ms; 0 answers as soon as the primary has it. A commit
+    /// not acknowledged in time is answered as a retryable error (ingest 503), never as a
+    /// success, so a failover cannot lose an acknowledged hook. Only with replicas attached,
+    /// and not on a Redis Cluster (set `min-replicas-to-write` there). 0..=60000. Default 1000.
+    #[serde(deserialize_with = "super::duration::ms")]
+    pub commit_wait_ms: u64,
+    /// PEM file of the CA certificates that verify the server of a `rediss://` URL (and the
+    /// nodes of `rediss-cluster://`, the sentinels and servers of `rediss-sentinel://`); empty
     /// means the system's trust store. Certificates are always verified (there is no way
-    /// to turn verification off). Needs a `rediss://` URL. Default empty.
+    /// to turn verification off). Needs a `rediss…://` URL. Default empty.
     pub tls_ca_file: String,
     /// PEM file of this client's certificate chain for mutual TLS (Redis'
     /// `tls-auth-clients yes`); set together with `tls_key_file`. Needs a `rediss://` URL.
@@ -81,13 +264,16 @@ pub struct RedisConfig {
 pub struct LeaderConfig {
     /// Lifetime of the lease, ms: a standby takes over this long after the leader stops
     /// renewing; >= 1000. Default 10000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub lease_ms: u64,
     /// Renewal interval, ms; 0 means `lease_ms / 3`, otherwise < `lease_ms / 2` so that one
     /// missed renewal does not lose the lease. Default 0. Read it through
     /// [`LeaderConfig::renew_interval_ms`].
+    #[serde(deserialize_with = "super::duration::ms")]
     pub renew_ms: u64,
     /// On shutdown, how long in-flight attempts may finish before the lease is released, ms.
     /// Default 10000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub shutdown_grace_ms: u64,
     /// Self-check: a leader whose scheduler made no progress (no rows claimed, no attempt
     /// finished, no outcome settled) for this many lease intervals while rows are due or
@@ -113,6 +299,7 @@ pub struct DispatchConfig {
     pub batch: usize,
     /// An attempt still running after this is cancelled and counts as failed, ms; > 0.
     /// Default 30000 (R7).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub attempt_timeout_ms: u64,
     /// Attempts running at once per sink key; > 0. Default 8 (R15).
     pub sink_concurrency: usize,
@@ -120,10 +307,13 @@ pub struct DispatchConfig {
     /// Default 5 (R16).
     pub breaker_failures: u32,
     /// First open period of a breaker, ms, doubled per consecutive open; > 0. Default 5000 (R16).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub breaker_open_ms: u64,
     /// Longest open period of a breaker, ms; >= `breaker_open_ms`. Default 300000 (R16).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub breaker_max_open_ms: u64,
     /// Safety poll for due rows when no wake-up arrives, ms; > 0. Default 1000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub poll_ms: u64,
     /// Most outcomes written in one settle batch (one script call); > 0. Default 1000 (R4).
     pub settle_batch: usize,
@@ -131,6 +321,7 @@ pub struct DispatchConfig {
     /// every other client of Redis while it runs): a call stops taking tenants, rows or
     /// outcomes once 3/5 of it has passed, and the pages adapt so calls stay under 4/5 of it
     /// (`batch` and `settle_batch` are the upper bounds); 1..=1000. Default 5 (issue 17.11).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub script_budget_ms: u64,
     /// Per-tenant windows keyed by tenant id, plus `"default"` for every tenant without an entry
     /// (R14). Resolve them with [`DispatchConfig::tenant_limits`]. Default empty.
@@ -150,6 +341,12 @@ pub struct TenantLimits {
     /// The tenant's attempts running at once. Default: unset (fall back).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
+    /// The tenant's share against other tenants that want more than there is: each claim
+    /// page (rows and body bytes) and the free attempt slots are split in proportion to the
+    /// weights of the tenants due; 1..=1000. Default: unset (fall back to
+    /// `dispatch.tenants.default.weight`, then 1). Reloadable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 /// A tenant's effective limits, from [`DispatchConfig::tenant_limits`].
@@ -168,8 +365,10 @@ pub struct ResolvedLimits {
 #[serde(default, deny_unknown_fields)]
 pub struct RetryConfig {
     /// Backoff after the first failed attempt, ms; > 0. Default 1000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub initial_backoff_ms: u64,
     /// Longest backoff, ms; >= `initial_backoff_ms`. Default 600000 (10 min).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub max_backoff_ms: u64,
     /// Backoff growth factor per failed attempt; finite, >= 1.0. Default 2.0.
     pub multiplier: f64,
@@ -178,15 +377,18 @@ pub struct RetryConfig {
     pub jitter: f64,
     /// Retry horizon from a row's first attempt, ms; past it the row is dead-lettered; > 0.
     /// Default 86400000 (24 h) (R9).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub max_elapsed_ms: u64,
     /// Attempts before a row is dead-lettered; 0 = no limit, only the horizon applies.
     /// Default 0.
     pub max_attempts: u32,
     /// Upper bound on a sink's `Retry-After` hint, ms. Default 3600000 (1 h).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub retry_after_max_ms: u64,
     /// Floor of every retry delay, ms: no retry is due sooner after a failed attempt,
     /// whatever the backoff, its jitter or a sink's `Retry-After` (`0`, a date in the
     /// past) says; <= `max_backoff_ms`. Default 1000 (R8).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub min_backoff_ms: u64,
 }
 
@@ -199,7 +401,13 @@ pub struct CommitConfig {
     pub max_hook_bytes: usize,
     /// How long a producer idempotency key answers the first hook's id instead of
     /// committing again, ms; > 0. Default 86400000 (24 h).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub idempotency_ms: u64,
+    /// How far ahead a hook may be scheduled (`deliver_at`, a delay), ms; a commit further
+    /// ahead is refused naming this key. Kept server side by the leader (the commit script
+    /// enforces it whoever commits). 1..=3153600000000 (100 years). Default 2592000000 (30 days).
+    #[serde(deserialize_with = "super::duration::ms")]
+    pub max_delay_ms: u64,
 }
 
 /// Metrics, ingest and admin HTTP listener (R27); see `docs/security.md` "Admin and ingest".
@@ -221,10 +429,12 @@ pub struct AdminConfig {
     /// A connection must send a request's whole head (request line and headers) within this,
     /// ms, from its start or from the end of its previous response; otherwise it is closed
     /// (slowloris). > 0. Default 5000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub header_timeout_ms: u64,
     /// Deadline of a request to ingest, `/healthz`, `/readyz` and `/metrics`, body upload
     /// included, ms; past it the answer is 408 `timeout`. The operations under `/admin/*`
     /// run under their own deadlines instead. > 0. Default 30000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub request_timeout_ms: u64,
     /// Connections open at once; one more is closed at once, so a flood cannot take the
     /// worker's file descriptors. > 0. Default 512.
@@ -234,6 +444,24 @@ pub struct AdminConfig {
     /// value must be a valid event type (`model::check_event_type`) or the request is a 400.
     /// Default `["x-event-type", "x-github-event"]`.
     pub event_type_headers: Vec<String>,
+    /// Host names the listener answers to besides IP addresses and `localhost` (any
+    /// port): `name` (any port) or `name:port`, e.g. the service name Prometheus scrapes or
+    /// the name behind a reverse proxy. A request with another `Host` is 403
+    /// `untrusted_host`, so a web page cannot reach the API by DNS rebinding. Default empty.
+    pub public_hosts: Vec<String>,
+    /// Request headers of an ingest that a hook keeps and its deliveries carry: lowercase
+    /// names, or prefixes ending in `*` (`x-acme-*`); no other header is forwarded. Never
+    /// `authorization`, `cookie`, framing or hop-by-hop headers
+    /// ([`AdminConfig::NEVER_FORWARDED`]), nor `webhook-*` / `ankusa-*`. Default
+    /// `["content-type", "content-encoding", "user-agent", "x-event-type", "x-request-id",
+    /// "x-github-event", "x-github-delivery", "x-gitlab-event"]`; the W3C trace context
+    /// (`traceparent`, `tracestate`) only when listed.
+    pub forward_headers: Vec<String>,
+    /// Origins that may frame the tenant portal (`/portal/`) in an iframe, e.g. the
+    /// operator's own product: `https://app.example.com` (scheme, host and port; no path).
+    /// Sent as the portal's `Content-Security-Policy: frame-ancestors`; empty (the
+    /// default): no site may frame it. The operator console (`/ui/`) is never framed.
+    pub portal_frame_ancestors: Vec<String>,
 }
 
 /// Retention of dead letters and of the hook bodies they keep (a hook is kept while a dead
@@ -243,12 +471,14 @@ pub struct AdminConfig {
 pub struct DlqConfig {
     /// Dead letters older than this are purged, ms; 0 keeps them whatever their age.
     /// Default 604800000 (7 days).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub max_age_ms: u64,
     /// Most dead letters kept per tenant; the oldest beyond it are purged; 0 = no limit.
     /// Default 100000.
     pub max_per_tenant: u64,
     /// How often the leader applies the retention, ms; 0 = never on its own (only
     /// `ankusa dlq purge` does). Default 60000.
+    #[serde(deserialize_with = "super::duration::ms")]
     pub sweep_ms: u64,
 }
 
@@ -261,10 +491,15 @@ pub struct HistoryConfig {
     pub enabled: bool,
     /// Records and kept hooks expire this long after a hook's last record, ms; > 0.
     /// Default 86400000 (24 h).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub max_age_ms: u64,
     /// Most hooks per tenant with records or a kept body; the least recently attempted
     /// beyond it lose theirs; > 0. Default 10000.
     pub max_per_tenant: u64,
+    /// Most body bytes of delivered hooks kept for resend, per partition; past it the oldest
+    /// kept give way (as every kept hook does while Redis refuses commits for memory); 0 = no
+    /// budget (age and count only). Default 67108864 (64 MiB).
+    pub kept_max_bytes: u64,
     /// Tenants that get per-tenant gauges (`ankusa_tenant_*`, labelled `tenant`); others are
     /// seen only with `ankusa tenants top`, so the label stays bounded. Default empty.
     pub metrics_tenants: Vec<String>,
@@ -363,6 +598,7 @@ pub struct ClaimCheckConfig {
     /// still wait on a queue, and an SQS Extended Client consumer deletes the payload itself.
     /// 0 = ankusa never deletes blobs (the consumer or a bucket lifecycle rule does).
     /// Default 604800000 (7 days).
+    #[serde(deserialize_with = "super::duration::ms")]
     pub retention_ms: u64,
 }
 
@@ -385,6 +621,7 @@ impl Default for HistoryConfig {
             enabled: true,
             max_age_ms: 24 * 3_600_000,
             max_per_tenant: 10_000,
+            kept_max_bytes: 64 << 20,
             metrics_tenants: Vec::new(),
         }
     }
@@ -406,6 +643,8 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
             allow_evicting: false,
             command_timeout_ms: 5_000,
+            startup_wait_ms: 60_000,
+            commit_wait_ms: 1_000,
             tls_ca_file: String::new(),
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
@@ -464,6 +703,7 @@ impl Default for CommitConfig {
         CommitConfig {
             max_hook_bytes: 10 << 20,
             idempotency_ms: 24 * 3_600_000,
+            max_delay_ms: 30 * 24 * 3_600_000,
         }
     }
 }
@@ -478,11 +718,43 @@ impl Default for AdminConfig {
             request_timeout_ms: 30_000,
             max_connections: 512,
             event_type_headers: vec!["x-event-type".into(), "x-github-event".into()],
+            public_hosts: Vec::new(),
+            portal_frame_ancestors: Vec::new(),
+            forward_headers: [
+                "content-type",
+                "content-encoding",
+                "user-agent",
+                "x-event-type",
+                "x-request-id",
+                "x-github-event",
+                "x-github-delivery",
+                "x-gitlab-event",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 }
 
 impl AdminConfig {
+    /// Request headers ingest never forwards, whatever `forward_headers` says: the
+    /// request's own credentials, its framing, and hop-by-hop headers.
+    pub const NEVER_FORWARDED: &'static [&'static str] = &[
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    ];
+
     /// Checked where the listener is served (`ankusa worker`, `ankusa config check`), not by
     /// [`Config::validate`], so the CLI's other commands run in an image whose environment
     /// sets `admin.listen = 0.0.0.0:…`: a `listen` address beyond loopback needs `token`.
@@ -539,6 +811,33 @@ impl DispatchConfig {
             max_inflight_bytes: resolve(layers, |t| t.max_inflight_bytes, self.max_inflight_bytes),
             concurrency: resolve(layers, |t| t.concurrency, self.concurrency),
         }
+    }
+}
+
+impl DispatchConfig {
+    /// A tenant's weight (`dispatch.tenants.<id>.weight`, else the `default` entry's, else
+    /// 1): its share of a claim page and of free slots against the other tenants due.
+    pub fn tenant_weight(&self, tenant: &str) -> u32 {
+        [self.tenants.get(tenant), self.tenants.get(DEFAULT_TENANT)]
+            .into_iter()
+            .flatten()
+            .find_map(|t| t.weight)
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// The tenants whose weight is not 1, with their weight, and the weight of a tenant not
+    /// listed (`default`'s, else 1): what a claim is told.
+    pub fn tenant_weights(&self) -> (u32, Vec<(&str, u32)>) {
+        let default = self.tenant_weight(DEFAULT_TENANT);
+        let listed = self
+            .tenants
+            .keys()
+            .filter(|id| id.as_str() != DEFAULT_TENANT)
+            .map(|id| (id.as_str(), self.tenant_weight(id)))
+            .filter(|(_, w)| *w != default)
+            .collect();
+        (default, listed)
     }
 }
 

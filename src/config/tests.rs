@@ -428,3 +428,172 @@ fn the_script_budget_is_between_one_millisecond_and_one_second() {
     }
     assert!(problems("[dispatch]\nscript_budget_ms = 1\n").is_empty());
 }
+
+#[test]
+fn every_ms_key_takes_a_duration_in_words_in_the_file_and_in_the_environment() {
+    // Every `*_ms` key of the default config, found in its serialised form, so a key added
+    // later is covered without being listed here.
+    let defaults = serde_json::to_value(Config::default()).expect("serialises");
+    let mut keys = Vec::new();
+    let mut stack = vec![(String::new(), &defaults)];
+    while let Some((path, v)) = stack.pop() {
+        if let serde_json::Value::Object(m) = v {
+            for (k, v) in m {
+                let key = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                if k.ends_with("_ms") && v.is_u64() {
+                    keys.push(key);
+                } else if v.is_object() && !key.starts_with("dispatch.tenants") {
+                    stack.push((key, v));
+                }
+            }
+        }
+    }
+    assert!(keys.len() >= 20, "{keys:?}");
+    let value_of = |c: &Config, key: &str| {
+        let v = serde_json::to_value(c).expect("serialises");
+        key.split('.').fold(v, |v, k| v[k].clone())
+    };
+    for key in &keys {
+        let (section, name) = key.rsplit_once('.').unwrap_or(("", key));
+        let toml = if section.is_empty() {
+            format!("{name} = \"2h\"\n")
+        } else {
+            format!("[{section}]\n{name} = \"2h\"\n")
+        };
+        // Validation may refuse 2 h for some keys: parse through figment alone.
+        let parsed: Config =
+            figment::Figment::from(figment::providers::Toml::string(DEFAULT_CONFIG_TOML))
+                .merge(figment::providers::Toml::string(&toml))
+                .extract()
+                .unwrap_or_else(|e| panic!("{key} = \"2h\": {e}"));
+        assert_eq!(value_of(&parsed, key), 7_200_000, "{key} = \"2h\"");
+        let var = format!("ANKUSA_{}", key.replace('.', "__").to_ascii_uppercase());
+        let env = EnvOverrides::from_vars([(var.as_str(), "90s")]);
+        let parsed: Config =
+            figment::Figment::from(figment::providers::Toml::string(DEFAULT_CONFIG_TOML))
+                .merge(env)
+                .extract()
+                .unwrap_or_else(|e| panic!("{var}=90s: {e}"));
+        assert_eq!(value_of(&parsed, key), 90_000, "{var}=90s");
+    }
+    // Integers keep their meaning, and a word that is no duration names its key.
+    let c = Config::from_toml_str("[leader]\nlease_ms = 15000\n").expect("valid");
+    assert_eq!(c.leader.lease_ms, 15_000);
+    let c = Config::from_toml_str("[leader]\nlease_ms = \"15s\"\n").expect("valid");
+    assert_eq!(c.leader.lease_ms, 15_000);
+    let message = parse_message(Config::from_toml_str("[leader]\nlease_ms = \"soon\"\n"));
+    assert!(
+        message.contains("leader.lease_ms") && message.contains("30s"),
+        "{message}"
+    );
+}
+
+#[test]
+fn public_hosts_and_forwarded_headers_are_checked_naming_the_entry() {
+    let found = problems(
+        "[admin]\n\
+         public_hosts = [\"worker-1\", \"ankusa.example.com:443\", \"http://x\", \"a/b\", \".evil\", \"\"]\n\
+         forward_headers = [\"content-type\", \"x-acme-*\", \"*\", \"Cookie\", \"cookie\", \"webhook-id\", \"host\"]\n",
+    );
+    for bad in [
+        "admin.public_hosts[2]",
+        "admin.public_hosts[3]",
+        "admin.public_hosts[4]",
+        "admin.public_hosts[5]",
+        "admin.forward_headers[2]",
+        "admin.forward_headers[3]",
+        "admin.forward_headers[4]",
+        "admin.forward_headers[5]",
+        "admin.forward_headers[6]",
+    ] {
+        assert!(found.iter().any(|p| p.starts_with(bad)), "{bad}: {found:?}");
+    }
+    for good in [
+        "admin.public_hosts[0]",
+        "admin.public_hosts[1]",
+        "admin.forward_headers[0]",
+        "admin.forward_headers[1]",
+    ] {
+        assert!(
+            !found.iter().any(|p| p.starts_with(good)),
+            "{good}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn limits_tenant_sections_and_secret_namespaces_are_checked_naming_the_key() {
+    let found = problems(
+        "[limits]\nmax_sinks_per_source = 0\nmodules = [\"http\", \"ftp\"]\n\
+         [tenants.acme]\nmax_sinks_per_source = 5000\nmax_header_bytes = 99999999\n\
+         shared_secrets = [\"AWS_SECRET_ACCESS_KEY\", \"ANKUSA_SECRET_SHARED_OK\"]\n\
+         [tenants.\"a b\"]\nmodules = [\"sqs\"]\n\
+         [secrets]\nfile_dir = \"/var/run/secrets/kubernetes.io\"\n",
+    );
+    for key in [
+        "limits.max_sinks_per_source: must be 1..=1000",
+        "limits.modules[1]: \"ftp\" is no sink module",
+        "tenants.acme.max_sinks_per_source: must be 1..=1000",
+        "tenants.acme.max_header_bytes: must be <= 1048576",
+        "tenants.acme.shared_secrets[0]: \"AWS_SECRET_ACCESS_KEY\"",
+        "tenants.a b: tenant id must match",
+        "secrets.file_dir: \"/var/run/secrets/kubernetes.io\" holds or lies in a platform credential mount",
+    ] {
+        assert!(found.iter().any(|p| p.starts_with(key)), "{key}: {found:?}");
+    }
+    assert!(
+        !found.iter().any(|p| p.contains("shared_secrets[1]")),
+        "{found:?}"
+    );
+    for prefix in [
+        "ANKUSA",
+        "A",
+        "ANKUSA_",
+        "GOOGLE_",
+        "AZURE",
+        "ankusa_secret_",
+    ] {
+        let found = problems(&format!("[secrets]\nenv_prefix = {prefix:?}\n"));
+        assert_eq!(found.len(), 1, "{prefix}: {found:?}");
+        assert!(found[0].starts_with("secrets.env_prefix: "), "{found:?}");
+    }
+    assert!(problems("[secrets]\nenv_prefix = \"ACME_HOOKS_\"\n").is_empty());
+    // The file_dir default is off, and the old default is refused.
+    assert_eq!(Config::default().secrets.file_dir, "");
+    let found = problems("[secrets]\nfile_dir = \"/run/secrets\"\n");
+    assert!(found[0].starts_with("secrets.file_dir: "), "{found:?}");
+
+    let c = Config::from_toml_str(
+        "[limits]\nmax_sinks_per_source = 10\n[tenants.acme]\nmax_sinks_per_source = 50\n\
+         modules = [\"http\"]\n[retry]\nmax_attempts = 3\n",
+    )
+    .expect("valid");
+    let policy = SourcePolicy::from_config(&c);
+    let acme = policy.bounds("acme");
+    assert_eq!(
+        (
+            acme.max_sinks_per_source.value,
+            acme.max_sinks_per_source.key.as_str()
+        ),
+        (50, "tenants.acme.max_sinks_per_source")
+    );
+    assert_eq!(acme.modules.value, ["http"]);
+    assert_eq!(
+        acme.max_headers_per_entry.key,
+        "limits.max_headers_per_entry"
+    );
+    assert_eq!(acme.max_attempts, 3);
+    let beta = policy.bounds("beta");
+    assert_eq!(
+        (
+            beta.max_sinks_per_source.value,
+            beta.max_sinks_per_source.key.as_str()
+        ),
+        (10, "limits.max_sinks_per_source")
+    );
+    assert_eq!(beta.modules.value, ["http", "sqs", "pubsub"]);
+}

@@ -3,9 +3,11 @@
 
 use super::{
     AdminConfig, ClaimCheckConfig, CommitConfig, Config, ConfigError, ConfigProblem,
-    DispatchConfig, HistoryConfig, HttpConfig, LeaderConfig, OperatorConfig, RedisConfig,
-    RetryConfig, SecretsConfig, SocketAddr, TelemetryConfig, DEFAULT_TENANT, MAX_PARTITIONS,
+    DispatchConfig, HistoryConfig, HttpConfig, LeaderConfig, LimitsConfig, OperatorConfig,
+    RedisConfig, RetryConfig, SecretsConfig, SocketAddr, TelemetryConfig, TenantConfig,
+    DEFAULT_TENANT, MAX_PARTITIONS,
 };
+use std::collections::BTreeMap;
 
 const GT0: &str = "must be > 0";
 
@@ -37,6 +39,8 @@ impl Config {
         claim_check(&self.claim_check, &mut p);
         http(&self.http, &mut p);
         secrets(&self.secrets, &mut p);
+        limits(&self.limits, &mut p);
+        tenants(&self.tenants, &self.secrets, &mut p);
         match p.0.is_empty() {
             true => Ok(()),
             false => Err(ConfigError::Invalid(p.0)),
@@ -47,14 +51,20 @@ impl Config {
 /// `[redis]`: the Redis connection: a URL this build can serve, TLS files only with TLS.
 fn redis(r: &RedisConfig, p: &mut Problems) {
     if let Err(e) = crate::store::url::topology(&r.url) {
-        p.check(
-            false,
-            "redis.url",
-            format!("{} cannot be served by this build: {}", e.url, e.reason),
-        );
+        p.check(false, "redis.url", format!("{} {}", e.url, e.reason));
     }
     p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", GT0);
-    let tls = r.url.starts_with("rediss://");
+    p.check(
+        r.startup_wait_ms <= 86_400_000,
+        "redis.startup_wait_ms",
+        "must be at most 1 day (86400000 ms); 0 = do not wait",
+    );
+    p.check(
+        r.commit_wait_ms <= 60_000,
+        "redis.commit_wait_ms",
+        "must be at most 60000 (0 answers commits without waiting for replicas)",
+    );
+    let tls = crate::store::url::is_tls(&r.url);
     for (key, file) in [
         ("redis.tls_ca_file", &r.tls_ca_file),
         ("redis.tls_cert_file", &r.tls_cert_file),
@@ -133,6 +143,11 @@ fn dispatch(d: &DispatchConfig, p: &mut Problems) {
             format!("{key}.max_inflight_bytes"),
             GT0,
         );
+        p.check(
+            t.weight.map_or(true, |w| (1..=1000).contains(&w)),
+            format!("{key}.weight"),
+            "must be 1..=1000",
+        );
         p.check(t.concurrency != Some(0), format!("{key}.concurrency"), GT0);
     }
 }
@@ -172,7 +187,17 @@ fn commit(c: &CommitConfig, p: &mut Problems) {
         "must be <= 536870912 (Redis' string limit)",
     );
     p.check(c.idempotency_ms > 0, "commit.idempotency_ms", GT0);
+    p.check(c.max_delay_ms > 0, "commit.max_delay_ms", GT0);
+    p.check(
+        c.max_delay_ms <= MAX_DELAY_MS,
+        "commit.max_delay_ms",
+        "must be <= 3153600000000 (100 years)",
+    );
 }
+
+/// The largest `commit.max_delay_ms`: 100 years, far inside the 2^53 ms the scripts keep
+/// exact.
+const MAX_DELAY_MS: u64 = 100 * 365 * 24 * 3_600_000;
 
 /// `[history]`: the attempt history's retention, the tenants given their own series.
 fn history(h: &HistoryConfig, p: &mut Problems) {
@@ -262,6 +287,48 @@ fn admin(a: &AdminConfig, p: &mut Problems) {
         "admin.event_type_headers",
         "every name must be a lowercase header name ([a-z0-9-]+)",
     );
+    for (i, h) in a.public_hosts.iter().enumerate() {
+        let name = crate::admin::split_host(h).map(|(n, _)| n);
+        p.check(
+            name.is_some_and(|n| {
+                !n.starts_with('.')
+                    && !n.ends_with('.')
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+            }),
+            format!("admin.public_hosts[{i}]"),
+            "must be a host name or name:port (no scheme, path or wildcard), e.g. worker-1 or ankusa.example.com:443",
+        );
+    }
+    for (i, o) in a.portal_frame_ancestors.iter().enumerate() {
+        p.check(
+            crate::console::frame_origin(o).is_some(),
+            format!("admin.portal_frame_ancestors[{i}]"),
+            "must be an origin: http(s)://host[:port], no path, query or wildcard, e.g. https://app.example.com",
+        );
+    }
+    for (i, h) in a.forward_headers.iter().enumerate() {
+        let key = format!("admin.forward_headers[{i}]");
+        let name = h.strip_suffix('*').unwrap_or(h);
+        p.check(
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            &key,
+            "must be a lowercase header name ([a-z0-9-]+), or a prefix of one ending in * (not * alone)",
+        );
+        p.check(
+            !AdminConfig::NEVER_FORWARDED.contains(&h.as_str()),
+            &key,
+            "is never forwarded: the request's credentials, framing and hop-by-hop headers stay with it",
+        );
+        p.check(
+            !["webhook-", "ankusa-"].iter().any(|r| h.starts_with(r)),
+            &key,
+            "webhook-* and ankusa-* headers are the product's own: a producer cannot set them",
+        );
+    }
 }
 
 /// `[claim_check]`: the claim-check store.
@@ -298,18 +365,127 @@ fn http(http: &HttpConfig, p: &mut Problems) {
     }
 }
 
-/// `[secrets]`: where secret references are read from.
+/// `[secrets]`: where secret references are read from: a prefix that reaches neither the
+/// worker's own settings nor a cloud SDK's, a directory that holds no platform token.
 fn secrets(s: &SecretsConfig, p: &mut Problems) {
-    p.check(
-        crate::secrets::valid_env_prefix(&s.env_prefix),
-        "secrets.env_prefix",
-        "must match [A-Z0-9_]+ and, under ANKUSA_, start with ANKUSA_SECRET_",
+    if let Some(why) = crate::secrets::env_prefix_problem(&s.env_prefix) {
+        p.check(false, "secrets.env_prefix", why);
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    if let Some(why) = crate::secrets::file_dir_problem(&s.file_dir, &env) {
+        p.check(false, "secrets.file_dir", why);
+    }
+}
+
+/// The most `limits.max_sinks_per_source` may be: one hook makes a row per entry in one
+/// commit-script call.
+const MAX_SINKS_CAP: usize = 1_000;
+/// The most `limits.max_headers_per_entry` may be.
+const MAX_HEADERS_CAP: usize = 1_000;
+/// The most `limits.max_header_bytes` may be.
+const MAX_HEADER_BYTES_CAP: usize = 1 << 20;
+
+/// One set of source bounds, `[limits]` or a `[tenants.<id>]` section (`section` is the key
+/// path before the field names).
+fn source_bounds(
+    section: &str,
+    sinks: Option<usize>,
+    headers: Option<usize>,
+    header_bytes: Option<usize>,
+    modules: Option<&[String]>,
+    p: &mut Problems,
+) {
+    if let Some(v) = sinks {
+        p.check(
+            (1..=MAX_SINKS_CAP).contains(&v),
+            format!("{section}.max_sinks_per_source"),
+            format!("must be 1..={MAX_SINKS_CAP}"),
+        );
+    }
+    if let Some(v) = headers {
+        p.check(
+            v <= MAX_HEADERS_CAP,
+            format!("{section}.max_headers_per_entry"),
+            format!("must be <= {MAX_HEADERS_CAP}"),
+        );
+    }
+    if let Some(v) = header_bytes {
+        p.check(
+            v <= MAX_HEADER_BYTES_CAP,
+            format!("{section}.max_header_bytes"),
+            format!("must be <= {MAX_HEADER_BYTES_CAP}"),
+        );
+    }
+    for (i, m) in modules.unwrap_or_default().iter().enumerate() {
+        p.check(
+            crate::sinks::registry::find(m).is_some(),
+            format!("{section}.modules[{i}]"),
+            format!(
+                "{m:?} is no sink module (known: {})",
+                crate::sinks::registry::names()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+}
+
+/// `[limits]`: the bounds on every source.
+fn limits(l: &LimitsConfig, p: &mut Problems) {
+    source_bounds(
+        "limits",
+        Some(l.max_sinks_per_source),
+        Some(l.max_headers_per_entry),
+        Some(l.max_header_bytes),
+        Some(&l.modules),
+        p,
     );
-    p.check(
-        s.file_dir.is_empty() || (s.file_dir.starts_with('/') && s.file_dir != "/"),
-        "secrets.file_dir",
-        "must be empty (no file references) or an absolute directory other than /",
-    );
+}
+
+/// `[tenants.<id>]`: a valid tenant id, its bounds, shared secrets under the env prefix, every
+/// ambient-credential grant a queue ARN or a topic.
+fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Problems) {
+    for (id, c) in t {
+        let key = format!("tenants.{id}");
+        p.check(
+            crate::model::check_id("tenant", id).is_ok(),
+            &key,
+            "tenant id must match [A-Za-z0-9_.-]{1,128}",
+        );
+        source_bounds(
+            &key,
+            c.max_sinks_per_source,
+            c.max_headers_per_entry,
+            c.max_header_bytes,
+            c.modules.as_deref(),
+            p,
+        );
+        for (i, name) in c.shared_secrets.iter().enumerate() {
+            p.check(
+                name.len() > s.env_prefix.len()
+                    && name.starts_with(&s.env_prefix)
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                format!("{key}.shared_secrets[{i}]"),
+                format!(
+                    "{name:?} must be an environment variable name ([A-Z0-9_]+) under \
+                     secrets.env_prefix = {:?}",
+                    s.env_prefix
+                ),
+            );
+        }
+        for (i, g) in c.ambient_credentials.iter().enumerate() {
+            p.check(
+                crate::sinks::guard::valid_ambient_grant(g),
+                format!("{key}.ambient_credentials[{i}]"),
+                format!(
+                    "{g:?} must be an SQS queue ARN (arn:aws:sqs:<region>:<account>:<queue>) or a \
+                     Pub/Sub topic (projects/<project>/topics/<topic>), optionally ending in *"
+                ),
+            );
+        }
+    }
 }
 
 /// Collects validation problems so that all are reported at once.

@@ -42,21 +42,13 @@ impl Session {
                 bucket.take(now);
             }
             let tx = self.tx.clone();
-            let http = self.ctx.http.clone();
-            let span = attempt_span(&job);
+            let sinks = self.ctx.sinks.clone();
+            let span = attempt_span(&mut job);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
                     let d = job.delivery();
-                    let fut = async {
-                        match &*job.target {
-                            Target::Http(opts) => http.deliver_status(opts, &d).await.map(Some),
-                            _ => Err(AttemptError::permanent(
-                                ErrorKind::Other,
-                                "batching sink in a slot",
-                            )),
-                        }
-                    };
+                    let fut = job.target.deliver(&sinks, &d);
                     let result = match tokio::time::timeout(timeout, fut).await {
                         Ok(r) => r.map(|status| job.status = status),
                         Err(_) => Err(AttemptError::Timeout(timeout)),
@@ -150,152 +142,83 @@ impl Session {
     /// Park a row until its breaker closes (R16): attempt count unchanged, due again after
     /// `d` plus up to half of `breaker_open_ms` of jitter, so a recovering endpoint is not hit by
     /// the whole backlog at once; never past the row's retry horizon, and a row parked at or
-    /// past it is dead-lettered `retry_horizon(module)`.
+    /// past it is dead-lettered `retry_horizon(module)` (`core::park_delay`).
     pub(super) fn park(&mut self, job: Job, d: Duration) {
-        let spread = self.cfg.dispatch.breaker_open_ms / 2;
-        let delay = d.as_millis() as u64
-            + if spread > 0 {
-                rand::random::<u64>() % spread
-            } else {
-                0
-            };
+        let delay = super::core::park_delay(d, self.cfg.dispatch.breaker_open_ms, rand::random());
         self.park_ms(job, delay);
     }
 
     /// Park a row for exactly `delay` ms (a breaker's period with its jitter, or a rate
-    /// limit's wait, P9): attempt count unchanged, never past the row's retry horizon.
-    pub(super) fn park_ms(&mut self, job: Job, mut delay: u64) {
-        let now = job.redis_now_ms();
+    /// limit's wait, P9): attempt count unchanged, never past the row's retry horizon
+    /// (`core::park_op`).
+    pub(super) fn park_ms(&mut self, job: Job, delay: u64) {
         let module = job.key.module.to_string();
-        // The entry's own horizon when it sets one (P9).
-        let max_elapsed_ms = job
-            .entry
-            .retry
-            .as_ref()
-            .and_then(|r| r.max_elapsed_ms)
-            .unwrap_or(self.cfg.retry.max_elapsed_ms);
-        let op = match job.first_attempt_ms {
-            Some(first) => {
-                let horizon = first.saturating_add(max_elapsed_ms as i64);
-                if now >= horizon {
-                    metrics::counter!("ankusa_deliveries_total", "module" => module.clone(), "outcome" => "dead_lettered").increment(1);
-                    // No error of its own: settle keeps the row's last attempt error.
-                    SettleOp::DeadLetter {
-                        reason: DeadReason::RetryHorizon(module.clone()),
-                        error: String::new(),
-                    }
-                } else {
-                    delay = delay.min((horizon - now) as u64);
-                    SettleOp::Park { delay_ms: delay }
-                }
-            }
-            None => SettleOp::Park { delay_ms: delay },
-        };
+        // The entry's own horizon when it sets one (P9), never past the operator's.
+        let max_elapsed_ms = backoff::horizon_ms(&self.cfg.retry, job.entry.retry.as_ref());
+        let op = super::core::park_op(
+            job.redis_now_ms(),
+            job.first_attempt_ms,
+            max_elapsed_ms,
+            delay,
+            &module,
+        );
         if matches!(op, SettleOp::Park { .. }) {
             metrics::counter!("ankusa_parked_rows_total").increment(1);
-            metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "parked")
-                .increment(1);
         }
+        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => super::core::outcome_label(&op))
+            .increment(1);
         self.push_job(job, op);
     }
 
-    /// A retryable failure's settle operation: retry after backoff, or dead-letter at the
-    /// retry horizon or after `retry.max_attempts` (R7, R9), under the entry's own retry
-    /// policy over the global one (P9).
-    #[allow(clippy::too_many_arguments)]
-    fn retry_op(
-        &self,
-        entry: Option<&crate::model::EntryRetry>,
-        module: &'static str,
-        attempts: u32,
-        first: i64,
-        now: i64,
-        retry_after: Option<Duration>,
-        error: String,
-    ) -> SettleOp {
-        let error = truncate(error, ERROR_MAX_BYTES);
-        let policy = backoff::effective(&self.cfg.retry, entry);
-        let decision = backoff::decide_policy(
-            &policy,
-            attempts,
-            first,
-            now,
-            retry_after,
-            rand::random::<f64>(),
-        );
-        let reason = match decision {
-            backoff::RetryDecision::RetryIn(delay_ms) => {
-                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "retry").increment(1);
-                return SettleOp::Retry { delay_ms, error };
-            }
-            backoff::RetryDecision::Horizon => DeadReason::RetryHorizon(module.into()),
-            backoff::RetryDecision::MaxAttempts => DeadReason::MaxAttempts(module.into()),
-        };
-        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
-        SettleOp::DeadLetter { reason, error }
-    }
-
+    /// A finished attempt: its settle operation (`core::attempt_op`, under the entry's own
+    /// retry policy over the global one, P9), its metrics, its history record and its "attempt
+    /// failed" line.
     pub(super) fn record_attempt(
         &mut self,
         job: Job,
         result: Result<(), AttemptError>,
         elapsed: Duration,
     ) {
-        let module = job.target.module().as_str();
+        let module = job.target.module();
         let now = job.redis_now_ms();
         let attempts = job.attempts + 1;
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
         self.track_failure(&job, &result);
         let kind = result.as_ref().err().map(AttemptError::kind);
-        // A retryable failure (`result` labels its duration): retried or dead-lettered.
-        let retry = |result: &'static str, retry_after: Option<Duration>, error: String| {
-            metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => result).record(elapsed.as_secs_f64());
-            self.retry_op(
-                job.entry.retry.as_ref(),
-                module,
-                attempts,
-                first,
-                now,
-                retry_after,
-                error,
-            )
+        let policy = backoff::effective(&self.cfg.retry, job.entry.retry.as_ref());
+        let row = super::core::RetryState {
+            attempts,
+            first_ms: first,
+            now_ms: now,
+            draw: rand::random::<f64>(),
         };
-        let op = match result {
-            Ok(()) => {
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "ok").record(elapsed.as_secs_f64());
-                metrics::histogram!("ankusa_delivery_latency_seconds", "module" => module)
-                    .record((now - job.hook.committed_at_ms).max(0) as f64 / 1000.0);
-                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "delivered").increment(1);
-                metrics::counter!("ankusa_rows_delivered_total", "module" => module).increment(1);
-                SettleOp::Delivered
-            }
-            Err(AttemptError::Permanent { error: reason, .. }) => {
-                metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => "error").record(elapsed.as_secs_f64());
-                metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => "dead_lettered").increment(1);
-                let reason = truncate(reason, ERROR_MAX_BYTES);
-                SettleOp::DeadLetter {
-                    reason: DeadReason::Permanent(reason.clone()),
-                    error: reason,
-                }
-            }
-            Err(AttemptError::Timeout(after)) => retry(
-                "timeout",
-                None,
-                format!("attempt_timeout({}ms)", after.as_millis()),
-            ),
-            Err(AttemptError::Retry {
-                error, retry_after, ..
-            }) => retry("error", retry_after, error),
-        };
+        let super::core::AttemptOp { op, result } =
+            super::core::attempt_op(result, &policy, row, module);
+        metrics::histogram!("ankusa_attempt_duration_seconds", "module" => module, "result" => result).record(elapsed.as_secs_f64());
+        if op == SettleOp::Delivered {
+            metrics::histogram!("ankusa_delivery_latency_seconds", "module" => module)
+                .record((now - job.hook.committed_at_ms).max(0) as f64 / 1000.0);
+            metrics::counter!("ankusa_rows_delivered_total", "module" => module).increment(1);
+        }
+        metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => super::core::outcome_label(&op)).increment(1);
         let record = attempt_record(&job, attempts, now, elapsed, &op, kind);
         if let Some(e) = &record.error {
-            info!(tenant = %job.tenant, row = %job.row, attempt = attempts, status = record.status,
-                error = %e, next_attempt_ms = record.next_attempt_ms, reason = record.reason.as_deref(),
-                "attempt failed");
+            // In the attempt's span: the line carries its fields (tenant, source, sink,
+            // module, row, attempt) and, with export on, its trace and span ids.
+            job.span.in_scope(|| {
+                info!(status = record.status, error = %e, next_attempt_ms = record.next_attempt_ms,
+                    reason = record.reason.as_deref(), "attempt failed")
+            });
         }
         let hook = job.hook_id;
         self.push_outcome(
-            job.tenant, job.row, job.claim, attempts, first, op, job.bytes,
+            job.tenant,
+            job.row.to_string(),
+            job.claim,
+            attempts,
+            first,
+            op,
+            job.bytes,
         );
         if let Some(p) = self.pending.last_mut() {
             p.record = Some((hook, record));
@@ -303,14 +226,23 @@ impl Session {
     }
 }
 
-/// The `attempt` span of `job`'s next attempt; its outcome, status and error are recorded
-/// at the end ([`record_outcome`]).
-pub(super) fn attempt_span(job: &Job) -> tracing::Span {
+/// The `attempt` span of `job`'s next attempt, kept in the job with its `traceparent`; its
+/// outcome, status and error are recorded at the end ([`record_outcome`]).
+pub(super) fn attempt_span(job: &mut Job) -> tracing::Span {
     let span = tracing::info_span!("attempt", tenant = %job.tenant, source = %job.key.source, sink = i64::from(job.key.index),
         module = %job.key.module, row = %job.row, attempt = i64::from(job.attempts) + 1, outcome = tracing::field::Empty,
-        status = tracing::field::Empty, error = tracing::field::Empty);
+        status = tracing::field::Empty, error = tracing::field::Empty, trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty);
     // A child of the producer's traceparent when spans are exported (crate::telemetry).
     crate::telemetry::link(&span, &job.hook.headers);
+    // With export on, the log lines in the span name its trace, and the request carries the
+    // span as the receiver's parent.
+    job.traceparent = crate::telemetry::span_ids(&span).map(|ids| {
+        span.record("trace_id", tracing::field::display(&ids.trace_id));
+        span.record("span_id", tracing::field::display(&ids.span_id));
+        ids.traceparent
+    });
+    job.span = span.clone();
     span
 }
 
@@ -323,11 +255,11 @@ pub(super) fn attempt_record(
     elapsed: Duration,
     op: &SettleOp,
     kind: Option<crate::sinks::ErrorKind>,
-) -> crate::visibility::AttemptRecord {
+) -> crate::store::AttemptRecord {
     let kind = kind.unwrap_or(crate::sinks::ErrorKind::Other);
     let duration_ms = elapsed.as_millis() as u64;
-    let base = crate::visibility::AttemptRecord {
-        row: job.row.clone(),
+    let base = crate::store::AttemptRecord {
+        row: job.row.to_string(),
         sink: job.key.index,
         attempt,
         started_ms: now - duration_ms as i64,
@@ -340,11 +272,11 @@ pub(super) fn attempt_record(
         reason: None,
     };
     match op {
-        SettleOp::Retry { delay_ms, error } => crate::visibility::AttemptRecord {
+        SettleOp::Retry { delay_ms, error } => crate::store::AttemptRecord {
             next_attempt_ms: Some(now + *delay_ms as i64),
             ..base.failed("retry", error, kind)
         },
-        SettleOp::DeadLetter { reason, error } => crate::visibility::AttemptRecord {
+        SettleOp::DeadLetter { reason, error } => crate::store::AttemptRecord {
             reason: Some(reason.to_string()),
             ..base.failed("dead_lettered", error, kind)
         },

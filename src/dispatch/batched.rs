@@ -22,13 +22,12 @@
 //!    exactly as an HTTP attempt does ([`Session::handle_batched`]); when a key's breaker
 //!    opens, its staged rows and its queued, unsent entries are taken back and parked.
 
-use super::{breaker, Event, Job, Session, SinkKey, Target};
+use super::{breaker, Event, Job, Session, SinkKey};
 use crate::claim_check::{self, BlobStore, Payload};
-use crate::model::{Module, RowId};
+use crate::model::RowId;
 use crate::sinks::batcher::{Batcher, Limits, Reply, Submission};
-use crate::sinks::pubsub::{PubSubClients, PubSubTarget};
-use crate::sinks::sqs::{SqsClients, SqsTarget};
-use crate::sinks::{AttemptError, BatchMessage, Delivery, ErrorKind, Sink};
+use crate::sinks::registry::Destination;
+use crate::sinks::{AttemptError, ErrorKind};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -37,82 +36,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch, OnceCell};
 use tracing::{debug, warn, Instrument};
-
-/// A batching sink's resolved options: where its rows go and how messages are built.
-#[derive(Debug)]
-pub(super) enum Resolved {
-    Sqs(SqsTarget),
-    PubSub(PubSubTarget),
-}
-
-impl Resolved {
-    fn destination(&self) -> &str {
-        match self {
-            Resolved::Sqs(t) => &t.destination,
-            Resolved::PubSub(t) => &t.destination,
-        }
-    }
-    fn limits(&self) -> Limits {
-        match self {
-            Resolved::Sqs(t) => t.limits(),
-            Resolved::PubSub(t) => t.limits(),
-        }
-    }
-    fn module(&self) -> &'static str {
-        match self {
-            Resolved::Sqs(_) => Module::Sqs.as_str(),
-            Resolved::PubSub(_) => Module::PubSub.as_str(),
-        }
-    }
-    fn message(
-        &self,
-        d: &Delivery,
-        payload: &Payload,
-        lane: Option<&str>,
-    ) -> Result<BatchMessage, AttemptError> {
-        match self {
-            Resolved::Sqs(t) => t.message(d, payload, lane),
-            Resolved::PubSub(t) => t.message(d, payload, lane),
-        }
-    }
-}
-
-impl Target {
-    /// Whether rows of this target go through a batcher (R17).
-    pub(super) fn batched(&self) -> bool {
-        match self {
-            Target::Http(o) => o.batched(),
-            Target::Sqs { opts, .. } => opts.batched(),
-            Target::PubSub { opts, .. } => opts.batched(),
-        }
-    }
-
-    fn inline_max_bytes(&self, headers: &str) -> Option<usize> {
-        match self {
-            Target::Http(o) => o.inline_max_bytes(headers),
-            Target::Sqs { opts, .. } => opts.inline_max_bytes(headers),
-            Target::PubSub { opts, .. } => opts.inline_max_bytes(headers),
-        }
-    }
-
-    /// Whether a message needs the row's lane id: ordered entries to a FIFO queue (its
-    /// `MessageGroupId`) or to Pub/Sub (its ordering key).
-    fn needs_lane(&self, r: &Resolved) -> bool {
-        match (self, r) {
-            (Target::Sqs { ordered, .. }, Resolved::Sqs(t)) => *ordered && t.fifo,
-            (Target::PubSub { ordered, .. }, _) => *ordered,
-            _ => false,
-        }
-    }
-
-    fn resolve(&self, secrets: &crate::secrets::SecretPolicy) -> Result<Resolved, String> {
-        match self {
-            Target::Sqs { opts, .. } => opts.resolve(secrets).map(Resolved::Sqs),
-            Target::PubSub { opts, .. } => opts.resolve(secrets).map(Resolved::PubSub),
-            Target::Http(_) => Err("http is not a batching sink".into()),
-        }
-    }
-}
 
 /// What a batched attempt brings back to the session loop.
 pub(super) enum BatchedEvent {
@@ -141,11 +64,14 @@ struct HookCheck {
 
 type PackItem = (u64, Bytes, watch::Sender<Option<Result<String, String>>>);
 
+/// A row staged for a destination, with what its options resolved to.
+type Staged = (Job, Arc<dyn Destination>);
+
 /// One destination: its batcher and the rows staged for it.
 struct Dest {
     batcher: Batcher,
     limits: Limits,
-    staged: HashMap<Arc<str>, VecDeque<(Job, Arc<Resolved>)>>,
+    staged: HashMap<Arc<str>, VecDeque<Staged>>,
     line: VecDeque<Arc<str>>,
     submitted: usize,
     per_tenant: HashMap<Arc<str>, usize>,
@@ -153,14 +79,12 @@ struct Dest {
 
 /// Batching-sink state of one session.
 pub(super) struct Batched {
-    sqs: SqsClients,
-    pubsub: Result<PubSubClients, String>,
     blobs: Result<BlobStore, String>,
     concurrency: Arc<AtomicUsize>,
     dests: HashMap<Arc<str>, Dest>,
     checks: HashMap<u64, HookCheck>,
     /// Rows holding a reference on their hook's check-in.
-    registered: std::collections::HashSet<String>,
+    registered: std::collections::HashSet<RowId>,
     pack: HashMap<String, Vec<PackItem>>,
 }
 
@@ -171,8 +95,6 @@ impl Batched {
             warn!(error = %e, "claim-check store unavailable: large bodies for batching sinks will fail and retry");
         }
         Batched {
-            sqs: SqsClients::default(),
-            pubsub: PubSubClients::new(),
             blobs,
             concurrency: Arc::new(AtomicUsize::new(cfg.dispatch.sink_concurrency)),
             dests: HashMap::new(),
@@ -214,20 +136,25 @@ fn key_hash(k: &SinkKey) -> u64 {
 impl Session {
     /// Stage a claimed row of a batching sink (its window room is already held).
     pub(super) fn push_batched(&mut self, job: Job) {
-        let resolved = match job.target.resolve(self.ctx.http.secrets()) {
-            Ok(r) => Arc::new(r),
+        let Some(batching) = job.target.batching() else {
+            return self.finish_now(job, "not a batching sink".into());
+        };
+        let resolved = match batching.resolve(&self.ctx.sinks.secrets().for_tenant(&job.tenant)) {
+            Ok(r) => r,
             Err(e) => return self.finish_now(job, e),
         };
-        let dest_id = resolved.destination().to_string();
+        // The egress guard on what the options resolved to, for sources stored before the
+        // grants or holding secret references: refused for good, never sent.
+        if let Err(e) = resolved.check_egress(&job.tenant, self.ctx.sinks.edge()) {
+            let module = resolved.module();
+            return self.finish_with(
+                job,
+                AttemptError::permanent(ErrorKind::Other, format!("{module}: {e}")),
+            );
+        }
+        let dest_id = resolved.id().to_string();
         if !self.batched.dests.contains_key(dest_id.as_str()) {
-            let transport = match &*resolved {
-                Resolved::Sqs(t) => self.batched.sqs.transport(t),
-                Resolved::PubSub(t) => match &self.batched.pubsub {
-                    Ok(c) => Ok(c.transport(t)),
-                    Err(e) => Err(e.clone()),
-                },
-            };
-            let transport = match transport {
+            let transport = match resolved.transport(&self.ctx.sinks) {
                 Ok(t) => t,
                 Err(e) => return self.finish_now(job, e),
             };
@@ -269,7 +196,7 @@ impl Session {
                     }),
                 }
             });
-            if b.registered.insert(job.row.clone()) {
+            if b.registered.insert(job.row) {
                 check.refs += 1;
             }
         }
@@ -383,7 +310,7 @@ impl Session {
             self.batched.release_check(&job);
             self.park(job, d);
         }
-        for (job, resolved, dest, batcher) in start {
+        for (mut job, resolved, dest, batcher) in start {
             let check = if self.batched.registered.contains(&job.row) {
                 self.batched
                     .checks
@@ -395,13 +322,13 @@ impl Session {
             let blobs = self.batched.blobs.clone();
             let store = (self.ctx.store.clone(), self.ctx.token.clone());
             let tx = self.tx.clone();
-            let span = super::attempt::attempt_span(&job);
+            let span = super::attempt::attempt_span(&mut job);
             self.attempts.spawn(
                 async move {
                     let started = Instant::now();
                     let deadline = tokio::time::Instant::now() + timeout;
                     let attempt =
-                        run_attempt(&job, &resolved, check, blobs, store, batcher, deadline);
+                        run_attempt(&job, &*resolved, check, blobs, store, batcher, deadline);
                     let answer = match tokio::time::timeout_at(deadline, attempt).await {
                         Ok(a) => a,
                         Err(_) => Reply::Done(Err(AttemptError::Timeout(timeout))),
@@ -512,9 +439,15 @@ impl Session {
     /// counts as a retryable failed attempt, like an HTTP sink's unresolved secret. The
     /// option resolution's message is a plain text: its kind is read from it.
     fn finish_now(&mut self, job: Job, error: String) {
+        let e = AttemptError::retry(ErrorKind::of_text(&error), error);
+        self.finish_with(job, e);
+    }
+
+    /// End an attempt before it reached a batcher with `error`.
+    fn finish_with(&mut self, job: Job, error: AttemptError) {
         let _ = self.tx.send(Event::Batched(BatchedEvent::Finished {
             job,
-            result: Err(AttemptError::retry(ErrorKind::of_text(&error), error)),
+            result: Err(error),
             elapsed: Duration::ZERO,
             dest: None,
         }));
@@ -525,7 +458,7 @@ impl Session {
 /// lane id when the message needs one, the message, the batcher.
 async fn run_attempt(
     job: &Job,
-    resolved: &Resolved,
+    resolved: &dyn Destination,
     check: Option<Arc<SharedCheck>>,
     blobs: Result<BlobStore, String>,
     (store, token): (crate::store::Store, String),
@@ -580,8 +513,8 @@ async fn run_attempt(
     } else {
         Payload::Inline(job.hook.body.clone())
     };
-    let lane = if job.target.needs_lane(resolved) {
-        let sink = RowId::parse(&job.row).map_or(job.key.index, |r| r.sink);
+    let lane = if resolved.needs_lane() {
+        let sink = job.row.sink;
         match store.lane_of(job.hook_id, sink).await {
             Ok(l) => l,
             Err(e) => return retry(format!("reading the lane id: {e}")),

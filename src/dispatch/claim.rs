@@ -41,6 +41,8 @@ impl Session {
         let health = self.ctx.health.clone();
         let claim_page = self.claim_page.clone();
         let budget = Duration::from_millis(self.cfg.dispatch.script_budget_ms);
+        let weights = crate::store::ClaimWeights::from_config(&self.cfg.dispatch);
+        let space = self.ctx.message_space.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let r = claim_and_prepare(
@@ -53,6 +55,8 @@ impl Session {
                 &tight,
                 &bytes,
                 budget,
+                &weights,
+                space,
             )
             .await;
             health.record_write("claim", &r);
@@ -91,11 +95,13 @@ pub(super) async fn claim_and_prepare(
     rooms: &[(String, usize)],
     bytes: &crate::store::ByteRooms,
     budget: Duration,
+    weights: &crate::store::ClaimWeights,
+    space: Arc<str>,
 ) -> Result<Prepared, StoreError> {
     let skip_refs: Vec<&str> = skip.iter().map(String::as_str).collect();
     let room_refs: Vec<(&str, usize)> = rooms.iter().map(|(t, r)| (t.as_str(), *r)).collect();
     let claim = store
-        .claim_budgeted(
+        .claim_weighted(
             token,
             epoch,
             page,
@@ -104,10 +110,11 @@ pub(super) async fn claim_and_prepare(
             &room_refs,
             Some(bytes),
             Some(budget),
+            weights,
         )
         .await?;
     let ids: Vec<Option<RowId>> = claim.rows.iter().map(|r| RowId::parse(&r.row)).collect();
-    let mut binder = Binder::fetch(store, &ids, claim.now_ms).await?;
+    let mut binder = Binder::fetch(store, &ids, claim.now_ms, space, budget).await?;
     let mut jobs = Vec::with_capacity(claim.rows.len());
     let mut immediate = Vec::new();
     for (r, id) in claim.rows.iter().zip(ids) {
@@ -142,21 +149,30 @@ type EntryId = (String, String, u32);
 struct Binder {
     hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>>,
     specs: HashMap<SourceId, Option<Result<crate::model::SourceSpec, String>>>,
-    targets: HashMap<EntryId, Result<Arc<Target>, String>>,
+    targets: HashMap<EntryId, Result<Arc<dyn Target>, String>>,
     entries: HashMap<EntryId, Arc<SinkEntry>>,
     /// Redis time of the claim (ms) and the local instant it was read.
     now: i64,
     claimed_at: Instant,
+    /// The partition's message space (the random part of `webhook-id`).
+    space: Arc<str>,
 }
 
 impl Binder {
-    /// Read the hooks of `ids` and their sources (pipelined; one round trip each).
-    async fn fetch(store: &Store, ids: &[Option<RowId>], now: i64) -> Result<Binder, StoreError> {
+    /// Read the hooks of `ids` (in calls under `budget`, `dispatch.script_budget_ms`) and
+    /// their sources (pipelined; one round trip).
+    async fn fetch(
+        store: &Store,
+        ids: &[Option<RowId>],
+        now: i64,
+        space: Arc<str>,
+        budget: Duration,
+    ) -> Result<Binder, StoreError> {
         let claimed_at = Instant::now();
         let mut hook_ids: Vec<u64> = ids.iter().flatten().map(|r| r.hook).collect();
         hook_ids.sort_unstable();
         hook_ids.dedup();
-        let hooks = store.fetch_hooks(&hook_ids).await?;
+        let hooks = store.fetch_hooks(&hook_ids, Some(budget)).await?;
         let hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>> = hook_ids
             .iter()
             .copied()
@@ -178,6 +194,7 @@ impl Binder {
             entries: HashMap::new(),
             now,
             claimed_at,
+            space,
         })
     }
 
@@ -239,7 +256,7 @@ impl Binder {
         let target = self
             .targets
             .entry(entry_id.clone())
-            .or_insert_with(|| target_of(spec_entry))
+            .or_insert_with(|| crate::sinks::registry::target_of(spec_entry))
             .clone();
         let entry = self
             .entries
@@ -252,7 +269,7 @@ impl Binder {
         })?;
         Ok(Job {
             tenant: r.tenant.clone(),
-            row: r.row.clone(),
+            row: id,
             claim: r.claim,
             hook_id: id.hook,
             key: SinkKey {
@@ -271,24 +288,10 @@ impl Binder {
             claimed_at: self.claimed_at,
             probe: false,
             status: None,
+            space: self.space.clone(),
+            span: tracing::Span::none(),
+            traceparent: None,
         })
-    }
-}
-
-/// A sink entry's parsed options: where its rows go.
-fn target_of(entry: &SinkEntry) -> Result<Arc<Target>, String> {
-    let ordered = entry.ordered;
-    match Module::parse(&entry.module) {
-        Some(Module::Http) => HttpOpts::from_opts(&entry.opts).map(|o| Arc::new(Target::Http(o))),
-        Some(Module::Sqs) => {
-            SqsOpts::from_opts(&entry.opts).map(|opts| Arc::new(Target::Sqs { opts, ordered }))
-        }
-        Some(Module::PubSub) => PubSubOpts::from_opts(&entry.opts)
-            .map(|opts| Arc::new(Target::PubSub { opts, ordered })),
-        None => Err(format!(
-            "module {} is not supported by this worker",
-            entry.module
-        )),
     }
 }
 

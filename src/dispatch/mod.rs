@@ -15,25 +15,25 @@
 //! | `attempt.rs` | starting attempts, breakers, results into settle operations |
 //! | `settle.rs` | settle batches, their retry, and the drain that ends a term |
 //! | `batched.rs` | batching sinks (SQS, Pub/Sub) and the claim check (R17, R18) |
+//! | `core.rs` | the decisions as pure functions: settle operation of an attempt, park versus the retry horizon, disable, next claim |
 
 mod attempt;
 mod batched;
 mod claim;
+mod core;
 mod policy;
 mod settle;
 
 pub use claim::bind;
 
 use crate::config::Config;
-use crate::model::{DeadReason, Module, RowId, SinkEntry};
+use crate::model::{DeadReason, RowId, SinkEntry};
 use crate::scheduler::backoff;
 use crate::scheduler::breaker::{self, Admit, Breaker};
 use crate::scheduler::rate;
 use crate::scheduler::slots::{self, Slots, Slotted};
-use crate::sinks::http::{HttpOpts, HttpSink};
-use crate::sinks::pubsub::PubSubOpts;
-use crate::sinks::sqs::SqsOpts;
-use crate::sinks::{truncate, AttemptError, Delivery, ErrorKind};
+use crate::sinks::registry::{Sinks, Target};
+use crate::sinks::{truncate, AttemptError, Delivery};
 use crate::store::{ClaimResult, Outcome, SettleOp, Store, StoreError, StoredHook};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,37 +92,12 @@ pub struct SinkKey {
     pub module: Arc<str>,
 }
 
-/// Where a bound row goes.
-#[derive(Debug)]
-enum Target {
-    Http(HttpOpts),
-    /// A batching sink (R17, see [`batched`]); `ordered` entries send their lane id.
-    Sqs {
-        opts: SqsOpts,
-        ordered: bool,
-    },
-    /// A batching sink (R17, see [`batched`]).
-    PubSub {
-        opts: PubSubOpts,
-        ordered: bool,
-    },
-}
-
-impl Target {
-    fn module(&self) -> Module {
-        match self {
-            Target::Http(_) => Module::Http,
-            Target::Sqs { .. } => Module::Sqs,
-            Target::PubSub { .. } => Module::PubSub,
-        }
-    }
-}
-
 /// A claimed row, bound and ready to run.
 #[derive(Debug)]
 struct Job {
     tenant: String,
-    row: String,
+    /// The row, parsed once at the claim.
+    row: RowId,
     /// The claim token it was claimed under (P6).
     claim: u64,
     hook_id: u64,
@@ -131,7 +106,7 @@ struct Job {
     first_attempt_ms: Option<i64>,
     bytes: u64,
     hook: Arc<StoredHook>,
-    target: Arc<Target>,
+    target: Arc<dyn Target>,
     /// The sink entry as the source was at the claim: its policy (retry, rate limit,
     /// disable) applies to this attempt (P9).
     entry: Arc<SinkEntry>,
@@ -143,6 +118,13 @@ struct Job {
     probe: bool,
     /// The status a delivered HTTP attempt answered (for the attempt history).
     status: Option<u16>,
+    /// The partition's message space, the random part of the row's `webhook-id`.
+    space: Arc<str>,
+    /// The `attempt` span of its current attempt (none before it starts): the "attempt
+    /// failed" line is logged in it, so it carries the span's fields and trace ids.
+    span: tracing::Span,
+    /// The attempt span's `traceparent` when spans are exported, sent with the request.
+    traceparent: Option<String>,
 }
 
 impl Job {
@@ -152,15 +134,19 @@ impl Job {
 
     /// What the sink gets for this job's next attempt (slots and batching sinks alike).
     fn delivery(&self) -> Delivery {
+        let row = self.row.to_string();
         Delivery {
             tenant: self.tenant.clone(),
             source: self.hook.source.clone(),
-            row: self.row.clone(),
+            message_id: crate::sinks::message_id(&self.space, &row),
+            row,
             hook: self.hook_id,
             attempt: self.attempts + 1,
             body: self.hook.body.clone(),
             headers: self.hook.headers.clone(),
             committed_at_ms: self.hook.committed_at_ms,
+            event_type: self.hook.event_type.clone(),
+            traceparent: self.traceparent.clone(),
         }
     }
 }
@@ -217,7 +203,7 @@ struct Pending {
     outcome: Outcome,
     bytes: u64,
     /// The attempt's history record and its hook, written by the same settle call.
-    record: Option<(u64, crate::visibility::AttemptRecord)>,
+    record: Option<(u64, crate::store::AttemptRecord)>,
 }
 
 /// What the scheduler shows the rest of the process (metrics, `pressure()`, `tick()`).
@@ -260,6 +246,9 @@ pub struct SessionCtx {
     pub token: String,
     /// Fencing epoch.
     pub epoch: u64,
+    /// The partition's message space ([`Store::message_space`]): every `webhook-id` of
+    /// this term is `msg_<space>_<row id>`.
+    pub message_space: Arc<str>,
     /// Wake notifications from commits (R2).
     pub wake: Arc<Notify>,
     /// Cancelled for a graceful shutdown.
@@ -270,8 +259,9 @@ pub struct SessionCtx {
     pub lease_deadline: watch::Receiver<Instant>,
     /// State published for observers.
     pub state: watch::Sender<SchedulerState>,
-    /// HTTP sink (shared client).
-    pub http: HttpSink,
+    /// The process's sinks: the edge policy and every module's clients, shared by the
+    /// sessions of all its partitions.
+    pub sinks: Sinks,
     /// Heartbeat for the leader's self-check: ticked on every claim with rows, finished
     /// attempt and applied settle.
     pub progress: Arc<Progress>,
@@ -382,6 +372,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
     // and settle (issue 17.10, R18); the window task keeps them current afterwards.
     let settings = [
         ("max_hook_bytes", cfg.commit.max_hook_bytes as u64),
+        ("max_delay_ms", cfg.commit.max_delay_ms),
         ("cc_retention_ms", cfg.claim_check.retention_ms),
     ];
     if let Err(e) = ctx.store.publish_window(&ctx.token, "", 0, &settings).await {
@@ -574,15 +565,17 @@ impl Session {
                 .and_then(|b| b.parks(&settings, Instant::now()))
             {
                 Some(d) => self.park(job, d),
-                None if job.target.batched() => self.push_batched(job),
+                None if job.target.batching().is_some() => self.push_batched(job),
                 None => self.queue_job(job),
             }
         }
         self.pack_scan();
         let poll = Duration::from_millis(self.cfg.dispatch.poll_ms);
-        match next_claim(&p.claim, got, p.page, poll) {
-            NextClaim::Now => self.claim_wanted = true,
-            NextClaim::After(wait) => self.next_scan = tokio::time::Instant::now() + wait,
+        match self::core::next_claim(&p.claim, got, p.page, poll) {
+            self::core::NextClaim::Now => self.claim_wanted = true,
+            self::core::NextClaim::After(wait) => {
+                self.next_scan = tokio::time::Instant::now() + wait
+            }
         }
     }
 
@@ -641,32 +634,5 @@ impl Session {
         self.pending = batch;
         self.settle_retry_at = Some(tokio::time::Instant::now() + self.settle_backoff);
         self.settle_backoff = (self.settle_backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-/// When to claim again after a page.
-#[derive(Debug, PartialEq, Eq)]
-enum NextClaim {
-    /// More is due right away.
-    Now,
-    /// Claim again after this wait.
-    After(Duration),
-}
-
-/// The decision after a page of `got` rows out of `page`; `poll` bounds every wait.
-fn next_claim(claim: &ClaimResult, got: usize, page: usize, poll: Duration) -> NextClaim {
-    if claim.bytes_full {
-        // R5: a due hook does not fit the byte window; an outcome settling frees room and
-        // asks again (the poll is the liveness bound).
-        NextClaim::After(poll)
-    } else if got >= page || claim.budget_stopped {
-        // Full, or cut short by the time budget (issue 17.11): more is due now.
-        NextClaim::Now
-    } else {
-        let wait = match claim.next_due_ms {
-            Some(d) => Duration::from_millis((d - claim.now_ms).max(1) as u64),
-            None => poll,
-        };
-        NextClaim::After(wait.min(poll))
     }
 }

@@ -106,9 +106,14 @@ impl Session {
             .failing_since
             .iter()
             .filter(|(k, r)| {
-                now.duration_since(r.since) >= r.after
-                    && !self.disabling.contains(*k)
-                    && (just_failed == Some(*k) || self.held_back(k))
+                super::core::disable_due(
+                    r.since,
+                    r.after,
+                    now,
+                    self.disabling.contains(*k),
+                    just_failed == Some(*k),
+                    self.held_back(k),
+                )
             })
             .map(|(k, r)| (k.clone(), now.duration_since(r.since), r.error.clone()))
             .collect();
@@ -125,7 +130,7 @@ impl Session {
                 self.tx.clone(),
             );
             let operator = self.cfg.operator.clone();
-            let http = self.ctx.http.clone();
+            let sinks = self.ctx.sinks.clone();
             tokio::spawn(async move {
                 let disabled = crate::model::Disabled {
                     at_ms: breaker::unix_ms() as i64,
@@ -146,7 +151,7 @@ impl Session {
                     Ok(crate::store::SinkStateChange::Changed(event)) => {
                         metrics::counter!("ankusa_sinks_disabled_total").increment(1);
                         let _ = tx.send(Event::Disabled(key, DisableEnd::Disabled));
-                        post_event(&http, &operator, &event).await;
+                        post_event(&sinks, &operator, &event).await;
                     }
                     Ok(crate::store::SinkStateChange::Unchanged) => {
                         // Disabled already, or edited meanwhile (no disable_after_ms now).
@@ -210,7 +215,7 @@ impl Session {
 /// under the http sink's guards; up to 5 attempts, 1 s apart doubling. A failure is logged:
 /// the event stays in the `events` stream either way.
 async fn post_event(
-    http: &HttpSink,
+    sinks: &Sinks,
     operator: &crate::config::OperatorConfig,
     event: &crate::store::SinkEvent,
 ) {
@@ -222,7 +227,14 @@ async fn post_event(
     if let Some(s) = &operator.signing_secret {
         opts.insert("signing_secret".into(), s.clone().into());
     }
-    let opts = match HttpOpts::from_opts(&opts) {
+    let http = match crate::sinks::http::client(sinks) {
+        Ok(h) => h,
+        Err(e) => {
+            warn!(error = %e, "operator.events_url: the event cannot be posted");
+            return;
+        }
+    };
+    let opts = match crate::sinks::http::HttpOpts::from_opts(&opts) {
         Ok(o) => o,
         Err(e) => {
             warn!(error = %e, "operator.events_url: the event cannot be posted");
@@ -242,11 +254,15 @@ async fn post_event(
             tenant: event.tenant.clone(),
             source: event.source.clone(),
             row: event.id.clone(),
+            message_id: event.id.clone(),
             hook: 0,
             attempt,
             body: body.clone().into(),
             headers: r#"{"content-type":"application/json"}"#.into(),
             committed_at_ms: event.at_ms,
+            // `sink_disabled` or `sink_enabled`: a receiver routes on it as on a hook's.
+            event_type: Some(event.kind.clone()),
+            traceparent: None,
         };
         match tokio::time::timeout(Duration::from_secs(30), http.deliver_status(&opts, &d)).await {
             Ok(Ok(_)) => {

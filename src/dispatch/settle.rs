@@ -18,7 +18,7 @@ impl Session {
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         let blobs = self.batched.blobs();
-        let history = crate::visibility::history_arg(
+        let history = crate::store::history_arg(
             &self.cfg.history,
             batch
                 .iter()
@@ -128,7 +128,7 @@ impl Session {
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
         self.push_outcome(
             job.tenant,
-            job.row,
+            job.row.to_string(),
             job.claim,
             job.attempts,
             first,

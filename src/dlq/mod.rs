@@ -1,4 +1,4 @@
-//! Dead letters: browse, show, replay and purge (R8, R9, R19, R20).
+//! Dead letters: browse, show, replay and purge.
 //!
 //! A tenant's dead letters are a Redis stream `dlq:<tenant>` written by `settle.lua` and
 //! `dead_letter_source.lua`; the tenants that have any are in the set `dlq_tenants`. Each
@@ -15,8 +15,6 @@ use crate::config::DlqConfig;
 use crate::error::Error;
 use crate::ops::{pressure, Pressure};
 use crate::store::{DlqPurge, DlqReplayed, Store, StoreError};
-use fred::prelude::*;
-use fred::types::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -54,10 +52,13 @@ pub struct DeadLetter {
     pub error: String,
     /// When it was dead-lettered (ms, Redis clock).
     pub at_ms: i64,
+    /// The hook's event type, when its producer set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
 }
 
 impl DeadLetter {
-    fn from_fields(id: String, fields: &BTreeMap<String, String>) -> DeadLetter {
+    pub(crate) fn from_fields(id: String, fields: &BTreeMap<String, String>) -> DeadLetter {
         let get = |k: &str| fields.get(k).cloned().unwrap_or_default();
         let at = fields.get("at").and_then(|s| s.parse().ok());
         DeadLetter {
@@ -76,11 +77,12 @@ impl DeadLetter {
                 .unwrap_or(0),
             first_attempt_ms: fields.get("first").and_then(|s| s.parse().ok()),
             error: get("error"),
+            event_type: fields.get("et").filter(|e| !e.is_empty()).cloned(),
         }
     }
 
     /// A field by its stream name (`row`, `hook`, `tenant`, `source`, `sink`, `module`,
-    /// `reason`, `attempts`, `first`, `error`, `at`) as text; `""` when absent.
+    /// `reason`, `attempts`, `first`, `error`, `at`, `et`) as text; `""` when absent.
     pub fn get(&self, field: &str) -> String {
         let opt = |v: Option<String>| v.unwrap_or_default();
         match field {
@@ -95,6 +97,7 @@ impl DeadLetter {
             "first" => opt(self.first_attempt_ms.map(|f| f.to_string())),
             "error" => self.error.clone(),
             "at" => self.at_ms.to_string(),
+            "et" => opt(self.event_type.clone()),
             _ => String::new(),
         }
     }
@@ -128,6 +131,8 @@ pub struct Filter {
     pub source: Option<String>,
     /// Only this sink: an index (`0`) or a module (`http`).
     pub sink: Option<String>,
+    /// Only the dead letters of this hook id (its rows, one per sink entry).
+    pub hook: Option<u64>,
     /// Only this reason: its kind (`permanent`, `source_gone`…) or the whole text
     /// (`source_gone(orders)`).
     pub reason: Option<String>,
@@ -153,7 +158,8 @@ impl Filter {
             .reason
             .as_ref()
             .map_or(true, |r| *r == d.reason || r == d.reason_kind());
-        source && sink && reason
+        let hook = self.hook.map_or(true, |h| d.hook == Some(h));
+        source && sink && reason && hook
     }
 
     /// The time bounds in ms (Redis clock), from `now_ms` for relative ones.
@@ -228,12 +234,11 @@ fn id_key(id: &str) -> (u64, u64) {
     (m.parse().unwrap_or(0), s.parse().unwrap_or(0))
 }
 
-/// Tenants that have dead letters, in every partition (issue 13), sorted.
+/// Tenants that have dead letters, in every partition, sorted.
 pub async fn tenants(store: &Store) -> Result<Vec<String>, StoreError> {
     let mut t: Vec<String> = Vec::new();
     for p in store.all_partitions() {
-        let here: Vec<String> = p.client().smembers(p.keyspace().dlq_tenants()).await?;
-        t.extend(here);
+        t.extend(p.dlq_tenants().await?);
     }
     t.sort();
     Ok(t)
@@ -242,32 +247,14 @@ pub async fn tenants(store: &Store) -> Result<Vec<String>, StoreError> {
 /// Number of dead letters of `tenant`.
 pub async fn count(store: &Store, tenant: &str) -> Result<u64, StoreError> {
     let store = store.for_tenant(tenant);
-    Ok(store.client().xlen(store.keyspace().dlq(tenant)).await?)
+    store.dlq_len(tenant).await
 }
 
-pub(crate) fn decode_entries(v: Value) -> Vec<DeadLetter> {
-    let mut out = Vec::new();
-    let Value::Array(entries) = v else { return out };
-    for e in entries {
-        let Value::Array(pair) = e else { continue };
-        let mut it = pair.into_iter();
-        let (Some(id), Some(kv)) = (it.next(), it.next()) else {
-            continue;
-        };
-        let Value::Array(kv) = kv else { continue };
-        let mut fields = BTreeMap::new();
-        for c in kv.chunks_exact(2) {
-            fields.insert(
-                c[0].as_string().unwrap_or_default(),
-                c[1].as_string().unwrap_or_default(),
-            );
-        }
-        out.push(DeadLetter::from_fields(
-            id.as_string().unwrap_or_default(),
-            &fields,
-        ));
-    }
-    out
+fn dead_letters(entries: Vec<crate::store::StreamEntry>) -> Vec<DeadLetter> {
+    entries
+        .into_iter()
+        .map(|e| DeadLetter::from_fields(e.id, &e.fields))
+        .collect()
 }
 
 /// `XRANGE dlq:<tenant> start end COUNT count`.
@@ -279,12 +266,9 @@ async fn range(
     count: u64,
 ) -> Result<Vec<DeadLetter>, Error> {
     let store = store.for_tenant(tenant);
-    let v: Value = store
-        .client()
-        .xrange(store.keyspace().dlq(tenant), start, end, Some(count))
-        .await
-        .map_err(StoreError::from)?;
-    Ok(decode_entries(v))
+    Ok(dead_letters(
+        store.dlq_range(tenant, start, end, count).await?,
+    ))
 }
 
 /// The tenants a filter covers.
@@ -314,12 +298,12 @@ impl Walk {
         bounds: (Option<i64>, Option<i64>),
     ) -> Result<Walk, Error> {
         let store = store.for_tenant(tenant);
-        let last: Value = store
-            .client()
-            .xrevrange(store.keyspace().dlq(tenant), "+", "-", Some(1))
-            .await
-            .map_err(StoreError::from)?;
-        let last = decode_entries(last).into_iter().next().map(|d| d.id);
+        let last = store
+            .dlq_newest(tenant, 1)
+            .await?
+            .into_iter()
+            .next()
+            .map(|e| e.id);
         let mut end = last.clone().unwrap_or_else(|| "0-0".into());
         if let Some(u) = bounds.1 {
             if (u.max(0) as u64) < id_ms(&end) {
@@ -409,8 +393,10 @@ pub async fn browse(store: &Store, filter: &Filter, limit: u64) -> Result<DlqPag
     Ok(out)
 }
 
-/// The hook a dead letter references, as stored.
+/// The hook a dead letter references, as stored. Named `DeadLetterHook` in the OpenAPI
+/// document, apart from the `HookView` of `hooks show`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[schema(as = DeadLetterHook)]
 pub struct HookView {
     /// Commit time (ms, Redis clock).
     pub committed_at_ms: i64,
@@ -451,60 +437,16 @@ pub async fn show(store: &Store, tenant: &str, id: &str) -> Result<DeadLetterDet
         .into_iter()
         .next()
         .ok_or_else(|| Error::NotFound(format!("dead letter {tenant}/{id}")))?;
-    // The hook is in the tenant's partition (issue 13).
+    // The hook is in the tenant's partition.
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     let hook_body = match d.hook {
         None => None,
         Some(h) => {
-            let v: Vec<Option<bytes::Bytes>> = store
-                .client()
-                .hmget(store.keyspace().hook(h), vec!["b", "h", "t", "n", "d"])
-                .await
-                .map_err(StoreError::from)?;
-            let text = |i: usize| {
-                v.get(i)
-                    .cloned()
-                    .flatten()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-            };
-            // The body apart (issue 12); a hook from before keeps it in `b`.
-            let body = match v.first().cloned().flatten() {
-                Some(b) => Some(b),
-                None if v.iter().any(Option::is_some) => store
-                    .client()
-                    .get::<Option<bytes::Bytes>, _>(store.keyspace().body(h))
-                    .await
-                    .map_err(StoreError::from)?,
+            // A hook without a body (neither its own `b` nor its body key) shows as gone.
+            match store.hook_record(h).await? {
+                Some(record) => record.body.clone().map(|body| hook_view(&record, body)),
                 None => None,
-            };
-            match body {
-                None => None,
-                Some(body) => {
-                    let headers = text(1)
-                        .filter(|s| !s.is_empty())
-                        .and_then(|s| serde_json::from_str(&s).ok())
-                        .unwrap_or_default();
-                    let (utf8, b64) = match std::str::from_utf8(&body) {
-                        Ok(s) => (Some(s.to_string()), None),
-                        Err(_) => {
-                            use base64::Engine;
-                            (
-                                None,
-                                Some(base64::engine::general_purpose::STANDARD.encode(&body)),
-                            )
-                        }
-                    };
-                    Some(HookView {
-                        committed_at_ms: text(2).and_then(|s| s.parse().ok()).unwrap_or(0),
-                        headers,
-                        size: body.len() as u64,
-                        body: utf8,
-                        body_base64: b64,
-                        rows_left: text(3).and_then(|s| s.parse().ok()).unwrap_or(0),
-                        dead_letters: text(4).and_then(|s| s.parse().ok()).unwrap_or(0),
-                    })
-                }
             }
         }
     };
@@ -512,6 +454,34 @@ pub async fn show(store: &Store, tenant: &str, id: &str) -> Result<DeadLetterDet
         dead_letter: d,
         hook_body,
     })
+}
+
+/// A dead letter's hook as `dlq show` shows it: the body as text when it is UTF-8, else in
+/// base64.
+fn hook_view(record: &crate::store::HookRecord, body: bytes::Bytes) -> HookView {
+    let headers = Some(record.headers.as_str())
+        .filter(|s| !s.is_empty())
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let (utf8, b64) = match std::str::from_utf8(&body) {
+        Ok(s) => (Some(s.to_string()), None),
+        Err(_) => {
+            use base64::Engine;
+            (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(&body)),
+            )
+        }
+    };
+    HookView {
+        committed_at_ms: record.committed_at_ms,
+        headers,
+        size: body.len() as u64,
+        body: utf8,
+        body_base64: b64,
+        rows_left: record.rows_left,
+        dead_letters: record.dead_letters,
+    }
 }
 
 #[cfg(test)]
@@ -545,6 +515,7 @@ mod tests {
             first_attempt_ms: None,
             error: String::new(),
             at_ms: 1,
+            event_type: None,
         }
     }
 
@@ -565,5 +536,16 @@ mod tests {
         assert!(!f(None, Some("sqs"), None).matches(&d));
         assert!(!f(None, None, Some("source")).matches(&d));
         assert!(!f(None, None, Some("permanent")).matches(&d));
+        let hook = |h: u64| Filter {
+            hook: Some(h),
+            ..Default::default()
+        };
+        assert_eq!(
+            (
+                hook(d.hook.unwrap()).matches(&d),
+                hook(d.hook.unwrap() + 1).matches(&d)
+            ),
+            (true, false)
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Replaying dead letters as new hooks, paced by the pipeline's pressure (R21).
+//! Replaying dead letters as new hooks, paced by the pipeline's pressure.
 
 use super::*;
 
@@ -18,7 +18,13 @@ pub struct ReplayOptions {
     /// Pace by [`pressure`]; `false` replays at once (the pipeline must absorb it).
     /// Default true.
     pub pace: bool,
+    /// Replay nothing: count what the filter selects and return the first
+    /// [`DRY_RUN_SHOWN`] of them in [`ReplayReport::selected`]. Default false.
+    pub dry_run: bool,
 }
+
+/// Dead letters a dry run returns, at most: enough to check a filter by eye.
+pub const DRY_RUN_SHOWN: usize = 10;
 
 impl Default for ReplayOptions {
     fn default() -> Self {
@@ -28,6 +34,7 @@ impl Default for ReplayOptions {
             limit: None,
             max_pause_ms: 60_000,
             pace: true,
+            dry_run: false,
         }
     }
 }
@@ -78,6 +85,13 @@ pub struct ReplayReport {
     pub pauses: u64,
     /// Time spent paused, ms.
     pub paused_ms: u64,
+    /// True for a dry run: nothing was replayed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// A dry run's first selected dead letters, oldest first per tenant (at most
+    /// [`DRY_RUN_SHOWN`]); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selected: Vec<DeadLetter>,
 }
 
 /// Poll interval while paused.
@@ -88,7 +102,8 @@ pub(super) const PACE_POLL: Duration = Duration::from_millis(100);
 /// Before each step of `opts.batch` it waits for [`pressure`] to show room: the window
 /// not full and the lag at most `opts.max_lag_ms` (and a live leader). Only entries
 /// present when the replay starts are visited, so rows that fail again are not replayed
-/// twice by one call. `progress` sees each step.
+/// twice by one call. `progress` sees each step. With `opts.dry_run` nothing is replayed: the
+/// report counts what the filter selects and carries the first few (`selected`).
 /// Errors: a malformed filter; [`Error::Unavailable`] after pausing `max_pause_ms` in one
 /// stretch or when Redis cannot answer (what was replayed stays replayed).
 pub async fn replay(
@@ -101,21 +116,36 @@ pub async fn replay(
     let bounds = filter.bounds(store.now_ms().await?)?;
     let limit = opts.limit.unwrap_or(u64::MAX);
     let batch = opts.batch.clamp(1, 10_000);
-    // Pass 1: count, for the progress bar, on a snapshot of each stream's end.
+    // Pass 1: count, for the progress bar, on a snapshot of each stream's end (and keep the
+    // first few for a dry run).
     let mut walks = Vec::new();
     let mut total = 0u64;
+    let mut selected = Vec::new();
     for t in filter_tenants(store, filter).await? {
         let walk = Walk::new(store, &t, bounds).await?;
         let mut count_walk = walk.clone();
         while total < limit {
             match count_walk.next(store, filter, PAGE).await? {
-                Some(page) => total += page.len() as u64,
+                Some(page) => {
+                    total += page.len() as u64;
+                    let room = DRY_RUN_SHOWN.saturating_sub(selected.len());
+                    selected.extend(page.into_iter().take(room));
+                }
                 None => break,
             }
         }
         walks.push(walk);
     }
     let total = total.min(limit);
+    if opts.dry_run {
+        selected.truncate(total.min(DRY_RUN_SHOWN as u64) as usize);
+        return Ok(ReplayReport {
+            matched: total,
+            dry_run: true,
+            selected,
+            ..Default::default()
+        });
+    }
     progress(ReplayProgress::Matched { total });
     let mut report = ReplayReport {
         matched: total,

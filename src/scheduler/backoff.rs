@@ -17,7 +17,9 @@ pub struct Policy {
 }
 
 /// Merge an entry's retry fields over the global ones. With a schedule and no `jitter` of
-/// its own the entry's delays are exact (jitter 0).
+/// its own the entry's delays are exact (jitter 0). The operator's `max_attempts` (when set)
+/// and `max_elapsed_ms` stay caps: an entry may give up sooner, never later, even one stored
+/// before `source put` refused larger values.
 pub fn effective(global: &RetryConfig, entry: Option<&EntryRetry>) -> Policy {
     let Some(e) = entry else {
         return Policy {
@@ -42,15 +44,31 @@ pub fn effective(global: &RetryConfig, entry: Option<&EntryRetry>) -> Policy {
         (None, None) => cfg.jitter,
     };
     if let Some(v) = e.max_elapsed_ms {
-        cfg.max_elapsed_ms = v;
+        cfg.max_elapsed_ms = v.min(global.max_elapsed_ms);
     }
     if let Some(v) = e.max_attempts {
-        cfg.max_attempts = v;
+        cfg.max_attempts = capped_attempts(v, global.max_attempts);
     }
     Policy {
         cfg,
         schedule_ms: e.schedule_ms.clone().filter(|s| !s.is_empty()),
     }
+}
+
+/// An entry's `max_attempts` under the operator's (0: no limit on either side).
+fn capped_attempts(entry: u32, global: u32) -> u32 {
+    match (entry, global) {
+        (e, 0) => e,
+        (0, g) => g,
+        (e, g) => e.min(g),
+    }
+}
+
+/// An entry's retry horizon under the operator's `retry.max_elapsed_ms`, ms.
+pub fn horizon_ms(global: &RetryConfig, entry: Option<&EntryRetry>) -> u64 {
+    entry
+        .and_then(|r| r.max_elapsed_ms)
+        .map_or(global.max_elapsed_ms, |e| e.min(global.max_elapsed_ms))
 }
 
 /// [`backoff_ms`] under a [`Policy`]: the schedule's delay for this attempt (the last one
@@ -348,6 +366,37 @@ mod tests {
             decide_policy(&p, 1, 0, 1_000, None, 0.0),
             RetryDecision::Horizon
         );
+    }
+
+    #[test]
+    fn an_entry_never_retries_longer_or_more_often_than_the_operator_allows() {
+        // What an older version stored: no limit, and a horizon of 4e18 ms.
+        let e = EntryRetry {
+            max_attempts: Some(0),
+            max_elapsed_ms: Some(4_000_000_000_000_000_000),
+            ..EntryRetry::default()
+        };
+        let op = RetryConfig {
+            max_attempts: 3,
+            ..cfg()
+        };
+        let p = effective(&op, Some(&e));
+        assert_eq!((p.cfg.max_attempts, p.cfg.max_elapsed_ms), (3, 3_600_000));
+        assert_eq!(horizon_ms(&op, Some(&e)), 3_600_000);
+        assert_eq!(
+            decide_policy(&p, 3, 0, 10, None, 0.0),
+            RetryDecision::MaxAttempts
+        );
+        // Sooner is the entry's own choice; with no operator limit the entry's count holds.
+        let fewer = EntryRetry {
+            max_attempts: Some(2),
+            max_elapsed_ms: Some(1_000),
+            ..EntryRetry::default()
+        };
+        let p = effective(&op, Some(&fewer));
+        assert_eq!((p.cfg.max_attempts, p.cfg.max_elapsed_ms), (2, 1_000));
+        assert_eq!(effective(&cfg(), Some(&e)).cfg.max_attempts, 0);
+        assert_eq!(effective(&cfg(), Some(&fewer)).cfg.max_attempts, 2);
     }
 
     proptest! {

@@ -2,7 +2,8 @@
 //!
 //! A claimed row holds window room (rows and bytes, globally and per tenant) from
 //! its claim until its outcome is settled in Redis. It waits in its sink key's
-//! queue until a slot is free: slots go round-robin across tenants first, then
+//! queue until a slot is free: slots go round-robin across tenants first (weighted by
+//! `dispatch.tenants.<id>.weight`: a tenant takes that many slots in a row), then
 //! across each tenant's keys, under three caps — `dispatch.concurrency` (global),
 //! the tenant's `concurrency`, and `dispatch.sink_concurrency` per key.
 //!
@@ -73,6 +74,11 @@ struct Tenant<J: Slotted> {
     ready: VecDeque<J::Key>,
     /// Whether the tenant is in the slots' line of tenants.
     in_line: bool,
+    /// Its weight (`dispatch.tenants.<id>.weight`): slots it takes in a row at the front of
+    /// the line before going to the back (weighted round-robin).
+    weight: u32,
+    /// Slots taken since it last came to the front.
+    turn: u32,
 }
 
 /// The windows, per-key queues and slot counters of one scheduler.
@@ -131,6 +137,7 @@ impl<J: Slotted> Slots<J> {
         self.cfg.tenants = cfg.tenants.clone();
         for (id, t) in self.tenants.iter_mut() {
             t.limits = self.cfg.tenant_limits(id);
+            t.weight = self.cfg.tenant_weight(id);
         }
     }
 
@@ -248,10 +255,13 @@ impl<J: Slotted> Slots<J> {
     fn tenant_mut(&mut self, tenant: &str) -> &mut Tenant<J> {
         if !self.tenants.contains_key(tenant) {
             let limits = self.cfg.tenant_limits(tenant);
+            let weight = self.cfg.tenant_weight(tenant);
             self.tenants.insert(
                 tenant.to_string(),
                 Tenant {
                     limits,
+                    weight,
+                    turn: 0,
                     rows: 0,
                     bytes: 0,
                     running: 0,
@@ -392,10 +402,16 @@ impl<J: Slotted> Slots<J> {
                 }
             }
             // A tenant stays in line while it has queued jobs; one that is blocked by its
-            // caps goes to the back and is retried when a slot frees.
+            // caps goes to the back and is retried when a slot frees. A served tenant keeps
+            // the front for `weight` slots in a row (weighted round-robin).
             if t.ready.is_empty() {
                 t.in_line = false;
+                t.turn = 0;
+            } else if picked.is_some() && t.turn + 1 < t.weight {
+                t.turn += 1;
+                self.ready.push_front(tenant);
             } else {
+                t.turn = 0;
                 self.ready.push_back(tenant);
             }
             if let Some(job) = picked {
@@ -688,6 +704,31 @@ mod tests {
             .map(|j| j.tenant)
             .collect();
         assert_eq!(order, ["big", "small", "big", "big"]);
+    }
+
+    #[test]
+    fn a_tenant_of_weight_three_takes_three_slots_in_a_row_for_one_of_weight_one() {
+        let mut c = cfg(100, 100);
+        c.tenants.insert(
+            "heavy".into(),
+            crate::config::TenantLimits {
+                weight: Some(3),
+                ..Default::default()
+            },
+        );
+        let mut s = Slots::new(&c);
+        for n in 0..8 {
+            push(&mut s, job("heavy", 0, n));
+            push(&mut s, job("light", 0, n));
+        }
+        let order: Vec<String> = std::iter::from_fn(|| s.next_start())
+            .take(8)
+            .map(|j| j.tenant)
+            .collect();
+        assert_eq!(
+            order,
+            ["heavy", "heavy", "heavy", "light", "heavy", "heavy", "heavy", "light"]
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The SSRF guard of requests to tenants' URLs (`[http] deny_private`, `allow_cidrs`).
+//! The egress guard: every request a tenant can steer goes through it (`[http] deny_private`,
+//! `allow_cidrs`): the http sink, the SQS and Pub/Sub clients, and `operator.events_url`.
 //!
 //! A tenant chooses the URL, so without a guard any tenant can make the worker call its own
 //! network: the cloud metadata address, Redis, admin ports. The guard works on addresses,
@@ -7,15 +8,38 @@
 //!    already normalised `2130706433`, `0177.0.0.1` and `127.1` to `127.0.0.1`);
 //! 2. a name is resolved by [`GuardedResolver`], which refuses the name if *any* address is
 //!    non-public and hands the HTTP client only the checked addresses, so the connection goes
-//!    to an address that passed (no rebinding between check and connect);
+//!    to an address that passed (no rebinding between check and connect). It is the resolver
+//!    of the reqwest clients ([`guarded_reqwest`]) and of the AWS SDK's client
+//!    ([`guarded_aws_client`]);
 //! 3. a resolution error fails the attempt (retried), it never lets the request through.
 //!
-//! Redirects are never followed (see [`super::http`]), so a 30x cannot lead elsewhere.
+//! Redirects are never followed and no proxy is used (a proxy would resolve the host itself,
+//! past the guard). Every answer a sink reads is bounded: at most [`ANSWER_READ_MAX_BYTES`]
+//! read, at most [`ANSWER_KEEP_BYTES`] kept as an error ([`read_bounded`], and the AWS SDK's
+//! connector wrapped by [`guarded_aws_client`]), so an endless answer cannot grow the worker.
+//!
+//! Which tenants may name a custom SQS/Pub/Sub endpoint, and for which queues and topics the
+//! worker's own cloud identity may sign, is [`EgressGrant`] (`[tenants.<id>]`).
 
+use aws_sdk_sqs::config::http::HttpRequest;
+use aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata;
+use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns, ResolveDnsError};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::{
+    RuntimeComponents, RuntimeComponentsBuilder,
+};
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::ConfigBag;
+use http_body_util::BodyExt;
 use ipnet::IpNet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An address refused by the guard: the address and the range it falls in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,22 +223,286 @@ impl GuardedResolver {
     }
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Resolve `host` with the system resolver and check every address: all of them pass, or
+/// the name is refused with [`Blocked`].
+async fn resolve_checked(policy: &AddressPolicy, host: &str) -> Result<Vec<SocketAddr>, BoxError> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
+    if addrs.is_empty() {
+        return Err(format!("{host}: no address").into());
+    }
+    for a in &addrs {
+        policy.check(host, a.ip())?;
+    }
+    Ok(addrs)
+}
+
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let policy = self.policy.clone();
         Box::pin(async move {
-            let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if addrs.is_empty() {
-                return Err(format!("{host}: no address").into());
-            }
-            for a in &addrs {
-                policy.check(&host, a.ip())?;
-            }
+            let addrs = resolve_checked(&policy, name.as_str()).await?;
             let out: reqwest::dns::Addrs = Box::new(addrs.into_iter());
             Ok(out)
         })
+    }
+}
+
+/// The same resolver for the AWS SDK's HTTP client (the SQS sink): the SDK connects only to
+/// the addresses answered here, so its connection goes to a checked address too.
+impl ResolveDns for GuardedResolver {
+    fn resolve_dns<'a>(&'a self, name: &'a str) -> DnsFuture<'a> {
+        DnsFuture::new(async move {
+            let addrs = resolve_checked(&self.policy, name)
+                .await
+                .map_err(ResolveDnsError::new)?;
+            Ok(addrs.into_iter().map(|a| a.ip()).collect())
+        })
+    }
+}
+
+/// Bytes of an answer body a sink reads at most: a 2xx body is drained up to this so the
+/// connection can be reused, and an SQS answer (a few hundred bytes per entry) is parsed
+/// from at most this much; a longer or endless body is abandoned with its connection.
+pub const ANSWER_READ_MAX_BYTES: usize = 16 * 1024;
+
+/// Bytes of an answer body kept as a row's last error; the rest is never stored.
+pub const ANSWER_KEEP_BYTES: usize = 512;
+
+/// How long reading an answer body may take at most (a trickle cannot hold an attempt).
+pub const ANSWER_READ_MAX_TIME: Duration = Duration::from_secs(1);
+
+/// A reqwest client builder under the guard: names resolve through [`GuardedResolver`],
+/// redirects are never followed and no proxy is used (a proxy would resolve the host
+/// itself, past the guard; `HTTP_PROXY` in the worker's environment is ignored). Literal IP
+/// hosts never reach a resolver: check them with [`AddressPolicy::check_url`] first.
+pub fn guarded_reqwest(policy: Arc<AddressPolicy>) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(Arc::new(GuardedResolver::new(policy)))
+}
+
+/// Read at most `max` bytes of a body (more only within the last chunk, which is cut), for
+/// at most [`ANSWER_READ_MAX_TIME`]; the rest is never read. Dropping the response closes a
+/// connection whose body was not finished.
+pub async fn read_bounded(mut resp: reqwest::Response, max: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(ANSWER_READ_MAX_TIME, async {
+        while buf.len() < max {
+            match resp.chunk().await {
+                Ok(Some(c)) => buf.extend_from_slice(&c[..c.len().min(max - buf.len())]),
+                _ => break,
+            }
+        }
+    })
+    .await;
+    buf
+}
+
+/// The kept part of an answer body: at most [`ANSWER_KEEP_BYTES`] of it as text, trimmed,
+/// marked `…` when cut (control characters are escaped where it is shown).
+pub fn kept_text(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(ANSWER_KEEP_BYTES + 1)]);
+    super::truncate(text.trim().to_string(), ANSWER_KEEP_BYTES)
+}
+
+/// An answer longer than a sink reads ([`ANSWER_READ_MAX_BYTES`]): the request fails
+/// (retried) with its status and the kept start of the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlongAnswer {
+    /// The answer's HTTP status.
+    pub status: u16,
+    /// Its first bytes, as [`kept_text`].
+    pub head: String,
+}
+
+impl fmt::Display for OverlongAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "answer http {} longer than {ANSWER_READ_MAX_BYTES} bytes or slower than {}s, not read further: {}",
+            self.status,
+            ANSWER_READ_MAX_TIME.as_secs(),
+            self.head
+        )
+    }
+}
+
+impl std::error::Error for OverlongAnswer {}
+
+/// The AWS SDK's HTTP client under the guard (the SQS sink): rustls (ring), names resolved
+/// by [`GuardedResolver`], no proxy, and every answer body read into memory only up to
+/// [`ANSWER_READ_MAX_BYTES`] before the SDK sees it — a longer or endless answer fails the
+/// request with [`OverlongAnswer`] instead of being buffered whole. Literal IP endpoints
+/// never reach a resolver: check them with [`AddressPolicy::check_url`] first.
+pub fn guarded_aws_client(policy: Arc<AddressPolicy>) -> SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    let inner = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_with_resolver(GuardedResolver::new(policy));
+    SharedHttpClient::new(BoundedAnswers { inner })
+}
+
+/// An AWS SDK HTTP client whose connectors bound every answer body.
+#[derive(Debug)]
+struct BoundedAnswers {
+    inner: SharedHttpClient,
+}
+
+impl HttpClient for BoundedAnswers {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(BoundedConnector(
+            self.inner.http_connector(settings, components),
+        ))
+    }
+
+    fn validate_base_client_config(
+        &self,
+        runtime_components: &RuntimeComponentsBuilder,
+        cfg: &ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        self.inner
+            .validate_base_client_config(runtime_components, cfg)
+    }
+
+    fn validate_final_config(
+        &self,
+        runtime_components: &RuntimeComponents,
+        cfg: &ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        self.inner.validate_final_config(runtime_components, cfg)
+    }
+
+    fn connector_metadata(&self) -> Option<ConnectorMetadata> {
+        self.inner.connector_metadata()
+    }
+}
+
+#[derive(Debug)]
+struct BoundedConnector(SharedHttpConnector);
+
+impl HttpConnector for BoundedConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let inner = self.0.clone();
+        HttpConnectorFuture::new(async move {
+            let mut resp = inner.call(request).await?;
+            let status = resp.status().as_u16();
+            let mut body = resp.take_body();
+            let mut buf: Vec<u8> = Vec::new();
+            let read = tokio::time::timeout(ANSWER_READ_MAX_TIME, async {
+                while let Some(frame) = body.frame().await {
+                    let Ok(data) = frame?.into_data() else {
+                        continue;
+                    };
+                    let room = ANSWER_READ_MAX_BYTES + 1 - buf.len();
+                    buf.extend_from_slice(&data[..data.len().min(room)]);
+                    if buf.len() > ANSWER_READ_MAX_BYTES {
+                        break;
+                    }
+                }
+                Ok::<(), BoxError>(())
+            })
+            .await;
+            match read {
+                Ok(Ok(())) if buf.len() <= ANSWER_READ_MAX_BYTES => {
+                    *resp.body_mut() = SdkBody::from(buf);
+                    Ok(resp)
+                }
+                Ok(Err(e)) => Err(ConnectorError::io(e)),
+                // Longer than read, or still flowing after the read time: never buffered whole.
+                _ => Err(ConnectorError::other(
+                    Box::new(OverlongAnswer {
+                        status,
+                        head: kept_text(&buf),
+                    }),
+                    None,
+                )),
+            }
+        })
+    }
+}
+
+/// What the operator grants one tenant's sinks beyond the secure default
+/// (`[tenants.<id>]`); the default grants nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressGrant {
+    /// `tenants.<id>.custom_endpoints`: the tenant may name its own SQS endpoint (or a queue
+    /// URL outside AWS) and its own Pub/Sub endpoint; the address guard still applies.
+    pub custom_endpoints: bool,
+    /// `tenants.<id>.ambient_credentials`: the SQS queue ARNs and Pub/Sub topics the
+    /// worker's own cloud identity (the AWS credential chain, the metadata server's token)
+    /// may publish to for this tenant; an entry ending in `*` grants every name it prefixes.
+    pub ambient_credentials: Vec<String>,
+}
+
+/// Whether `g` is a valid `ambient_credentials` entry: an SQS queue ARN
+/// `arn:<partition>:sqs:<region>:<account>:<queue>` or a Pub/Sub topic
+/// `projects/<project>/topics/<topic>`, its last part possibly ending in `*` (a prefix; a
+/// bare `*` in the account or project is not allowed, so a grant never spans every account).
+pub fn valid_ambient_grant(g: &str) -> bool {
+    let part = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
+    let last = |s: &str| match s.strip_suffix('*') {
+        Some(prefix) => prefix.is_empty() || part(prefix),
+        None => part(s),
+    };
+    if let Some(rest) = g.strip_prefix("projects/") {
+        return match rest.split_once("/topics/") {
+            Some((project, topic)) => part(project) && last(topic),
+            None => false,
+        };
+    }
+    let parts: Vec<&str> = g.split(':').collect();
+    matches!(parts.as_slice(), ["arn", partition, "sqs", region, account, queue]
+        if partition.starts_with("aws") && part(partition) && part(region)
+            && account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())
+            && last(queue))
+}
+
+/// The grant of a tenant the config does not name: nothing.
+pub static NO_GRANT: EgressGrant = EgressGrant {
+    custom_endpoints: false,
+    ambient_credentials: Vec::new(),
+};
+
+impl EgressGrant {
+    /// Whether `resource` (a queue ARN, a topic) is granted the worker's own credentials.
+    pub fn ambient_allows(&self, resource: &str) -> bool {
+        self.ambient_credentials
+            .iter()
+            .any(|g| match g.strip_suffix('*') {
+                Some(prefix) => resource.starts_with(prefix),
+                None => g == resource,
+            })
+    }
+
+    /// The refusal of a custom endpoint for `tenant`, naming option `field` and the config
+    /// key that would allow it.
+    pub fn custom_refused(tenant: &str, field: &str) -> String {
+        format!(
+            "{field}: custom endpoints are off for tenant {tenant:?}; the operator allows them \
+             with tenants.{tenant}.custom_endpoints = true"
+        )
+    }
+
+    /// The refusal of the worker's own credentials for `resource` of `tenant`.
+    pub fn ambient_refused(tenant: &str, what: &str, resource: &str) -> String {
+        format!(
+            "{what}: the worker's own cloud credentials publish only to what \
+             tenants.{tenant}.ambient_credentials grants, and {resource} is not granted to \
+             tenant {tenant:?}; bring credentials by reference instead"
+        )
     }
 }
 

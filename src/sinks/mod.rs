@@ -9,29 +9,42 @@
 //!
 //! A batched sink's attempts wait in a per-destination [`batcher`] (R17); a body over its
 //! inline limit is checked in to the blob store ([`crate::claim_check`], R18).
+//!
+//! The rest of the worker knows the modules only through the [`registry`]: a module name
+//! maps to its options parser, its `source put` checks and its [`registry::Target`]; the
+//! clients the modules keep live in the process's [`registry::Sinks`].
 
 pub mod batcher;
 pub mod guard;
 pub mod http;
 pub mod pubsub;
+pub mod registry;
 pub mod signing;
 pub mod sqs;
 
 use crate::secrets::SecretPolicy;
 use bytes::Bytes;
-use guard::AddressPolicy;
+use guard::{AddressPolicy, EgressGrant};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The guards applied to tenant-written sink options, from `[http]` and `[secrets]`: which
-/// addresses requests may reach and which secret references resolve (`docs/security.md`).
-/// The default is the secure default (`deny_private = true`, `ANKUSA_SECRET_` prefix).
+/// The guards applied to tenant-written sink options, from `[http]`, `[secrets]`, `[limits]`
+/// and `[tenants.<id>]`: which addresses requests may reach, which secret references resolve,
+/// how large a source may be, and what each tenant is granted beyond that
+/// (`docs/security.md`). The default is the secure default (`deny_private = true`,
+/// `ANKUSA_SECRET_` prefix, no file references, default limits, no grants).
 #[derive(Debug, Clone, Default)]
 pub struct EdgePolicy {
     /// The SSRF guard (`http.deny_private`, `http.allow_cidrs`).
     pub addresses: Arc<AddressPolicy>,
-    /// Secret references (`secrets.env_prefix`, `secrets.file_dir`).
+    /// Secret references (`secrets.env_prefix`, `secrets.file_dir`, shared grants); bound to
+    /// a tenant by [`EdgePolicy::for_tenant`].
     pub secrets: SecretPolicy,
+    /// The operator's bounds on sources (`[limits]`, `[tenants.<id>]`, the `[retry]` caps).
+    pub sources: Arc<crate::config::SourcePolicy>,
+    /// Per-tenant egress grants (`tenants.<id>.custom_endpoints`, `ambient_credentials`).
+    pub grants: Arc<BTreeMap<String, EgressGrant>>,
 }
 
 impl EdgePolicy {
@@ -39,8 +52,34 @@ impl EdgePolicy {
     pub fn from_config(c: &crate::config::Config) -> EdgePolicy {
         EdgePolicy {
             addresses: Arc::new(AddressPolicy::from_config(&c.http)),
-            secrets: SecretPolicy::from_config(&c.secrets),
+            secrets: SecretPolicy::from_config(c),
+            sources: Arc::new(crate::config::SourcePolicy::from_config(c)),
+            grants: Arc::new(
+                c.tenants
+                    .iter()
+                    .map(|(id, t)| {
+                        let grant = EgressGrant {
+                            custom_endpoints: t.custom_endpoints,
+                            ambient_credentials: t.ambient_credentials.clone(),
+                        };
+                        (id.clone(), grant)
+                    })
+                    .collect(),
+            ),
         }
+    }
+
+    /// This policy for `tenant`'s sources: its secret namespace.
+    pub fn for_tenant(&self, tenant: &str) -> EdgePolicy {
+        EdgePolicy {
+            secrets: self.secrets.for_tenant(tenant),
+            ..self.clone()
+        }
+    }
+
+    /// What `tenant` is granted: its `[tenants.<id>]` section, else nothing.
+    pub fn grant(&self, tenant: &str) -> &EgressGrant {
+        self.grants.get(tenant).unwrap_or(&guard::NO_GRANT)
     }
 }
 
@@ -49,6 +88,30 @@ impl EdgePolicy {
 pub fn is_reserved_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     n.starts_with("webhook-") || n.starts_with("ankusa-")
+}
+
+/// Request headers a sink entry's `headers` may not set: the request's framing and the
+/// hop-by-hop headers, which the HTTP client derives from the request itself (a stored
+/// `content-length` or `transfer-encoding` would desynchronise the connection).
+pub const FRAMING_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+];
+
+/// Whether `name` is one of [`FRAMING_HEADERS`] (any case).
+pub fn is_framing_header(name: &str) -> bool {
+    FRAMING_HEADERS
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(name.trim()))
 }
 
 /// How an attempt failed (R8).
@@ -190,6 +253,9 @@ pub struct Delivery {
     pub source: String,
     /// Row id `<hook>.<sink>`: the delivery id, the same across retries.
     pub row: String,
+    /// The `webhook-id` ([`message_id`]): unique across instances, Redis resets and
+    /// failovers, the same on every attempt of the row.
+    pub message_id: String,
     /// Hook id.
     pub hook: u64,
     /// 1-based attempt number.
@@ -200,25 +266,25 @@ pub struct Delivery {
     pub headers: String,
     /// Commit time (ms since the epoch, Redis clock).
     pub committed_at_ms: i64,
+    /// The hook's event type, if its producer set one: the receiver gets it as the
+    /// `ankusa-event-type` header or message attribute, to route on without parsing the body.
+    pub event_type: Option<String>,
+    /// The W3C `traceparent` of the attempt's span when spans are exported: sent instead of
+    /// the producer's, so the receiver's span is a child of the attempt's.
+    pub traceparent: Option<String>,
 }
 
-/// What the scheduler asks of a sink module's options (the reference's `Ankusa.Sink`).
-pub trait Sink {
-    /// Whether attempts go through a per-destination [`batcher`] (R17) instead of running
-    /// one request each under `sink_concurrency`.
-    fn batched(&self) -> bool;
-    /// The largest body sent inline for a hook with these producer `headers` (JSON object
-    /// text); a larger body is checked in to the blob store first (R18). `None`: no limit.
-    fn inline_max_bytes(&self, headers: &str) -> Option<usize>;
-}
+/// The header (HTTP) and message attribute (SQS, Pub/Sub) that carry a hook's event type.
+pub const EVENT_TYPE_HEADER: &str = "ankusa-event-type";
 
-impl Sink for http::HttpOpts {
-    fn batched(&self) -> bool {
-        false
-    }
-    fn inline_max_bytes(&self, _headers: &str) -> Option<usize> {
-        None
-    }
+/// The `webhook-id` of a row: `msg_<space>_<row id>`, where `space` is the partition's
+/// message space (16 hex digits made at its first lease acquisition, and again when its data
+/// was wiped) and the row id is `<hook id>.<sink index>`. Hook ids are unique within a
+/// partition's data across failovers (a new primary's ids jump ahead), and the space
+/// separates instances and wiped data, so a receiver deduplicating on `webhook-id` never
+/// drops a different delivery, while every retry of one row carries the same id.
+pub fn message_id(space: &str, row: &str) -> String {
+    format!("msg_{space}_{row}")
 }
 
 /// One message of a batched sink, built by its module for one attempt, sent by a [`batcher`].

@@ -1,6 +1,7 @@
 //! Standard Webhooks signatures (standardwebhooks.com, as Svix signs) for the HTTP sink.
 //!
-//! Every attempt carries `webhook-id` (the row id, the same on every retry),
+//! Every attempt carries `webhook-id` (`msg_<message space>_<row id>`, the same on every retry
+//! of a row and never another row's: [`crate::sinks::message_id`]),
 //! `webhook-timestamp` (the attempt's own time, seconds since the epoch, so a retry hours
 //! later is not refused as a replay) and, when the sink has a `signing_secret`,
 //! `webhook-signature`: `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` under each

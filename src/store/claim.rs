@@ -58,6 +58,44 @@ pub struct ByteRooms {
     pub tenants: Vec<(String, u64, bool)>,
 }
 
+/// The tenants' weights a claim splits its page by (`dispatch.tenants.<id>.weight`): a
+/// tenant's share of the rows and of the byte room is its weight over the sum of the
+/// weights of the tenants in the pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimWeights {
+    /// The weight of a tenant not listed (>= 1).
+    pub default: u32,
+    /// `(tenant, weight)` of the tenants whose weight differs.
+    pub tenants: Vec<(String, u32)>,
+}
+
+impl Default for ClaimWeights {
+    fn default() -> Self {
+        ClaimWeights {
+            default: 1,
+            tenants: Vec::new(),
+        }
+    }
+}
+
+impl ClaimWeights {
+    /// The weights `dispatch` configures ([`crate::config::DispatchConfig::tenant_weights`]).
+    pub fn from_config(dispatch: &crate::config::DispatchConfig) -> ClaimWeights {
+        let (default, listed) = dispatch.tenant_weights();
+        ClaimWeights {
+            default,
+            tenants: listed
+                .into_iter()
+                .map(|(t, w)| (t.to_string(), w))
+                .collect(),
+        }
+    }
+
+    fn is_uniform(&self) -> bool {
+        self.tenants.is_empty()
+    }
+}
+
 impl Store {
     /// One scan's claim (R13, R14): up to `page` rows, split across due tenants by deficit
     /// round-robin; `skip` are tenants at their window; `rooms` are tenants whose window room
@@ -111,6 +149,37 @@ impl Store {
         bytes: Option<&ByteRooms>,
         budget: Option<Duration>,
     ) -> Result<ClaimResult, StoreError> {
+        self.claim_weighted(
+            token,
+            epoch,
+            page,
+            default_room,
+            skip,
+            rooms,
+            bytes,
+            budget,
+            &ClaimWeights::default(),
+        )
+        .await
+    }
+
+    /// [`Store::claim_budgeted`] with the tenants' weights: each pass of the deficit
+    /// round-robin gives a tenant `weight / sum of the weights` of the page left and of the
+    /// byte room left (one row a pass at least). Uniform weights claim as
+    /// [`Store::claim_budgeted`]. Errors: [`StoreError::Fenced`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn claim_weighted(
+        &self,
+        token: &str,
+        epoch: u64,
+        page: usize,
+        default_room: usize,
+        skip: &[&str],
+        rooms: &[(&str, usize)],
+        bytes: Option<&ByteRooms>,
+        budget: Option<Duration>,
+        weights: &ClaimWeights,
+    ) -> Result<ClaimResult, StoreError> {
         let mut args = Vec::with_capacity(8 + skip.len() + 2 * rooms.len());
         args.extend([
             self.prefix(),
@@ -139,6 +208,15 @@ impl Store {
                 args.push(t.as_str().into());
                 args.push(n(*room));
                 args.push((if *empty { "1" } else { "0" }).into());
+            }
+        }
+        if !weights.is_uniform() || weights.default != 1 {
+            args.push("weights".into());
+            args.push(i64::from(weights.default.max(1)).into());
+            args.push((weights.tenants.len() as i64).into());
+            for (t, w) in &weights.tenants {
+                args.push(t.as_str().into());
+                args.push(i64::from((*w).max(1)).into());
             }
         }
         if let Some(b) = budget {

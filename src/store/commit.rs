@@ -1,5 +1,5 @@
 //! `commit.lua`: committing a hook and its delivery rows (R1, R2), with producer
-//! idempotency keys.
+//! idempotency keys, event types and scheduled delivery.
 
 use super::*;
 
@@ -23,6 +23,32 @@ pub struct CommitReceipt {
 /// The longest producer idempotency key accepted, bytes.
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 256;
 
+/// When a scheduled hook is delivered: its rows are due then instead of at the commit.
+/// A time not after the commit (by the Redis clock) is due at once; one further ahead than
+/// the leader's `commit.max_delay_ms` is refused ([`CommitError::TooLate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// At this time, ms since the Unix epoch, as the Redis server's clock tells it.
+    At(u64),
+    /// This long after the commit, ms, by the Redis server's clock.
+    Delay(u64),
+}
+
+impl Schedule {
+    /// When a hook with this schedule committed at `committed_at_ms` (the receipt's time,
+    /// Redis clock) is due, ms since the epoch; `None` when that is not after the commit
+    /// (due at once).
+    pub fn due_at_ms(self, committed_at_ms: i64) -> Option<i64> {
+        let at = match self {
+            Schedule::At(ms) => i64::try_from(ms).unwrap_or(i64::MAX),
+            Schedule::Delay(ms) => {
+                committed_at_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+            }
+        };
+        (at > committed_at_ms).then_some(at)
+    }
+}
+
 /// Options of [`Store::commit_with`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommitOptions {
@@ -35,6 +61,8 @@ pub struct CommitOptions {
     /// One event type per hook (`None`: that hook has none), or empty: what the entries'
     /// event filters match (P9). Each is checked by [`crate::model::check_event_type`].
     pub event_types: Vec<Option<String>>,
+    /// One delivery time per hook (`None`: due at once), or empty: scheduled delivery.
+    pub schedules: Vec<Option<Schedule>>,
 }
 
 fn decode_receipt(v: &[Value], hooks: usize) -> Result<CommitReceipt, StoreError> {
@@ -50,6 +78,29 @@ fn decode_receipt(v: &[Value], hooks: usize) -> Result<CommitReceipt, StoreError
 }
 
 impl Store {
+    /// `WAIT` until the `replicas` attached when the commit ran acknowledged it (the
+    /// connection's last write), for `redis.commit_wait_ms`: a commit a promoted replica
+    /// would not have is never acknowledged. Not on a Cluster, where `WAIT` would go to
+    /// another node than the commit's (`min-replicas-to-write` is the tool there).
+    async fn wait_replicas(&self, client: &Client, replicas: u64) -> Result<(), CommitError> {
+        if replicas == 0 || self.commit_wait_ms == 0 || self.topology == Topology::Cluster {
+            return Ok(());
+        }
+        let acked: i64 = client
+            .wait(replicas as i64, self.commit_wait_ms as i64)
+            .await
+            .map_err(StoreError::from)?;
+        if (acked as u64) < replicas {
+            metrics::counter!("ankusa_commits_not_replicated_total").increment(1);
+            return Err(CommitError::NotReplicated {
+                replicas: replicas as u32,
+                acknowledged: acked.max(0) as u32,
+                written: true,
+            });
+        }
+        Ok(())
+    }
+
     /// Commit hooks to `(tenant, source)` atomically (R1): each body stored once, one row per
     /// sink entry due now, the scheduler woken (R2). `hooks` are `(body, headers JSON or "")`.
     /// Errors: unknown source, a body over `max_hook_bytes`, bad ids; nothing written then.
@@ -61,7 +112,7 @@ impl Store {
         max_hook_bytes: usize,
     ) -> Result<CommitReceipt, CommitError> {
         let v = self
-            .commit_call(tenant, source, hooks, max_hook_bytes, Vec::new())
+            .commit_call(tenant, source, hooks, max_hook_bytes, Vec::new(), 4)
             .await?;
         Ok(decode_receipt(&v, hooks.len())?)
     }
@@ -75,6 +126,7 @@ impl Store {
         hooks: &[(Bytes, String)],
         max_hook_bytes: usize,
         extra: Vec<Value>,
+        reply_len: usize,
     ) -> Result<Vec<Value>, CommitError> {
         crate::model::check_id("tenant", tenant)
             .map_err(|e| CommitError::BadRequest(e.to_string()))?;
@@ -107,10 +159,28 @@ impl Store {
             args.push(Value::from(headers.as_str()));
         }
         args.extend(extra);
-        let v = this.call(&this.scripts.commit, args).await?;
+        let client = this.pool.next();
+        let keys = vec![this.ks.lease()];
+        let mut v = this
+            .call_on(client, &this.scripts.commit, keys, args)
+            .await?;
         let r = Reply::new("commit", &v);
         match status(&v) {
-            "ok" => Ok(v),
+            "ok" => {
+                // The replicas attached to the primary follow the reply (none when nothing
+                // was written: a source without sinks).
+                if v.len() == reply_len + 1 {
+                    let replicas = r.count(reply_len)?;
+                    v.pop();
+                    this.wait_replicas(client, replicas).await?;
+                }
+                Ok(v)
+            }
+            "replica_lost" => Err(CommitError::NotReplicated {
+                replicas: r.count(2)? as u32,
+                acknowledged: r.count(1)? as u32,
+                written: false,
+            }),
             "unknown_source" => Err(CommitError::UnknownSource {
                 tenant: tenant.into(),
                 source_id: source.into(),
@@ -122,6 +192,11 @@ impl Store {
                 max: r.count(3)? as usize,
             }),
             "bad_request" => Err(CommitError::BadRequest(r.text(1)?)),
+            "too_late" => Err(CommitError::TooLate {
+                index: r.count(1)?.saturating_sub(1) as usize,
+                ahead_ms: r.count(2)?,
+                max_ms: r.count(3)?,
+            }),
             "reserved_header" => Err(CommitError::ReservedHeader {
                 index: r.count(1)?.saturating_sub(1) as usize,
                 name: r.text(2)?,
@@ -181,8 +256,45 @@ impl Store {
                 extra.push(e.into());
             }
         }
+        if !opts.schedules.is_empty() && opts.schedules.len() != hooks.len() {
+            return Err(CommitError::BadRequest(
+                "one delivery time (or none) per hook".into(),
+            ));
+        }
+        // `deliver_at` and `delay` each list every hook ('' for a hook without one).
+        let at = opts.schedules.iter().map(|s| match s {
+            Some(Schedule::At(ms)) => Some(*ms),
+            _ => None,
+        });
+        let delay = opts.schedules.iter().map(|s| match s {
+            Some(Schedule::Delay(ms)) => Some(*ms),
+            _ => None,
+        });
+        for (word, values) in [
+            ("deliver_at", at.collect::<Vec<_>>()),
+            ("delay", delay.collect()),
+        ] {
+            if values.iter().any(Option::is_some) {
+                extra.push(word.into());
+                for v in values {
+                    if v.is_some_and(|ms| ms >= 1 << 53) {
+                        return Err(CommitError::BadRequest(format!(
+                            "{word} must be below 2^53 ms"
+                        )));
+                    }
+                    extra.push(v.map_or_else(String::new, |ms| ms.to_string()).into());
+                }
+            }
+        }
+        let n = hooks.len();
+        let keyed = opts.idempotency_keys.iter().any(Option::is_some);
+        let reply_len = match (keyed, events) {
+            (_, true) => 4 + 2 * n,
+            (true, false) => 4 + n,
+            (false, false) => 4,
+        };
         let v = self
-            .commit_call(tenant, source, hooks, max_hook_bytes, extra)
+            .commit_call(tenant, source, hooks, max_hook_bytes, extra, reply_len)
             .await?;
         let mut receipt = decode_receipt(&v, hooks.len())?;
         if events {

@@ -116,7 +116,7 @@ pub fn first_score(v: &Value) -> Option<i64> {
 }
 
 /// The fields of a hook hash read for delivery, in [`decode_hook`]'s order.
-pub(super) const HOOK_FIELDS: [&str; 8] = ["b", "h", "t", "tn", "s", "k", "n", "cc"];
+pub(super) const HOOK_FIELDS: [&str; 9] = ["b", "h", "t", "tn", "s", "k", "n", "cc", "et"];
 
 /// Split a pipeline's replies into one result per key: a key's own error reply (it holds
 /// another type: `WRONGTYPE`) is that key's `Err(text)`; anything else failing (connection,
@@ -206,6 +206,12 @@ fn decode_hook(v: Value, body: Value) -> Option<Result<StoredHook, String>> {
             source: text(4)?,
             modules: text(5)?.split(',').map(str::to_string).collect(),
             claim_ref: f[7].as_str_ref().map(str::to_string),
+            // Only a valid one (a raw script call could store anything): it goes into a
+            // header or attribute as it is.
+            event_type: f[8]
+                .as_str_ref()
+                .filter(|e| crate::model::check_event_type(e).is_ok())
+                .map(str::to_string),
         })
     })();
     Some(hook)

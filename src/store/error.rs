@@ -15,10 +15,17 @@ pub enum StoreError {
     /// not verify). Never retried in plaintext.
     #[error("redis TLS: {0}")]
     Tls(String),
-    /// A `redis.url` this build cannot serve (an unknown scheme, TLS to a cluster, a sentinel
+    /// A `redis.url` this build cannot serve (an unknown scheme, a sentinel
     /// URL without its service name…): refused before any connection, never half-served.
     #[error(transparent)]
     UnsupportedUrl(#[from] super::url::UnsupportedUrl),
+    /// The server at `redis.url` answered something that is not the Redis protocol (RESP): an
+    /// HTTP server, a database of another kind… on that host and port. Never retried.
+    #[error("the server at {url} does not speak the Redis protocol: its answer is not RESP. Is redis.url's host:port that of another service (HTTP, another database)?")]
+    NotRedis {
+        /// The URL, password redacted.
+        url: String,
+    },
     /// A script answered a shape this build does not understand.
     #[error("unexpected reply from {script}: {detail}")]
     Protocol {
@@ -30,6 +37,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether Redis could not be reached or is not ready yet (a refused or lost connection,
+    /// a timeout, `LOADING`): worth waiting for, unlike a wrong URL, TLS or credentials.
+    pub fn unreachable(&self) -> bool {
+        matches!(self.kind(), "connection" | "timeout" | "loading")
+    }
+
     pub(super) fn protocol(script: &'static str, detail: impl Into<String>) -> Self {
         StoreError::Protocol {
             script,
@@ -61,7 +74,7 @@ impl StoreError {
             }
             StoreError::Fenced => "fenced",
             StoreError::Tls(_) => "tls",
-            StoreError::UnsupportedUrl(_) => "other",
+            StoreError::UnsupportedUrl(_) | StoreError::NotRedis { .. } => "other",
             StoreError::Protocol { .. } => "protocol",
         }
     }
@@ -88,6 +101,17 @@ pub enum CommitError {
         /// The limit in bytes.
         max: usize,
     },
+    /// A hook is scheduled further ahead than the leader's `commit.max_delay_ms` (kept
+    /// server side; 30 days until a leader wrote it).
+    #[error("hook {index} is scheduled {ahead_ms} ms ahead, over commit.max_delay_ms = {max_ms}")]
+    TooLate {
+        /// 0-based index of the hook in the call.
+        index: usize,
+        /// How far ahead of the Redis clock it was scheduled, ms.
+        ahead_ms: u64,
+        /// The limit enforced, ms.
+        max_ms: u64,
+    },
     /// A malformed request (bad id, bad headers, no hooks).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -102,9 +126,40 @@ pub enum CommitError {
         /// The header name as given.
         name: String,
     },
+    /// The commit is not known to survive a failover, so it is not acknowledged: retry
+    /// (with an idempotency key, a retry of a hook that was kept is not a second hook).
+    /// Either the primary lost a replica it had when its leader's term started (most likely
+    /// to a promotion: nothing was written), or not every attached replica acknowledged the
+    /// commit within `redis.commit_wait_ms` (it is on the primary, and may still be
+    /// delivered, or vanish if a replica is promoted).
+    #[error("{}", not_replicated(*.replicas, *.acknowledged, *.written))]
+    NotReplicated {
+        /// Replicas attached to the primary when the commit ran (`written`), or the replicas
+        /// the leader's term counted (not `written`).
+        replicas: u32,
+        /// Replicas that acknowledged it in time (`written`), or the replicas attached now.
+        acknowledged: u32,
+        /// Whether the primary holds the commit.
+        written: bool,
+    },
     /// The store failed; nothing is known to be written (the script is atomic).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+fn not_replicated(replicas: u32, acknowledged: u32, written: bool) -> String {
+    if written {
+        format!(
+            "not replicated: {acknowledged} of the {replicas} attached replicas acknowledged \
+             the commit within redis.commit_wait_ms, so a failover could lose it; retry (with \
+             the same idempotency key, it is not committed twice)"
+        )
+    } else {
+        format!(
+            "not replicated: the Redis primary has {acknowledged} replicas attached where the \
+             leader's term counted {replicas} (a failover under way?); nothing was written; retry"
+        )
+    }
 }
 
 impl From<fred::error::Error> for CommitError {

@@ -19,33 +19,52 @@ pub struct StoredHook {
     pub modules: Vec<String>,
     /// The claim-check reference of the body (field `cc`), once checked in (R18).
     pub claim_ref: Option<String>,
+    /// The event type the producer set (field `et`), delivered with every attempt.
+    pub event_type: Option<String>,
 }
 
 impl Store {
-    /// Read hooks for delivery with one call of `lua/hooks.lua` (the hash and the body key
-    /// of each): `None` where a hook is gone, `Some(Err(what))` where its keys hold
-    /// something else than a readable hook (another type, a missing or garbage field: a
-    /// malformed hook). Errors: Redis failing as a whole; [`StoreError::Protocol`] for a
-    /// reply of another shape.
+    /// Read hooks for delivery with `lua/hooks.lua` (the hash and the body key of each):
+    /// `None` where a hook is gone, `Some(Err(what))` where its keys hold something else
+    /// than a readable hook (another type, a missing or garbage field: a malformed hook).
+    /// Each call stops once 3/5 of `budget` has passed (`dispatch.script_budget_ms`) and
+    /// the rest is read by the next, so no call of a big page blocks Redis for long; `None`
+    /// reads the page in one call. Errors: Redis failing as a whole;
+    /// [`StoreError::Protocol`] for a reply of another shape.
     pub async fn fetch_hooks(
         &self,
         ids: &[u64],
+        budget: Option<std::time::Duration>,
     ) -> Result<Vec<Option<Result<StoredHook, String>>>, StoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+        let budget_us = budget.map_or(0, |b| b.as_micros().clamp(1, i64::MAX as u128) as i64);
+        let mut out = Vec::with_capacity(ids.len());
+        let mut left = ids;
+        while !left.is_empty() {
+            let mut args: Vec<Value> = Vec::with_capacity(3 + HOOK_FIELDS.len() + left.len());
+            args.extend([
+                self.prefix(),
+                budget_us.into(),
+                (HOOK_FIELDS.len() as i64).into(),
+            ]);
+            args.extend(HOOK_FIELDS.iter().map(|f| Value::from(*f)));
+            args.extend(left.iter().map(|id| Value::from(*id as i64)));
+            let v = self.call(&self.scripts.hooks, args).await?;
+            if v.is_empty() || v.len() > left.len() {
+                return Err(StoreError::protocol(
+                    "hooks",
+                    format!("{} hooks answered for {}", v.len(), left.len()),
+                ));
+            }
+            if v.len() < left.len() {
+                metrics::counter!("ankusa_script_budget_stops_total", "script" => "hooks")
+                    .increment(1);
+            }
+            left = &left[v.len()..];
+            for h in v {
+                out.push(decode_hook_reply(h)?);
+            }
         }
-        let mut args: Vec<Value> = Vec::with_capacity(2 + HOOK_FIELDS.len() + ids.len());
-        args.extend([self.prefix(), (HOOK_FIELDS.len() as i64).into()]);
-        args.extend(HOOK_FIELDS.iter().map(|f| Value::from(*f)));
-        args.extend(ids.iter().map(|id| Value::from(*id as i64)));
-        let v = self.call(&self.scripts.hooks, args).await?;
-        if v.len() != ids.len() {
-            return Err(StoreError::protocol(
-                "hooks",
-                format!("{} hooks answered for {}", v.len(), ids.len()),
-            ));
-        }
-        v.into_iter().map(decode_hook_reply).collect()
+        Ok(out)
     }
 
     /// Record claim-check references with their hooks (field `cc`, R18) in one call of

@@ -57,7 +57,9 @@ impl Store {
         }
     }
 
-    /// Extend the lease by `ttl_ms` if `token` still holds it. `Ok(false)`: lost.
+    /// Extend the lease by `ttl_ms` if `token` still holds it. `Ok(false)`: lost, or the
+    /// server has fewer replicas attached than the term counted (most likely a failover
+    /// promoted one: this server's writes will be thrown away), so the term ends.
     pub async fn lease_renew(
         &self,
         node: &str,
@@ -65,7 +67,22 @@ impl Store {
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
         let v = self.lease("renew", node, token, ttl_ms).await?;
+        if status(&v) == "replica_lost" {
+            let r = Reply::new("lease", &v);
+            tracing::warn!(
+                attached = r.count(1)?,
+                counted = r.count(2)?,
+                "the Redis primary lost a replica this term counted (a failover?): stepping down"
+            );
+        }
         Ok(status(&v) == "ok")
+    }
+
+    /// The partition's message space: the random part of every `webhook-id`, made by the
+    /// first lease acquisition of the partition (again after its data was wiped), so ids
+    /// differ between instances and across a FLUSHALL while each row keeps its own.
+    pub async fn message_space(&self) -> Result<Option<String>, StoreError> {
+        Ok(self.client().hget(self.ks.replication(), "space").await?)
     }
 
     /// Give the lease up so a standby takes over at once (graceful shutdown).

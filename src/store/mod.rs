@@ -10,33 +10,43 @@
 //! | `error.rs` | [`StoreError`], [`CommitError`] |
 //! | `decode.rs` | reading replies: status words, integers, per-key replies, the hook hash |
 //! | `commit.rs` | `commit.lua` (R1, R2) |
+//! | `cancel.rs` | `cancel.lua`: cancelling a scheduled hook before it is claimed |
 //! | `claim.rs` | `claim.lua`, `requeue.lua` (R2, R3) |
 //! | `settle.rs` | `settle.lua` (R4–R9) |
 //! | `lease.rs` | `lease.lua` (R25) |
 //! | `hooks.rs` | `hooks.lua` (a claimed page's hooks and bodies), `claim_refs.lua` (R18), lanes of a claim (R10) |
 //! | `sources.rs` | the source registry (R19) |
 //! | `sink_state.rs` | `sink_state.lua`: disabling / enabling a sink entry, operational events (P9) |
+//! | `memory.rs` | a full Redis: `admit.lua` (are commits admitted), body bytes per tenant, `kept.lua` (kept hooks giving way) |
 //! | `reads.rs` | totals, counts, Redis time, the window (R21, R23) |
 //! | `ops.rs` | `dead_letter_source.lua`, `pressure.lua`, `dlq_replay.lua`, `dlq_purge.lua` |
+//! | `primary.rs` | following the primary behind Redis Sentinel: the sentinels' view, the check before a term, the switch |
 //! | `partitions.rs` | routing to a tenant's partition, the recorded partition count, `heartbeat.lua` (issue 13) |
+//! | `tokens.rs` | tenant tokens: their records and digests, never the tokens (`crate::tokens`) |
 //! | `scripts.rs`, `tls.rs` | the script registry; TLS to Redis |
 //! | `url.rs` | which deployment a `redis.url` names (one server, Cluster, Sentinel), or why it is refused |
 
+mod cancel;
 mod claim;
 mod commit;
 mod decode;
 mod error;
+mod history;
 mod hooks;
 mod lease;
+mod memory;
 mod ops;
 mod partitions;
+mod primary;
 mod reads;
 pub mod scripts;
 mod settle;
 mod sink_state;
 mod sources;
 mod tls;
+mod tokens;
 pub mod url;
+mod views;
 
 use crate::keyspace::Keyspace;
 use crate::model::SourceSpec;
@@ -47,19 +57,25 @@ use std::time::{Duration, Instant};
 
 use decode::*;
 
-pub use claim::{ByteRooms, ClaimResult, ClaimedRow};
-pub use commit::{CommitOptions, CommitReceipt, IDEMPOTENCY_KEY_MAX_BYTES};
+pub use cancel::Cancelled;
+pub use claim::{ByteRooms, ClaimResult, ClaimWeights, ClaimedRow};
+pub use commit::{CommitOptions, CommitReceipt, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};
 pub use decode::first_score;
 pub use error::{CommitError, StoreError};
+pub use history::{history_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
 pub use hooks::StoredHook;
 pub use lease::{token_node, LeaseAcquire};
+pub use memory::{KeptTrim, TenantBytes};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use partitions::{LiveWorker, WorkersSeen};
+pub use primary::{PrimaryCheck, SentinelView};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
+pub use tokens::StoredToken;
 pub use url::{Topology, UnsupportedUrl};
+pub use views::{HookRecord, RowRead, StreamEntry};
 
 /// A connection to one partition of one instance; [`Store::partition`] and
 /// [`Store::for_tenant`] address the others over the same pool.
@@ -75,6 +91,10 @@ pub struct Store {
     scripts: Scripts,
     /// Guards `put_source` applies to sink options (SSRF literal check, secret references).
     edge: crate::sinks::EdgePolicy,
+    /// `redis.commit_wait_ms`: how long a commit waits for its replicas (`WAIT`).
+    commit_wait_ms: u64,
+    /// Behind Redis Sentinel: a client of each sentinel, to follow the primary.
+    sentinels: Option<primary::Sentinels>,
 }
 
 impl std::fmt::Debug for Store {
@@ -93,7 +113,7 @@ impl Store {
     /// reconnect (`max_command_attempts = 1`): the caller decides, because a re-sent claim
     /// could claim twice.
     ///
-    /// A `rediss://` URL uses TLS with the system's trust store and no client certificate;
+    /// A `rediss://` (`rediss-cluster://`, `rediss-sentinel://`) URL uses TLS with the system's trust store and no client certificate;
     /// [`Store::connect_config`] takes `redis.tls_*` files. `redis-cluster://` serves a Redis
     /// Cluster and `redis-sentinel://` the master a sentinel names ([`url`] lists the forms);
     /// a URL this build cannot serve is [`StoreError::UnsupportedUrl`], before any connection.
@@ -129,10 +149,13 @@ impl Store {
         let url = redis.url.as_str();
         let topology = url::topology(url)?;
         let mut config = Config::from_url(url)?;
-        let tls = url.starts_with("rediss://");
+        // TLS to the one server, to every node of a cluster, or to the sentinels and the
+        // servers they name (the same connector, `redis.tls_*`).
+        let tls = url::is_tls(url);
         if tls {
             config.tls = Some(tls::connector(redis)?.into());
         }
+        let sentinels = primary::Sentinels::connect(&config).await?;
         let pool = Builder::from_config(config)
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
@@ -150,7 +173,7 @@ impl Store {
         if let Err(e) = pool.init().await {
             return Err(match tls {
                 true => tls::classify(url, e).await,
-                false => StoreError::Redis(e),
+                false => not_redis(url, e),
             });
         }
         let store = Store {
@@ -160,6 +183,8 @@ impl Store {
             partitions: 1,
             scripts: Scripts::default(),
             edge: crate::sinks::EdgePolicy::default(),
+            commit_wait_ms: redis.commit_wait_ms,
+            sentinels,
         };
         store.load_scripts().await?;
         Ok(store)
@@ -182,9 +207,9 @@ impl Store {
         self.topology
     }
 
-    /// A client of the pool (round-robin): crate-private, so Redis is reached from outside
-    /// the crate only through the store's typed calls (issue 18).
-    pub(crate) fn client(&self) -> &Client {
+    /// A client of the pool (round-robin): private to `store/`, so every other module of the
+    /// crate reaches Redis only through the store's typed calls (the compiler checks it).
+    pub(super) fn client(&self) -> &Client {
         self.pool.next()
     }
 
@@ -228,11 +253,20 @@ impl Store {
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<Vec<Value>, StoreError> {
+        self.call_on(self.pool.next(), s, keys, args).await
+    }
+
+    /// [`Store::call_keys`] on one client of the pool, for a caller that sends a command
+    /// after it on the same connection (a commit's `WAIT` counts that connection's writes).
+    async fn call_on(
+        &self,
+        client: &Client,
+        s: &LuaScript,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Vec<Value>, StoreError> {
         let started = Instant::now();
-        let r: Result<Value, _> = s
-            .script
-            .evalsha_with_reload(self.pool.next(), keys, args)
-            .await;
+        let r: Result<Value, _> = s.script.evalsha_with_reload(client, keys, args).await;
         metrics::histogram!("ankusa_script_duration_seconds", "script" => s.name)
             .record(started.elapsed().as_secs_f64());
         match r {
@@ -247,5 +281,24 @@ impl Store {
 
     fn prefix(&self) -> Value {
         Value::from(self.ks.prefix())
+    }
+}
+
+/// A failed first connection to `url` (plaintext): a reply the client cannot decode means
+/// another kind of server listens there, which the user must hear in those words rather
+/// than as the decoder's `frame_type: Invalid frame type`.
+fn not_redis(url: &str, e: fred::error::Error) -> StoreError {
+    let details = e.details().to_ascii_lowercase();
+    let undecodable = matches!(
+        e.kind(),
+        fred::error::ErrorKind::Protocol | fred::error::ErrorKind::Parse
+    ) && (details.contains("frame") || details.contains("decode"));
+    if undecodable {
+        tracing::debug!(error = %e, "the first reply is not RESP");
+        StoreError::NotRedis {
+            url: crate::config::redact_url(url),
+        }
+    } else {
+        StoreError::Redis(e)
     }
 }

@@ -14,6 +14,10 @@ pub struct Totals {
     pub dead_lettered: u64,
     /// Rows dropped because their hook was gone.
     pub dropped: u64,
+    /// Hooks committed with a delivery time ahead (`deliver_at`, a delay).
+    pub scheduled: u64,
+    /// Scheduled hooks cancelled before they were claimed.
+    pub cancelled: u64,
 }
 
 impl Store {
@@ -26,6 +30,8 @@ impl Store {
             sum.delivered += t.delivered;
             sum.dead_lettered += t.dead_lettered;
             sum.dropped += t.dropped;
+            sum.scheduled += t.scheduled;
+            sum.cancelled += t.cancelled;
         }
         Ok(sum)
     }
@@ -36,7 +42,14 @@ impl Store {
             .client()
             .hmget(
                 self.ks.stats(),
-                vec!["committed", "delivered", "dead_lettered", "dropped"],
+                vec![
+                    "committed",
+                    "delivered",
+                    "dead_lettered",
+                    "dropped",
+                    "scheduled",
+                    "cancelled",
+                ],
             )
             .await?;
         let g = |i: usize| v.get(i).copied().flatten().unwrap_or(0);
@@ -45,6 +58,8 @@ impl Store {
             delivered: g(1),
             dead_lettered: g(2),
             dropped: g(3),
+            scheduled: g(4),
+            cancelled: g(5),
         })
     }
 

@@ -13,6 +13,13 @@ macro_rules! lua {
             include_str!(concat!("../../lua/", $file))
         )
     };
+    (refused_when_full $file:literal) => {
+        concat!(
+            "#!lua\n",
+            include_str!("../../lua/prelude.lua"),
+            include_str!(concat!("../../lua/", $file))
+        )
+    };
     (allow_oom $file:literal) => {
         concat!(
             "#!lua flags=allow-oom\n",
@@ -27,8 +34,10 @@ macro_rules! lua {
 /// (`maxmemory` reached under `noeviction`) can still be drained by them and a leader still
 /// elected (issue 17.8). Every other script (commit above all) is refused on a full Redis
 /// before its first write.
-pub const ALLOW_OOM: [&str; 7] = [
+pub const ALLOW_OOM: [&str; 9] = [
     "claim",
+    "cancel",
+    "kept",
     "settle",
     "requeue_claimed",
     "lease",
@@ -36,6 +45,11 @@ pub const ALLOW_OOM: [&str; 7] = [
     "window",
     "heartbeat",
 ];
+
+/// Scripts declared `#!lua` without flags: a full Redis refuses them before they run, as
+/// it refuses a commit's first write (a script without the declaration is refused only at
+/// its first write). `admit` asks exactly that.
+pub const REFUSED_WHEN_FULL: [&str; 1] = ["admit"];
 
 /// The source of `commit.lua` (R1, R2).
 pub const COMMIT: &str = lua!("commit.lua");
@@ -67,6 +81,12 @@ pub const SINK_STATE: &str = lua!("sink_state.lua");
 pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
 /// The source of `hooks.lua` (a claimed page's hooks and bodies in one call, issue 12).
 pub const HOOKS: &str = lua!("hooks.lua");
+/// The source of `admit.lua` (whether a full Redis refuses commits).
+pub const ADMIT: &str = lua!(refused_when_full "admit.lua");
+/// The source of `kept.lua` (delivered hooks kept for resend giving way).
+pub const KEPT: &str = lua!(allow_oom "kept.lua");
+/// The source of `cancel.lua` (cancelling a scheduled hook before it is claimed).
+pub const CANCEL: &str = lua!(allow_oom "cancel.lua");
 /// The source of `heartbeat.lua` (workers announcing themselves, issue 13).
 pub const HEARTBEAT: &str = lua!(allow_oom "heartbeat.lua");
 
@@ -123,6 +143,12 @@ pub struct Scripts {
     pub heartbeat: LuaScript,
     /// `hooks.lua`.
     pub hooks: LuaScript,
+    /// `admit.lua`.
+    pub admit: LuaScript,
+    /// `kept.lua`.
+    pub kept: LuaScript,
+    /// `cancel.lua`.
+    pub cancel: LuaScript,
 }
 
 impl Default for Scripts {
@@ -144,13 +170,16 @@ impl Default for Scripts {
             sink_state: LuaScript::new("sink_state", SINK_STATE),
             heartbeat: LuaScript::new("heartbeat", HEARTBEAT),
             hooks: LuaScript::new("hooks", HOOKS),
+            admit: LuaScript::new("admit", ADMIT),
+            kept: LuaScript::new("kept", KEPT),
+            cancel: LuaScript::new("cancel", CANCEL),
         }
     }
 }
 
 impl Scripts {
     /// All scripts, for loading at start.
-    pub fn all(&self) -> [&LuaScript; 16] {
+    pub fn all(&self) -> [&LuaScript; 19] {
         [
             &self.commit,
             &self.claim,
@@ -168,6 +197,9 @@ impl Scripts {
             &self.sink_state,
             &self.heartbeat,
             &self.hooks,
+            &self.admit,
+            &self.kept,
+            &self.cancel,
         ]
     }
 }
@@ -190,6 +222,8 @@ mod tests {
             .unwrap();
             let flags = if ALLOW_OOM.contains(&s.name) {
                 "#!lua flags=allow-oom\n"
+            } else if REFUSED_WHEN_FULL.contains(&s.name) {
+                "#!lua\n"
             } else {
                 ""
             };

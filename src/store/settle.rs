@@ -81,7 +81,7 @@ impl Store {
     }
 
     /// [`Store::settle`] that also writes the attempt history in the same call: `history` is
-    /// the JSON argument of [`crate::visibility::history_arg`].
+    /// the JSON argument of [`crate::store::history_arg`].
     pub async fn settle_with(
         &self,
         token: &str,

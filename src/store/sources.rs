@@ -28,8 +28,9 @@ impl Store {
     }
 
     /// Register or replace a source (R19). The spec is validated first, under this store's
-    /// [`Store::with_edge`] guards (a literal blocked IP or a refused secret reference is an
-    /// [`crate::Error::InvalidSource`] naming it).
+    /// [`Store::with_edge`] guards and bounds for `tenant` (a literal blocked IP, a reference
+    /// outside the tenant's secret namespace, an entry over `[limits]`, an egress grant the
+    /// tenant lacks is an [`crate::Error::InvalidSource`] naming it and its config key).
     pub async fn put_source(
         &self,
         tenant: &str,
@@ -38,7 +39,8 @@ impl Store {
     ) -> Result<u64, crate::Error> {
         crate::model::check_id("tenant", tenant)?;
         crate::model::check_id("source", source)?;
-        spec.validate_with(&self.edge)
+        spec.validate_for(tenant, &self.edge)
+            .and_then(|()| spec.check_egress(tenant, &self.edge))
             .map_err(crate::Error::InvalidSource)?;
         let json =
             serde_json::to_string(spec).map_err(|e| crate::Error::InvalidSource(e.to_string()))?;

@@ -1,14 +1,15 @@
 //! A private Redis Cluster per test: N `redis-server` masters (`cluster-enabled yes`), each a
 //! [`RedisServer`] in its own directory, joined by `redis-cli --cluster create`, killed on
-//! drop.
+//! drop; or TLS-only nodes ([`RedisCluster::start_tls`]).
 
 use std::env;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::redis::{find_tool, RedisOptions, RedisServer};
+use super::redis::{find_tool, RedisOptions, RedisServer, RedisTls};
 use super::TestkitError;
+use std::path::PathBuf;
 
 /// How long `redis-cli --cluster create` and the nodes' agreement on `cluster_state:ok` may
 /// take (a loaded 2-core machine included).
@@ -20,6 +21,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// TLS-only nodes ([`RedisCluster::start_tls`]): their certificates, and the `redis-cli`
+    /// that speaks TLS to them.
+    tls: Option<(RedisTls, PathBuf)>,
 }
 
 impl RedisCluster {
@@ -33,6 +37,23 @@ impl RedisCluster {
     /// [`RedisCluster::start`] with `options` for every node (the cluster arguments are
     /// added to its `extra_args`).
     pub fn start_with(masters: usize, options: RedisOptions) -> Result<RedisCluster, TestkitError> {
+        Self::start_using(masters, options, None)
+    }
+
+    /// A cluster of TLS-only nodes (no plaintext port, `tls-cluster yes` so the cluster bus
+    /// is TLS and every node announces its TLS port, `tls-replication yes`), with the
+    /// certificates of `tls` (its server certificate must name `127.0.0.1`); formed with
+    /// `redis-cli --tls`. [`RedisCluster::url`] is then `rediss-cluster://…`; the plaintext
+    /// helpers ([`RedisCluster::cmd`]…) cannot reach it.
+    pub fn start_tls(masters: usize, tls: RedisTls) -> Result<RedisCluster, TestkitError> {
+        Self::start_using(masters, RedisOptions::default(), Some(tls))
+    }
+
+    fn start_using(
+        masters: usize,
+        options: RedisOptions,
+        tls: Option<RedisTls>,
+    ) -> Result<RedisCluster, TestkitError> {
         let what = format!("redis cluster of {masters} masters");
         if masters < 3 {
             return Err(TestkitError::NotReady {
@@ -61,13 +82,22 @@ impl RedisCluster {
                 ]
                 .map(String::from),
             );
-            nodes.push(RedisServer::start_with(o)?);
+            nodes.push(match &tls {
+                None => RedisServer::start_with(o)?,
+                Some(t) => {
+                    o.extra_args.extend(
+                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from),
+                    );
+                    RedisServer::start_tls(o, t.clone())?
+                }
+            });
         }
         let addresses: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         let out = Command::new(&cli)
+            .args(tls.as_ref().map(tls_args).unwrap_or_default())
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
@@ -86,9 +116,35 @@ impl RedisCluster {
                 ),
             });
         }
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster {
+            nodes,
+            tls: tls.map(|t| (t, cli)),
+        };
         cluster.wait_ok(&what)?;
         Ok(cluster)
+    }
+
+    /// One command on node `n`: plaintext ([`RedisServer::cmd`]), or through `redis-cli
+    /// --tls` on a TLS-only cluster (its output as text; an error reply is an error).
+    fn node_cmd(&self, n: &RedisServer, args: &[&str]) -> Result<String, TestkitError> {
+        let Some((tls, cli)) = &self.tls else {
+            return n.cmd(args);
+        };
+        let out = Command::new(cli)
+            .args(tls_args(tls))
+            .args(["-h", "127.0.0.1", "-p", &n.port().to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(TestkitError::io("run redis-cli --tls"))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() || text.starts_with("ERR") || text.contains("Could not connect") {
+            return Err(TestkitError::Redis(format!(
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(text)
     }
 
     /// Polls every node's `CLUSTER INFO` until all say `cluster_state:ok`, all slots are
@@ -101,7 +157,7 @@ impl RedisCluster {
         loop {
             let mut last = String::new();
             let all_ok = self.nodes.iter().all(|n| {
-                let info = match n.cmd(&["CLUSTER", "INFO"]) {
+                let info = match self.node_cmd(n, &["CLUSTER", "INFO"]) {
                     Ok(info) => info,
                     Err(e) => {
                         last = format!("node {}: {e}", n.port());
@@ -114,7 +170,7 @@ impl RedisCluster {
                     last = format!("node {}: {}", n.port(), info.replace("\r\n", " "));
                     return false;
                 }
-                let nodes = match n.cmd(&["CLUSTER", "NODES"]) {
+                let nodes = match self.node_cmd(n, &["CLUSTER", "NODES"]) {
                     Ok(nodes) => nodes,
                     Err(e) => {
                         last = format!("node {}: {e}", n.port());
@@ -146,9 +202,13 @@ impl RedisCluster {
         }
     }
 
-    /// `redis-cluster://127.0.0.1:P1?node=127.0.0.1:P2&node=…`: every node as a seed.
+    /// `redis-cluster://127.0.0.1:P1?node=127.0.0.1:P2&node=…`: every node as a seed
+    /// (`rediss-cluster://…` for a TLS-only cluster).
     pub fn url(&self) -> String {
-        let mut url = String::from("redis-cluster://");
+        let mut url = String::from(match self.tls {
+            Some(_) => "rediss-cluster://",
+            None => "redis-cluster://",
+        });
         for (i, n) in self.nodes.iter().enumerate() {
             url.push_str(match i {
                 0 => "",
@@ -208,6 +268,25 @@ impl RedisCluster {
         keys.sort();
         Ok(keys)
     }
+}
+
+/// `redis-cli`'s TLS arguments for a server with `tls`'s certificates: its CA, and the
+/// client certificate (the server's own) when clients must present one.
+fn tls_args(tls: &RedisTls) -> Vec<String> {
+    let mut a = vec![
+        "--tls".to_string(),
+        "--cacert".into(),
+        tls.ca_file.display().to_string(),
+    ];
+    if tls.auth_clients {
+        a.extend([
+            "--cert".into(),
+            tls.cert_file.display().to_string(),
+            "--key".into(),
+            tls.key_file.display().to_string(),
+        ]);
+    }
+    a
 }
 
 #[cfg(test)]

@@ -73,6 +73,15 @@ impl RedisSentinel {
     /// Starts a master, a replica of it, and `sentinels` sentinels (quorum: a majority),
     /// returning once the replica is in sync and every sentinel has found the replica.
     pub fn start_with(sentinels: usize) -> Result<RedisSentinel, TestkitError> {
+        Self::start_opts(sentinels, RedisOptions::default())
+    }
+
+    /// [`RedisSentinel::start_with`] with `options` for both Redis servers (the append-only
+    /// file, say); the replica's `--replicaof` follows them.
+    pub fn start_opts(
+        sentinels: usize,
+        options: RedisOptions,
+    ) -> Result<RedisSentinel, TestkitError> {
         let what = "redis sentinel deployment".to_string();
         let path = env::var_os("PATH");
         // the redis-sentinel package's binary; redis-server --sentinel is the same program
@@ -86,15 +95,12 @@ impl RedisSentinel {
                 Some("--sentinel"),
             ),
         };
-        let master = RedisServer::start()?;
-        let replica = RedisServer::start_with(RedisOptions {
-            extra_args: vec![
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                master.port().to_string(),
-            ],
-            ..RedisOptions::default()
-        })?;
+        let master = RedisServer::start_with(options.clone())?;
+        // The replica is attached by command, not `--replicaof`: a server started again
+        // ([`RedisSentinel::restart_server`]) must not come back as a replica of whichever
+        // server was master at first, but follow the master the sentinels name now.
+        let replica = RedisServer::start_with(options)?;
+        replica.cmd(&["REPLICAOF", "127.0.0.1", &master.port().to_string()])?;
         let mut deployment = RedisSentinel {
             servers: vec![master, replica],
             sentinels: Vec::new(),
@@ -131,13 +137,70 @@ impl RedisSentinel {
         mode: Option<&str>,
         quorum: usize,
     ) -> Result<Sentinel, TestkitError> {
-        let dir = tempfile::Builder::new()
-            .prefix("ankusa-sentinel-")
-            .tempdir()
-            .map_err(TestkitError::io(
-                "create a temporary directory for a sentinel",
-            ))?;
-        let port = free_port()?;
+        // The port is picked free, then bound by the sentinel: another process may take it
+        // in between. The sentinel then exits, and a PING could be answered by that other
+        // process, so readiness is our own pid in `INFO server`, and an exit means a fresh
+        // port (as `RedisServer` does).
+        let mut attempt = 1;
+        loop {
+            let dir = tempfile::Builder::new()
+                .prefix("ankusa-sentinel-")
+                .tempdir()
+                .map_err(TestkitError::io(
+                    "create a temporary directory for a sentinel",
+                ))?;
+            let port = free_port()?;
+            let mut sentinel = self.launch_sentinel(binary, mode, quorum, dir, port)?;
+            let pid = sentinel.child.as_ref().map_or(0, Child::id);
+            let own_pid = format!("process_id:{pid}");
+            let deadline = Instant::now() + READY_TIMEOUT;
+            loop {
+                if let Some(child) = sentinel.child.as_mut() {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        sentinel.child = None;
+                        break;
+                    }
+                }
+                let ours = sentinel.cmd(&["PING"]).is_ok_and(|p| p == "PONG")
+                    && sentinel
+                        .cmd(&["INFO", "server"])
+                        .is_ok_and(|i| i.lines().any(|l| l.trim() == own_pid));
+                if ours {
+                    return Ok(sentinel);
+                }
+                if Instant::now() >= deadline {
+                    return Err(TestkitError::NotReady {
+                        what: format!("redis-sentinel on port {port}"),
+                        reason: format!(
+                            "no PONG from pid {pid}\n--- log tail ---\n{}",
+                            sentinel.log()
+                        ),
+                    });
+                }
+                thread::sleep(POLL_INTERVAL);
+            }
+            if attempt >= 5 {
+                return Err(TestkitError::NotReady {
+                    what: format!("redis-sentinel on port {port}"),
+                    reason: format!(
+                        "it exited, {attempt} ports tried\n--- log tail ---\n{}",
+                        sentinel.log()
+                    ),
+                });
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Writes `sentinel.conf` for `port` in `dir` and spawns the sentinel, without waiting.
+    fn launch_sentinel(
+        &self,
+        binary: &PathBuf,
+        mode: Option<&str>,
+        quorum: usize,
+        dir: TempDir,
+        port: u16,
+    ) -> Result<Sentinel, TestkitError> {
         let conf = dir.path().join("sentinel.conf");
         let master = self.servers[0].port();
         let name = Self::SERVICE;
@@ -170,26 +233,11 @@ impl RedisSentinel {
             .stderr(stderr)
             .spawn()
             .map_err(TestkitError::io("spawn redis-sentinel"))?;
-        let sentinel = Sentinel {
+        Ok(Sentinel {
             port,
             child: Some(child),
             dir,
-        };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(pong) = sentinel.cmd(&["PING"]) {
-                if pong == "PONG" {
-                    return Ok(sentinel);
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(TestkitError::NotReady {
-                    what: format!("redis-sentinel on port {port}"),
-                    reason: format!("no PONG\n--- log tail ---\n{}", sentinel.log()),
-                });
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+        })
     }
 
     /// Polls `ready` until it holds or [`READY_TIMEOUT`] passes; an I/O error counts as
@@ -261,12 +309,52 @@ impl RedisSentinel {
         Err(last)
     }
 
+    /// A graceful failover, as an operator starts one: `SENTINEL FAILOVER` on the first
+    /// sentinel that answers. The replica is promoted at once; the old master stays a
+    /// writable master until the sentinels convert it into a replica, seconds later. Returns
+    /// the index of the master it started from ([`RedisSentinel::wait_failover`] waits for
+    /// the new one).
+    pub fn failover(&self) -> Result<usize, TestkitError> {
+        let old = self.master()?;
+        let mut last = TestkitError::Redis("no sentinel answers".into());
+        for s in &self.sentinels {
+            match s.cmd(&["SENTINEL", "FAILOVER", Self::SERVICE]) {
+                Ok(_) => return Ok(old),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
     /// SIGKILLs the current master (like a crash), leaving the sentinels to promote the
     /// replica; returns the killed server's index.
     pub fn kill_master(&mut self) -> Result<usize, TestkitError> {
         let i = self.master()?;
         self.servers[i].kill();
         Ok(i)
+    }
+
+    /// Restarts server `i` (SIGTERM, so the append-only file is flushed, then the same port
+    /// and directory: what it had persisted is reloaded; a killed server is just started
+    /// again). It comes back as a master; when the sentinels name another server master, it
+    /// is made that master's replica at once (`REPLICAOF`), as the sentinels would a few
+    /// seconds later, so it resyncs from it and drops what the new master does not have.
+    pub fn restart_server(&mut self, i: usize) -> Result<(), TestkitError> {
+        self.servers[i].stop();
+        self.servers[i].start_again()?;
+        let named = std::cell::Cell::new(i);
+        self.wait_until("redis sentinel restart", "a master named", |d| {
+            d.master().map(|m| {
+                named.set(m);
+                true
+            })
+        })?;
+        let master = named.get();
+        if master != i {
+            let port = self.servers[master].port().to_string();
+            self.servers[i].cmd(&["REPLICAOF", "127.0.0.1", &port])?;
+        }
+        Ok(())
     }
 
     /// Waits until the sentinels name a master other than `old` and it answers

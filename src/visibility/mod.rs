@@ -11,16 +11,14 @@
 //!   [`tenants_top`] (due rows, claimed, oldest lag, failing sinks per tenant).
 //! - **Resend**: [`resend`] commits a delivered or dead-lettered hook again, as a new hook,
 //!   for one or all sink entries.
+//! - **Cancel**: [`cancel`] cancels a scheduled hook before any of its rows is claimed.
 //!
 //! Everything is read from Redis, so any node (leader or not) and the CLI answer alike.
 
-use crate::config::HistoryConfig;
 use crate::dlq::DeadLetter;
 use crate::error::Error;
 use crate::model::{check_id, RowId};
-use crate::store::{CommitOptions, Store, StoreError};
-use fred::prelude::*;
-use fred::types::Value;
+use crate::store::{CommitOptions, Store};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use utoipa::ToSchema;
@@ -30,6 +28,12 @@ use read::*;
 
 mod history;
 pub use history::*;
+
+mod tenants;
+pub use tenants::*;
+
+mod pending;
+pub use pending::*;
 
 /// Rows of a tenant's due set that [`list_rows`] and [`tenants_top`] read at most.
 pub const SCAN_ROWS: i64 = 10_000;
@@ -42,13 +46,16 @@ const DLQ_SCAN: u64 = 10_000;
 pub enum RowState {
     /// Due (now or at `due_at_ms`), no attempt failed yet.
     Due,
+    /// Scheduled by its producer (`deliver_at`, a delay): due at `due_at_ms`, not before;
+    /// `ankusa hooks cancel` can still cancel it.
+    Scheduled,
     /// At least one attempt failed; due again at `due_at_ms`.
     Retrying,
-    /// Parked by its sink's breaker until `due_at_ms` (attempt count unchanged, R16).
+    /// Parked by its sink's breaker until `due_at_ms` (attempt count unchanged).
     Parked,
     /// Claimed: an attempt is queued or running.
     Claimed,
-    /// Waiting in its ordered lane behind the head (R10).
+    /// Waiting in its ordered lane behind the head.
     InLane,
     /// Dead-lettered (see `dead_letter`).
     DeadLettered,
@@ -63,6 +70,7 @@ impl RowState {
     pub fn as_str(self) -> &'static str {
         match self {
             RowState::Due => "due",
+            RowState::Scheduled => "scheduled",
             RowState::Retrying => "retrying",
             RowState::Parked => "parked",
             RowState::Claimed => "claimed",
@@ -85,12 +93,16 @@ pub struct RowView {
     pub sink: u32,
     /// Source id (empty when the hook is gone).
     pub source: String,
+    /// The hook's event type, when its producer set one (and the hook is not gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
     /// Where the row is.
     pub state: RowState,
     /// When it is due (its next attempt), ms since the epoch (Redis clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_at_ms: Option<i64>,
-    /// Failed attempts so far.
+    /// Attempts made: for a pending or dead-lettered row, those that failed; for a
+    /// delivered one, every attempt its history records, the last one the delivery.
     pub attempts: u32,
     /// First attempt time, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,7 +110,7 @@ pub struct RowView {
     /// The last attempt's error (truncated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// Its ordered lane's id, for an ordered sink entry (R10).
+    /// Its ordered lane's id, for an ordered sink entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lane: Option<String>,
     /// For `in_lane`: members ahead of it behind the head (0 = next).
@@ -120,13 +132,17 @@ pub struct HookView {
     pub source: String,
     /// Commit time, ms (Redis clock).
     pub committed_at_ms: i64,
+    /// The event type its producer set, if any: what sink entries' event filters match,
+    /// delivered as the `ankusa-event-type` header or message attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
     /// `live` (rows or dead letters need it), `kept` (delivered, kept for resend) or `gone`
     /// (only its history is left).
     pub stored: String,
     /// Body size, bytes.
     pub body_bytes: u64,
-    /// Producer headers (JSON object text, or empty).
-    pub headers: String,
+    /// Producer headers, name → value (empty when none, or when the hook is gone).
+    pub headers: BTreeMap<String, String>,
     /// Its rows, by sink index.
     pub rows: Vec<RowView>,
     /// Its attempts, oldest first.
@@ -136,7 +152,7 @@ pub struct HookView {
 /// `ankusa hooks show` / `GET /admin/hooks/{tenant}/{hook}`: the hook, each row's state and
 /// every recorded attempt. Errors: `not_found` when neither the hook nor any record is left.
 pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookView, Error> {
-    // The tenant's partition holds its hooks and rows (issue 13).
+    // The tenant's partition holds its hooks and rows.
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     check_id("tenant", tenant)?;
@@ -161,17 +177,18 @@ pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookVie
         Some(h) => (
             h.source.clone(),
             h.committed_at_ms,
-            h.stored,
-            h.body.len() as u64,
-            h.headers.clone(),
+            if h.kept { "kept" } else { "live" },
+            h.body.as_ref().map_or(0, |b| b.len() as u64),
+            serde_json::from_str(&h.headers).unwrap_or_default(),
         ),
-        None => (String::new(), 0, "gone", 0, String::new()),
+        None => (String::new(), 0, "gone", 0, BTreeMap::new()),
     };
     Ok(HookView {
         tenant: tenant.into(),
         hook,
         source,
         committed_at_ms,
+        event_type: stored.as_ref().and_then(|h| h.event_type.clone()),
         stored: stored_as.into(),
         body_bytes,
         headers,
@@ -182,12 +199,7 @@ pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookVie
 
 /// Whether `tenant`'s attempt history names `hook`.
 async fn has_history(store: &Store, tenant: &str, hook: u64) -> Result<bool, Error> {
-    Ok(store
-        .client()
-        .zscore::<Option<f64>, _, _>(store.keyspace().history(tenant), hook.to_string())
-        .await
-        .map_err(store_err)?
-        .is_some())
+    Ok(store.in_history(tenant, hook).await?)
 }
 
 /// The hook's rows: one per module at commit, or as many as the records name; each with
@@ -219,6 +231,7 @@ async fn hook_rows(
             hook,
             sink: i as u32,
             source: stored.map(|h| h.source.clone()).unwrap_or_default(),
+            event_type: stored.and_then(|h| h.event_type.clone()),
             state: RowState::Finished,
             due_at_ms: r.due,
             attempts: r.attempts,
@@ -243,7 +256,16 @@ async fn hook_rows(
                         view.dead_letter = Some(d);
                         RowState::DeadLettered
                     }
-                    None => ended_state(id, attempts, stored),
+                    None => {
+                        // The row hash is gone with the row: its history counts the attempts.
+                        view.attempts = attempts
+                            .iter()
+                            .filter(|a| a.row == *id)
+                            .map(|a| a.attempt)
+                            .max()
+                            .unwrap_or(0);
+                        ended_state(id, attempts, stored)
+                    }
                 },
             },
         };
@@ -258,13 +280,9 @@ async fn dead_letters_of(
     tenant: &str,
     hook: u64,
 ) -> Result<HashMap<String, DeadLetter>, Error> {
-    let v: Value = store
-        .client()
-        .xrevrange(store.keyspace().dlq(tenant), "+", "-", Some(DLQ_SCAN))
-        .await
-        .map_err(store_err)?;
     let mut dead = HashMap::new();
-    for d in crate::dlq::decode_entries(v) {
+    for e in store.dlq_newest(tenant, DLQ_SCAN).await? {
+        let d = DeadLetter::from_fields(e.id, &e.fields);
         if d.hook == Some(hook) {
             dead.entry(d.row.clone()).or_insert(d);
         }
@@ -275,11 +293,7 @@ async fn dead_letters_of(
 /// The row's place in its ordered lane, if it has a lane and waits in it.
 async fn lane_position(store: &Store, lane: Option<&str>, id: &str) -> Result<Option<i64>, Error> {
     match lane {
-        Some(l) => store
-            .client()
-            .lpos(store.keyspace().lane(l), id, None, None, None)
-            .await
-            .map_err(store_err),
+        Some(l) => Ok(store.lane_position(l, id).await?),
         None => Ok(None),
     }
 }
@@ -292,7 +306,7 @@ fn ended_state(id: &str, attempts: &[AttemptRecord], stored: Option<&HookRead>) 
         .rev()
         .find(|a| a.row == id)
         .is_some_and(|a| a.outcome == "delivered");
-    if delivered || stored.is_some_and(|h| h.stored == "kept") {
+    if delivered || stored.is_some_and(|h| h.kept) {
         RowState::Delivered
     } else {
         RowState::Finished
@@ -310,6 +324,8 @@ pub enum RowFilter {
     Parked,
     /// Rows due with no failed attempt.
     Due,
+    /// Rows of scheduled hooks, not due yet.
+    Scheduled,
     /// Claimed rows.
     Claimed,
 }
@@ -322,6 +338,7 @@ impl RowFilter {
             }
             RowFilter::Parked => r.state == RowState::Parked,
             RowFilter::Due => r.state == RowState::Due,
+            RowFilter::Scheduled => r.state == RowState::Scheduled,
             RowFilter::Claimed => r.state == RowState::Claimed,
         }
     }
@@ -333,7 +350,7 @@ pub struct RowsPage {
     /// The rows, claimed first, then by due time.
     pub rows: Vec<RowView>,
     /// More rows matched than `limit`.
-    pub truncated: bool,
+    pub more: bool,
 }
 
 /// `ankusa rows list` / `GET /admin/rows`: a tenant's claimed and due rows (the first
@@ -346,45 +363,40 @@ pub async fn list_rows(
     state: Option<RowFilter>,
     limit: usize,
 ) -> Result<RowsPage, Error> {
-    // The tenant's partition holds its hooks and rows (issue 13).
+    // The tenant's partition holds its hooks and rows.
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     check_id("tenant", tenant)?;
     if let Some(s) = source {
         check_id("source", s)?;
     }
-    let ks = store.keyspace();
     let now = store.now_ms().await?;
     let prefix = format!("{tenant}/");
-    let claimed: Vec<String> = store
-        .client()
-        .zrange(ks.claimed(), 0, -1, None, false, None, false)
-        .await
-        .map_err(store_err)?;
+    let claimed = store.claimed_members().await?;
     let mut ids: Vec<String> = claimed
         .into_iter()
         .filter_map(|m| m.strip_prefix(&prefix).map(str::to_string))
         .collect();
-    let due: Value = store
-        .client()
-        .zrange(ks.due(tenant), 0, SCAN_ROWS - 1, None, false, None, true)
-        .await
-        .map_err(store_err)?;
-    ids.extend(scored(due).into_iter().map(|(r, _)| r));
+    let due = store.due_page(tenant, SCAN_ROWS).await?;
+    ids.extend(due.into_iter().map(|(r, _)| r));
     let reads = read_rows(store, tenant, &ids).await?;
     let parsed: Vec<Option<RowId>> = ids.iter().map(|r| RowId::parse(r)).collect();
-    let sources = hook_sources(store, parsed.iter().flatten().map(|r| r.hook)).await?;
+    let hooks = store
+        .hook_sources(parsed.iter().flatten().map(|r| r.hook))
+        .await?;
     let mut page = RowsPage::default();
     for ((id, r), rid) in ids.iter().zip(reads).zip(parsed) {
         let Some(row_state) = r.state(now) else {
             continue;
         };
         let (hook, sink) = rid.map_or((0, 0), |r| (r.hook, r.sink));
+        let (hook_source, event_type) = hooks.get(&hook).cloned().unwrap_or_default();
         let view = RowView {
             row: id.clone(),
             hook,
             sink,
-            source: sources.get(&hook).cloned().unwrap_or_default(),
+            source: hook_source,
+            event_type,
             state: row_state,
             due_at_ms: r.due,
             attempts: r.attempts,
@@ -403,38 +415,12 @@ pub async fn list_rows(
             }
         }
         if page.rows.len() >= limit {
-            page.truncated = true;
+            page.more = true;
             break;
         }
         page.rows.push(view);
     }
     Ok(page)
-}
-
-/// Each hook's source (`s` field of the live or kept hook), one pipelined round trip.
-async fn hook_sources(
-    store: &Store,
-    hooks: impl Iterator<Item = u64>,
-) -> Result<HashMap<u64, String>, Error> {
-    let mut ids: Vec<u64> = hooks.collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let pipe = store.client().pipeline();
-    for h in &ids {
-        let _: () = pipe
-            .hget(store.keyspace().hook(*h), "s")
-            .await
-            .map_err(store_err)?;
-    }
-    let replies: Vec<Result<Value, _>> = pipe.try_all().await;
-    Ok(ids
-        .into_iter()
-        .zip(replies)
-        .filter_map(|(h, v)| Some((h, text(&v.ok()?)?)))
-        .collect())
 }
 
 /// What [`resend`] committed.
@@ -446,11 +432,15 @@ pub struct Resent {
     pub new_hook: u64,
     /// Rows made: one per sink entry, or 1 with `sink`.
     pub rows: u32,
+    /// The dead letters of the resent rows, deleted: the new hook delivers them, so a later
+    /// `dlq replay` does not send them twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settled_dead_letters: Vec<String>,
 }
 
 /// `ankusa hooks resend` / `POST /admin/hooks/{tenant}/{hook}/resend`: commit a delivered
 /// (kept) or dead-lettered hook again as a new hook of its source, for sink entry `sink` or
-/// all of them. Errors: `not_found` (the hook is gone: delivered longer ago than
+/// all of them; the resent rows' dead letters are deleted ([`Resent::settled_dead_letters`]). Errors: `not_found` (the hook is gone: delivered longer ago than
 /// `history.max_age_ms`, trimmed, or history off), `bad_request` (a chosen row is still
 /// due, claimed or in its lane: it will be delivered anyway; or no such sink entry),
 /// `unknown_source`.
@@ -461,7 +451,7 @@ pub async fn resend(
     sink: Option<u32>,
     max_hook_bytes: usize,
 ) -> Result<Resent, Error> {
-    // The tenant's partition holds its hooks and rows (issue 13).
+    // The tenant's partition holds its hooks and rows.
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     check_id("tenant", tenant)?;
@@ -479,6 +469,7 @@ pub async fn resend(
         let pending = matches!(
             r.state,
             RowState::Due
+                | RowState::Scheduled
                 | RowState::Retrying
                 | RowState::Parked
                 | RowState::Claimed
@@ -507,15 +498,29 @@ pub async fn resend(
         .commit_with(
             tenant,
             &h.source,
-            &[(h.body.clone(), h.headers.clone())],
+            &[(h.body.clone().unwrap_or_default(), h.headers.clone())],
             max_hook_bytes,
             &opts,
         )
         .await?;
+    // The resent rows' dead letters are settled by the new hook: deleted (with the old hook's
+    // body once nothing else needs it), so a later replay cannot deliver them a second time.
+    let settled: Vec<String> = view
+        .rows
+        .iter()
+        .filter(|r| sink.map_or(true, |s| s == r.sink))
+        .filter_map(|r| r.dead_letter.as_ref().map(|d| d.id.clone()))
+        .collect();
+    if !settled.is_empty() {
+        store
+            .dlq_purge(tenant, crate::store::DlqPurge::Ids(&settled))
+            .await?;
+    }
     Ok(Resent {
         hook,
         new_hook: ids.first().copied().unwrap_or(receipt.first_hook),
         rows: receipt.rows_per_hook,
+        settled_dead_letters: settled,
     })
 }
 
@@ -535,14 +540,14 @@ pub struct ResendReport {
     pub resent: Vec<Resent>,
     /// The hooks not resent (gone, or a row still being delivered).
     pub failed: Vec<ResendFailure>,
-    /// Times the resend paused for pressure (R21).
+    /// Times the resend paused for pressure.
     pub pauses: u64,
     /// Time spent paused, ms.
     pub paused_ms: u64,
 }
 
 /// `ankusa hooks resend TENANT HOOK…`: [`resend`] each hook in turn, paced like a dead-letter
-/// replay (R21): before each hook after the first it waits for [`crate::ops::pressure`] to
+/// replay: before each hook after the first it waits for [`crate::ops::pressure`] to
 /// show room (window not full, lag at most `pace.max_lag_ms`, a live leader), unless
 /// `pace.pace` is false. A hook that is gone or still being delivered is reported in
 /// [`ResendReport::failed`] and the others go on. Errors: a bad tenant id;
@@ -557,7 +562,7 @@ pub async fn resend_many(
     pace: &crate::dlq::ReplayOptions,
     mut progress: impl FnMut(crate::dlq::ReplayProgress),
 ) -> Result<ResendReport, Error> {
-    // The tenant's partition holds its hooks and rows (issue 13).
+    // The tenant's partition holds its hooks and rows.
     let routed = store.for_tenant(tenant);
     let store = &*routed;
     check_id("tenant", tenant)?;
@@ -591,131 +596,10 @@ pub async fn resend_many(
     Ok(report)
 }
 
-/// One tenant in [`tenants_top`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct TenantTop {
-    /// Tenant id.
-    pub tenant: String,
-    /// Rows in its due set (due now or later).
-    pub due_rows: u64,
-    /// Of those, due now.
-    pub due_now: u64,
-    /// Rows claimed.
-    pub claimed: u64,
-    /// How late its oldest row due now is, ms (0 when none is due).
-    pub oldest_lag_ms: i64,
-    /// Rows with failed attempts waiting (among the first [`SCAN_ROWS`]).
-    pub retrying_rows: u64,
-    /// Sink entries (`source/index`) with such rows.
-    pub failing_sinks: Vec<String>,
-}
-
-/// `ankusa tenants top`: per tenant with rows, from Redis: due rows, claimed, oldest lag,
-/// failing sinks; most due rows first, at most `limit` (`only`: just these tenants).
-pub async fn tenants_top(
-    store: &Store,
-    only: Option<&[String]>,
-    limit: usize,
-) -> Result<Vec<TenantTop>, Error> {
-    let now = store.now_ms().await?;
-    // Every partition's claimed rows and line of tenants (issue 13).
-    let mut per: BTreeMap<String, TenantTop> = BTreeMap::new();
-    for p in store.all_partitions() {
-        let ks = p.keyspace();
-        let claimed: Vec<String> = p
-            .client()
-            .zrange(ks.claimed(), 0, -1, None, false, None, false)
-            .await
-            .map_err(store_err)?;
-        for m in &claimed {
-            if let Some((t, _)) = m.split_once('/') {
-                per.entry(t.to_string()).or_default().claimed += 1;
-            }
-        }
-        let active: Vec<String> = p
-            .client()
-            .zrange(ks.tenants(), 0, -1, None, false, None, false)
-            .await
-            .map_err(store_err)?;
-        for t in active {
-            per.entry(t).or_default();
-        }
-    }
-    if let Some(only) = only {
-        per.retain(|t, _| only.contains(t));
-        for t in only {
-            per.entry(t.clone()).or_default();
-        }
-    }
-    let mut out = Vec::with_capacity(per.len());
-    for (tenant, mut top) in per {
-        top.tenant = tenant.clone();
-        let due = store.for_tenant(&tenant).keyspace().due(&tenant);
-        top.due_rows = store.client().zcard(&due).await.map_err(store_err)?;
-        top.due_now = store
-            .client()
-            .zcount(&due, f64::NEG_INFINITY, now as f64)
-            .await
-            .map_err(store_err)?;
-        let first: Value = store
-            .client()
-            .zrange(&due, 0, 0, None, false, None, true)
-            .await
-            .map_err(store_err)?;
-        if let Some((_, at)) = scored(first).first() {
-            top.oldest_lag_ms = (now - at).max(0);
-        }
-        let page = list_rows(
-            store,
-            &tenant,
-            None,
-            Some(RowFilter::Retrying),
-            SCAN_ROWS as usize,
-        )
-        .await?;
-        top.retrying_rows = page.rows.len() as u64;
-        let mut sinks: Vec<String> = page
-            .rows
-            .iter()
-            .map(|r| format!("{}/{}", r.source, r.sink))
-            .collect();
-        sinks.sort();
-        sinks.dedup();
-        top.failing_sinks = sinks;
-        out.push(top);
-    }
-    out.sort_by(|a, b| {
-        (b.due_rows + b.claimed)
-            .cmp(&(a.due_rows + a.claimed))
-            .then(a.tenant.cmp(&b.tenant))
-    });
-    out.truncate(limit);
-    Ok(out)
-}
-
-/// Set the `ankusa_tenant_*{tenant}` gauges of `tenants` (config `history.metrics_tenants`)
-/// from [`tenants_top`]; a failed read leaves the last values and is logged.
-pub async fn publish_tenant_gauges(store: &Store, tenants: &[String]) {
-    match tenants_top(store, Some(tenants), tenants.len()).await {
-        Ok(top) => {
-            for t in top {
-                let l = [("tenant", t.tenant.clone())];
-                metrics::gauge!("ankusa_tenant_due_rows", &l).set(t.due_rows as f64);
-                metrics::gauge!("ankusa_tenant_claimed_rows", &l).set(t.claimed as f64);
-                metrics::gauge!("ankusa_tenant_retrying_rows", &l).set(t.retrying_rows as f64);
-                metrics::gauge!("ankusa_tenant_oldest_lag_seconds", &l)
-                    .set(t.oldest_lag_ms as f64 / 1000.0);
-                metrics::gauge!("ankusa_tenant_failing_sinks", &l)
-                    .set(t.failing_sinks.len() as f64);
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "per-tenant gauges not updated"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::HistoryConfig;
 
     #[test]
     fn error_kinds_and_statuses_come_from_the_sinks_texts() {
@@ -753,5 +637,108 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&on).unwrap();
         assert_eq!(v["age"], 86_400_000);
         assert_eq!(v["keep"], true);
+    }
+}
+
+/// The answer of [`cancel`] (`ankusa hooks cancel`, `POST /admin/hooks/{tenant}/{hook}/cancel`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CancelAnswer {
+    /// Tenant id.
+    pub tenant: String,
+    /// Hook id.
+    pub hook: u64,
+    /// Whether the hook was cancelled: it will never be delivered.
+    pub cancelled: bool,
+    /// `cancelled`; or why not: `not_scheduled` (it was due at its commit), `claimed` (a
+    /// row is being or was attempted), `finished` (a row was delivered, dead-lettered or
+    /// dropped).
+    pub outcome: String,
+    /// Rows removed (0 when not cancelled).
+    pub rows: u32,
+    /// The row that was claimed, for `claimed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<String>,
+    /// The outcome in words.
+    pub message: String,
+}
+
+/// Cancel `tenant`'s scheduled hook `hook` before it is claimed, atomically
+/// ([`Store::cancel_hook`]): every row removed and the hook deleted, or nothing changed and
+/// the answer says why. Errors: a bad tenant id (`bad_request`), `not_found` when neither
+/// the hook nor any record of it is left for the tenant, the store failing.
+pub async fn cancel(store: &Store, tenant: &str, hook: u64) -> Result<CancelAnswer, Error> {
+    use crate::store::Cancelled;
+    check_id("tenant", tenant)?;
+    let routed = store.for_tenant(tenant);
+    let store = &*routed;
+    let answer = |cancelled: bool, outcome: &str, rows: u32, row: Option<String>, message| {
+        Ok(CancelAnswer {
+            tenant: tenant.into(),
+            hook,
+            cancelled,
+            outcome: outcome.into(),
+            rows,
+            row,
+            message,
+        })
+    };
+    match store.cancel_hook(tenant, hook).await? {
+        Cancelled::Cancelled { rows } => answer(
+            true,
+            "cancelled",
+            rows,
+            None,
+            format!("hook {hook} cancelled: {rows} rows removed, it will not be delivered"),
+        ),
+        Cancelled::NotScheduled => answer(
+            false,
+            "not_scheduled",
+            0,
+            None,
+            format!("hook {hook} not cancelled: it was due at its commit, not scheduled"),
+        ),
+        Cancelled::Claimed { row, attempts } => {
+            let what = if attempts > 0 {
+                format!("row {row} was attempted already ({attempts} failed attempts)")
+            } else {
+                format!("row {row} is claimed: its delivery is under way")
+            };
+            answer(
+                false,
+                "claimed",
+                0,
+                Some(row),
+                format!("hook {hook} not cancelled: {what}"),
+            )
+        }
+        Cancelled::Finished { made, left } => answer(
+            false,
+            "finished",
+            0,
+            None,
+            format!(
+                "hook {hook} not cancelled: {} of its {made} rows finished already (delivered, dead-lettered or dropped)",
+                made.saturating_sub(left)
+            ),
+        ),
+        Cancelled::NotFound => {
+            // A delivered hook kept for resend, or one whose history is left, is this
+            // tenant's and finished; anything else is not found (another tenant's hook
+            // reads as not found too).
+            let kept = read_hook(store, hook)
+                .await?
+                .is_some_and(|h| h.tenant == tenant);
+            if kept || has_history(store, tenant, hook).await? {
+                answer(
+                    false,
+                    "finished",
+                    0,
+                    None,
+                    format!("hook {hook} not cancelled: its delivery is finished"),
+                )
+            } else {
+                Err(Error::NotFound(format!("hook {hook} of tenant {tenant}")))
+            }
+        }
     }
 }

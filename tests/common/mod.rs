@@ -274,6 +274,40 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Make a child process `cmd` spawns die with the test: it gets SIGKILL when the thread
+/// that spawned it ends (`PR_SET_PDEATHSIG`: a test's thread, or its runtime's, which ends
+/// with the test, a panicking one included, or with the whole test process), and it leads
+/// its own process group, so [`kill_group`] also reaches anything it spawned itself (the
+/// `faketime` wrapper forks the worker). A child left running outlives its test's Redis and
+/// keeps reconnecting to that port, where a later test's Redis may start.
+pub fn dies_with_test(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    // SAFETY: only async-signal-safe calls (prctl, getppid, kill) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have ended before the prctl: then nothing would signal us.
+            if libc::getppid() == 1 {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// SIGKILL the process group `pid` leads (a child spawned with [`dies_with_test`]).
+pub fn kill_group(pid: i32) {
+    if pid > 0 {
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+        }
+    }
+}
+
 /// A worker process (`ankusa worker`), killed on drop.
 pub struct WorkerProcess {
     pub child: Child,
@@ -288,13 +322,14 @@ impl WorkerProcess {
         let admin = format!("127.0.0.1:{port}");
         let log = dir.path().join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
-            .args(["worker", "--config"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ankusa"));
+        cmd.args(["worker", "--config"])
             .arg(config)
             .args(["--listen", &admin, "--name", name])
             .env("ANKUSA_LOG", "info,fred=warn")
             .stdout(Stdio::null())
-            .stderr(out)
+            .stderr(out);
+        let child = dies_with_test(&mut cmd)
             .spawn()
             .expect("ankusa binary starts");
         WorkerProcess { child, admin, log }
@@ -311,7 +346,11 @@ impl WorkerProcess {
         }
     }
 
+    /// SIGKILL it (and its process group) and reap it.
     pub fn kill9(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            kill_group(self.pid());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -323,8 +362,12 @@ impl WorkerProcess {
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.pid(), libc::SIGCONT);
+        // Unreaped, so its pid (and group id) cannot be another process's yet.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            unsafe {
+                libc::kill(self.pid(), libc::SIGCONT);
+            }
+            kill_group(self.pid());
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -177,7 +177,9 @@ pub fn spawn_worker(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(out);
-    let child = cmd.spawn().expect("ankusa binary starts");
+    let child = super::dies_with_test(&mut cmd)
+        .spawn()
+        .expect("ankusa binary starts");
     WorkerProcess { child, admin, log }
 }
 

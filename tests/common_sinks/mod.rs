@@ -14,6 +14,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Let `tenants` name their own SQS/Pub/Sub endpoints (`tenants.<id>.custom_endpoints`): the
+/// local servers are custom endpoints on loopback, which the test config's `http.allow_cidrs`
+/// exempts from the address guard. Off by default, so every test opts in explicitly.
+pub fn grant_custom_endpoints(c: &mut ankusa::config::Config, tenants: &[&str]) {
+    for t in tenants {
+        c.tenants.entry(t.to_string()).or_default().custom_endpoints = true;
+    }
+}
+
 /// Fake credentials moto accepts.
 pub const KEY: &str = "testing";
 /// Region used with moto.

@@ -4,25 +4,27 @@
 //! 301/302 turns a POST into a GET); 408/425/429/5xx and transport errors retry,
 //! honouring `Retry-After`; any other 4xx is permanent (R8).
 
-use super::guard::{blocked_in, AddressPolicy, GuardedResolver};
+mod entry;
+
+pub use entry::{check_headers, client, MODULE};
+
+use super::guard::{blocked_in, guarded_reqwest, read_bounded, AddressPolicy};
 use super::signing::{signature_header, SigningKey};
-use super::{is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy, ErrorKind};
+use super::{
+    is_framing_header, is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy, ErrorKind,
+};
 use crate::secrets::{has_reference, redact_url, SecretPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Bytes of a response body kept as the row's last error; the rest is never read.
-pub const ERROR_BODY_MAX_BYTES: usize = 512;
+pub const ERROR_BODY_MAX_BYTES: usize = super::guard::ANSWER_KEEP_BYTES;
 
 /// Bytes of a 2xx body read (and dropped) so the connection can be reused; a longer or slower
 /// body is abandoned with its connection. The outcome is decided by status and headers.
-pub const DRAIN_MAX_BYTES: usize = 16 * 1024;
-
-/// How long reading a response body (the drain of a 2xx, the error prefix) may take at most.
-const BODY_READ_MAX: Duration = Duration::from_secs(1);
+pub const DRAIN_MAX_BYTES: usize = super::guard::ANSWER_READ_MAX_BYTES;
 
 /// `signing_secret`: one secret or a list (rotation).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -258,10 +260,7 @@ impl HttpSink {
     /// (issue 12: a cap of 64 at concurrency 100 left ~12 800 sockets in TIME_WAIT per
     /// 50 000 deliveries).
     pub fn new(edge: EdgePolicy) -> Result<HttpSink, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver::new(edge.addresses.clone())))
+        let client = guarded_reqwest(edge.addresses.clone())
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(usize::MAX)
@@ -276,6 +275,12 @@ impl HttpSink {
         &self.edge.secrets
     }
 
+    /// The whole edge policy: addresses, secret references, tenants' grants (the batching
+    /// sinks check their targets against it at attempt time).
+    pub fn edge(&self) -> &EdgePolicy {
+        &self.edge
+    }
+
     /// Deliver one row. Transport errors retry; a blocked address or a refused secret
     /// reference is permanent; the answer is classified by [`classify`] from its status and
     /// headers, reading at most [`ERROR_BODY_MAX_BYTES`] of an error body.
@@ -285,7 +290,7 @@ impl HttpSink {
 
     /// [`HttpSink::deliver`] answering the 2xx status on success (for the attempt history).
     pub async fn deliver_status(&self, opts: &HttpOpts, d: &Delivery) -> Result<u16, AttemptError> {
-        let url = self.resolve(&opts.url, "url")?;
+        let url = self.resolve(&d.tenant, &opts.url, "url")?;
         let url = check_url(&url, &self.edge.addresses).map_err(|e| match e {
             UrlProblem::Blocked(b) => AttemptError::permanent(ErrorKind::Other, b.to_string()),
             UrlProblem::Invalid(why) => AttemptError::permanent(
@@ -342,15 +347,16 @@ impl HttpSink {
         }
     }
 
-    /// Resolve the secret references of option `what`: a reference the policy refuses is
-    /// permanent (it is never sent), an unset one retries.
-    fn resolve(&self, v: &str, what: &str) -> Result<String, AttemptError> {
+    /// Resolve the secret references of option `what` in `tenant`'s namespace: a malformed
+    /// reference is permanent (it is never sent); one outside the namespace and an unset one
+    /// retry alike, so neither tells the tenant whether another's secret exists.
+    fn resolve(&self, tenant: &str, v: &str, what: &str) -> Result<String, AttemptError> {
         if !has_reference(v) {
             return Ok(v.to_string());
         }
-        let secrets = &self.edge.secrets;
+        let secrets = self.edge.secrets.for_tenant(tenant);
         secrets
-            .check(v)
+            .check_form(v)
             .map_err(|e| secret_error(AttemptError::permanent, what, e))?;
         secrets
             .resolve(v)
@@ -397,7 +403,14 @@ impl HttpSink {
             h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
         for (k, v) in &opts.headers {
-            let v = self.resolve(v, &format!("headers.{k}"))?;
+            // Refused at `source put`; a spec stored before that is refused here.
+            if is_framing_header(k) {
+                return Err(AttemptError::permanent(
+                    ErrorKind::Other,
+                    format!("headers: {k:?} is a framing or hop-by-hop header"),
+                ));
+            }
+            let v = self.resolve(&d.tenant, v, &format!("headers.{k}"))?;
             let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
                 AttemptError::permanent(
                     ErrorKind::Other,
@@ -417,7 +430,7 @@ impl HttpSink {
             .unwrap_or_default()
             .as_secs();
         let mut own = vec![
-            ("webhook-id", d.row.clone()),
+            ("webhook-id", d.message_id.clone()),
             ("webhook-timestamp", ts.to_string()),
             ("ankusa-delivery-id", d.row.clone()),
             ("ankusa-hook-id", d.hook.to_string()),
@@ -425,10 +438,16 @@ impl HttpSink {
             ("ankusa-tenant", d.tenant.clone()),
             ("ankusa-source", d.source.clone()),
         ];
+        if let Some(et) = &d.event_type {
+            own.push((super::EVENT_TYPE_HEADER, et.clone()));
+        }
+        if let Some(tp) = &d.traceparent {
+            own.push(("traceparent", tp.clone()));
+        }
         if let Some(secrets) = &opts.signing_secret {
             let mut keys = Vec::with_capacity(secrets.as_slice().len());
             for s in secrets.as_slice() {
-                let s = self.resolve(s, "signing_secret")?;
+                let s = self.resolve(&d.tenant, s, "signing_secret")?;
                 keys.push(
                     SigningKey::parse(&s)
                         .map_err(|e| AttemptError::permanent(ErrorKind::Other, e))?,
@@ -436,7 +455,7 @@ impl HttpSink {
             }
             own.push((
                 "webhook-signature",
-                signature_header(&keys, &d.row, ts, &d.body),
+                signature_header(&keys, &d.message_id, ts, &d.body),
             ));
         }
         for (k, v) in own {
@@ -458,23 +477,6 @@ fn with_body(head: String, body: &str) -> String {
     } else {
         format!("{head}: {body}")
     }
-}
-
-/// Read at most `max` bytes of a body (more only within the last chunk, which is cut), for at
-/// most [`BODY_READ_MAX`]; the rest is never read. Dropping the response closes a connection
-/// whose body was not finished.
-async fn read_bounded(mut resp: reqwest::Response, max: usize) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(BODY_READ_MAX, async {
-        while buf.len() < max {
-            match resp.chunk().await {
-                Ok(Some(c)) => buf.extend_from_slice(&c[..c.len().min(max - buf.len())]),
-                _ => break,
-            }
-        }
-    })
-    .await;
-    buf
 }
 
 /// A secret reference of option `what` that cannot be used: the reference's own message,

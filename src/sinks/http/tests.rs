@@ -1,5 +1,6 @@
 //! Unit tests of the HTTP sink: classification, Retry-After, options, delivery headers, connection reuse, signing cost.
 use super::*;
+use std::sync::Arc;
 
 #[test]
 fn a_classified_answer_carries_the_kind_and_status_its_text_names() {
@@ -92,13 +93,16 @@ fn delivery_headers_replace_earlier_values_never_append() {
         tenant: "acme".into(),
         source: "s".into(),
         row: "9.0".into(),
+        message_id: crate::sinks::message_id("0123456789abcdef", "9.0"),
         hook: 9,
         attempt: 3,
         body: bytes::Bytes::from_static(b"{}"),
         // stored by other means than a producer, which refuses these at commit
-        headers: r#"{"webhook-id":"forged","Ankusa-Tenant":"other","authorization":"producer","x-a":"1"}"#
+        headers: r#"{"webhook-id":"forged","Ankusa-Tenant":"other","ankusa-event-type":"forged","authorization":"producer","x-a":"1"}"#
             .into(),
         committed_at_ms: 0,
+        event_type: Some("order.created".into()),
+        traceparent: None,
     };
     let opts = HttpOpts {
         url: "https://example.com/h".into(),
@@ -114,9 +118,10 @@ fn delivery_headers_replace_earlier_values_never_append() {
             .map(|v| v.to_str().unwrap().to_string())
             .collect::<Vec<_>>()
     };
-    assert_eq!(all("webhook-id"), ["9.0"]);
+    assert_eq!(all("webhook-id"), ["msg_0123456789abcdef_9.0"]);
     assert_eq!(all("ankusa-tenant"), ["acme"]);
     assert_eq!(all("ankusa-attempt"), ["3"]);
+    assert_eq!(all("ankusa-event-type"), ["order.created"]);
     assert_eq!(all("authorization"), ["sink"]);
     assert_eq!(all("x-a"), ["1"]);
     assert_eq!(all("webhook-signature").len(), 1);
@@ -126,7 +131,10 @@ fn delivery_headers_replace_earlier_values_never_append() {
 #[test]
 fn options_refuse_reserved_headers_bad_secrets_and_blocked_literals() {
     let o = |v: serde_json::Value| {
-        HttpOpts::from_opts_with(v.as_object().unwrap(), &EdgePolicy::default())
+        HttpOpts::from_opts_with(
+            v.as_object().unwrap(),
+            &EdgePolicy::default().for_tenant("t"),
+        )
     };
     assert!(
         o(serde_json::json!({"url": "https://x/", "headers": {"Webhook-Signature": "v1,x"}}))
@@ -138,12 +146,12 @@ fn options_refuse_reserved_headers_bad_secrets_and_blocked_literals() {
             .unwrap_err()
             .contains("empty")
     );
-    assert!(o(serde_json::json!({"url": "https://x/", "signing_secret": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "${env:ANKUSA_SECRET_NEXT}"]}))
+    assert!(o(serde_json::json!({"url": "https://x/", "signing_secret": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "${env:ANKUSA_SECRET_T__NEXT}"]}))
         .is_ok());
     assert!(o(serde_json::json!({"url": "http://[::1]:8080/"}))
         .unwrap_err()
         .contains("blocked address ::1"));
-    assert!(o(serde_json::json!({"url": "${env:ANKUSA_SECRET_URL}"})).is_ok());
+    assert!(o(serde_json::json!({"url": "${env:ANKUSA_SECRET_T__URL}"})).is_ok());
     assert!(o(serde_json::json!({"url": "${env:URL}"}))
         .unwrap_err()
         .contains("secrets.env_prefix"));
@@ -215,11 +223,14 @@ async fn waves_of_concurrent_attempts_reuse_their_connections() {
                 tenant: "acme".into(),
                 source: "s".into(),
                 row: format!("{}.0", wave * 1000 + i),
+                message_id: format!("msg_0123456789abcdef_{}.0", wave * 1000 + i),
                 hook: wave * 1000 + i,
                 attempt: 1,
                 body: bytes::Bytes::from(vec![b'x'; 1024]),
                 headers: String::new(),
                 committed_at_ms: 0,
+                event_type: None,
+                traceparent: None,
             };
             attempts.spawn(async move { sink.deliver(&opts, &d).await });
         }
@@ -246,11 +257,14 @@ fn signing_cost_per_delivery() {
         tenant: "acme".into(),
         source: "orders".into(),
         row: "123456.0".into(),
+        message_id: "msg_0123456789abcdef_123456.0".into(),
         hook: 123456,
         attempt: 1,
         body: bytes::Bytes::from(vec![b'x'; 1024]),
         headers: r#"{"content-type":"application/json","x-event":"push"}"#.into(),
         committed_at_ms: 0,
+        event_type: None,
+        traceparent: None,
     };
     let a = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let b = "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24tdGVzdA==";

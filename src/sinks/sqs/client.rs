@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// SQS clients of one session, one per endpoint, region and credentials, sharing one HTTP
-/// client (rustls with ring, no aws-lc).
+/// The SQS clients of a worker process ([`crate::sinks::registry::Sinks`]), one per endpoint, region and credentials, sharing one HTTP
+/// client (rustls with ring, no aws-lc; the egress guard's resolver; bounded answers).
 #[derive(Clone)]
 pub struct SqsClients {
     http: SharedHttpClient,
@@ -17,22 +17,16 @@ impl std::fmt::Debug for SqsClients {
     }
 }
 
-impl Default for SqsClients {
-    fn default() -> Self {
-        use aws_smithy_http_client::tls;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https();
+impl SqsClients {
+    /// The clients of a process, all through the egress guard's HTTP client under
+    /// `addresses` ([`crate::sinks::guard::guarded_aws_client`]).
+    pub fn new(addresses: Arc<crate::sinks::guard::AddressPolicy>) -> SqsClients {
         SqsClients {
-            http,
+            http: crate::sinks::guard::guarded_aws_client(addresses),
             clients: Arc::default(),
         }
     }
-}
 
-impl SqsClients {
     /// The client for `t`, built on first use. SDK retries are off (ankusa retries rows)
     /// and credentials are not cached by the SDK (the chain caches and refreshes them).
     pub fn client(&self, t: &SqsTarget) -> Result<aws_sdk_sqs::Client, String> {
@@ -221,6 +215,10 @@ pub(super) fn request_error<E>(
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
+    // The egress guard refused the endpoint's address: the same on every attempt.
+    if let Some(b) = crate::sinks::guard::blocked_in(e) {
+        return AttemptError::permanent(ErrorKind::Other, format!("sqs: {b}"));
+    }
     match e {
         SdkError::ServiceError(se) => {
             let err = se.err();

@@ -12,16 +12,24 @@
 //! credential stack (`aws-config` and its STS client). The ambient chain signs requests only
 //! to AWS's own endpoints (`https://….amazonaws.com`): a custom `endpoint_url` (or a queue URL
 //! on another host) needs static credentials in the options, refused at `source put` and at
-//! attempt time otherwise, so the worker's own AWS identity never signs for a stranger.
+//! attempt time otherwise, so the worker's own AWS identity never signs for a stranger; and
+//! only for queues the operator granted the tenant (`tenants.<id>.ambient_credentials`,
+//! [`ambient_queue_arn`]). A custom endpoint itself needs `tenants.<id>.custom_endpoints`.
+//!
+//! Every request goes through the egress guard's client ([`crate::sinks::guard::guarded_aws_client`]):
+//! checked addresses only, no proxy, and an answer read only up to a few KiB.
 
 mod client;
+mod entry;
 mod opts;
 
 pub use client::*;
+pub use entry::MODULE;
 pub use opts::*;
 
 use super::batcher::{BoxFuture, Limits, Transport};
-use super::{header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind, Sink};
+use super::guard::EgressGrant;
+use super::{header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
 use crate::claim_check::Payload;
 use crate::secrets::{has_reference, SecretPolicy};
 use aws_sdk_sqs::config::{
@@ -43,7 +51,8 @@ pub const MAX_MESSAGE_BYTES: usize = 262_144;
 /// Message attributes per message (an SQS limit).
 pub const MAX_ATTRIBUTES: usize = 10;
 /// Hook headers sent as attributes of their own; more go as one `ankusa-headers` attribute.
-pub const HEADER_ATTRIBUTES: usize = MAX_ATTRIBUTES - 3;
+/// The rest is ankusa's: delivery id, tenant, event type, and a claim-check's pointer.
+pub const HEADER_ATTRIBUTES: usize = MAX_ATTRIBUTES - 4;
 /// The message attribute the Amazon SQS Extended Client reads: the offloaded body's size.
 pub const EXTENDED_PAYLOAD_SIZE: &str = "ExtendedPayloadSize";
 /// The class name at the head of an Amazon SQS Extended Client pointer.
@@ -94,6 +103,9 @@ impl SqsTarget {
             ("ankusa-delivery-id".into(), d.row.clone(), false),
             ("ankusa-tenant".into(), d.tenant.clone(), false),
         ];
+        if let Some(et) = &d.event_type {
+            attributes.push((crate::sinks::EVENT_TYPE_HEADER.into(), et.clone(), false));
+        }
         let body = match payload {
             Payload::Inline(b) => b.clone(),
             Payload::Checked { url, size } => match crate::claim_check::s3_parts(url) {
@@ -226,6 +238,7 @@ fn sqs_error(retry: bool, error: String) -> AttemptError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sinks::guard::NO_GRANT;
 
     fn kind(e: &AttemptError) -> &'static str {
         e.outcome()
@@ -362,11 +375,14 @@ mod tests {
             tenant: "acme".into(),
             source: "s".into(),
             row: "7.0".into(),
+            message_id: "msg_0123456789abcdef_7.0".into(),
             hook: 7,
             attempt: 1,
             body: bytes::Bytes::from_static(b"{}"),
             headers: headers.into(),
             committed_at_ms: 0,
+            event_type: None,
+            traceparent: None,
         }
     }
 
@@ -400,6 +416,41 @@ mod tests {
     }
 
     #[test]
+    fn the_event_type_is_an_attribute_within_the_limit_of_ten() {
+        let t = opts(serde_json::json!({"queue_url": "https://sqs.us-east-1.amazonaws.com/1/q"}))
+            .unwrap()
+            .resolve(&SecretPolicy::default())
+            .unwrap();
+        let most: serde_json::Map<String, serde_json::Value> = (0..HEADER_ATTRIBUTES)
+            .map(|i| (format!("h{i}"), serde_json::json!("v")))
+            .collect();
+        let mut d = delivery(&serde_json::Value::Object(most).to_string());
+        d.event_type = Some("order.created".into());
+        // The fullest message: every header on its own, the event type and a pointer.
+        let m = t
+            .message(
+                &d,
+                &Payload::Checked {
+                    url: "s3://b/k/7".into(),
+                    size: 2_097_152,
+                },
+                None,
+            )
+            .unwrap();
+        assert!(m.attributes.len() <= MAX_ATTRIBUTES, "{:?}", m.attributes);
+        assert!(m.attributes.contains(&(
+            "ankusa-event-type".into(),
+            "order.created".into(),
+            false
+        )));
+        assert!(
+            m.attributes.iter().any(|a| a.0 == "h0"),
+            "{:?}",
+            m.attributes
+        );
+    }
+
+    #[test]
     fn a_claim_checked_body_is_an_extended_client_pointer() {
         let t =
             opts(serde_json::json!({"queue_url": "https://sqs.us-east-1.amazonaws.com/1/q.fifo"}))
@@ -425,6 +476,91 @@ mod tests {
             .contains(&("ExtendedPayloadSize".into(), "2097152".into(), true)));
         assert_eq!(m.group.as_deref(), Some("acme:s:0:abc"));
         assert_eq!(m.dedup.as_deref(), Some("7.0"));
+    }
+
+    #[test]
+    fn ambient_credentials_sign_only_for_the_queue_the_arn_names() {
+        let url = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo";
+        assert_eq!(
+            ambient_queue_arn(url, "eu-west-1", None).unwrap(),
+            "arn:aws:sqs:eu-west-1:123456789012:orders.fifo"
+        );
+        assert_eq!(
+            ambient_queue_arn(
+                url,
+                "eu-west-1",
+                Some("https://sqs.eu-west-1.amazonaws.com")
+            )
+            .unwrap(),
+            "arn:aws:sqs:eu-west-1:123456789012:orders.fifo"
+        );
+        assert_eq!(
+            ambient_queue_arn(
+                "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q",
+                "cn-north-1",
+                None
+            )
+            .unwrap(),
+            "arn:aws-cn:sqs:cn-north-1:123456789012:q"
+        );
+        for (u, region, endpoint) in [
+            (url, "us-east-1", None),
+            (
+                url,
+                "eu-west-1",
+                Some("https://sqs.us-east-1.amazonaws.com"),
+            ),
+            (
+                "http://sqs.eu-west-1.amazonaws.com/123456789012/q",
+                "eu-west-1",
+                None,
+            ),
+            (
+                "https://sqs.eu-west-1.amazonaws.com:444/123456789012/q",
+                "eu-west-1",
+                None,
+            ),
+            (
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/q/x",
+                "eu-west-1",
+                None,
+            ),
+            (
+                "https://sqs.eu-west-1.amazonaws.com/acct/q",
+                "eu-west-1",
+                None,
+            ),
+            (
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/q%2Fx",
+                "eu-west-1",
+                None,
+            ),
+            ("https://evil.example/123456789012/q", "eu-west-1", None),
+        ] {
+            assert!(
+                ambient_queue_arn(u, region, endpoint).is_err(),
+                "{u} {region} {endpoint:?}"
+            );
+        }
+        let grant = EgressGrant {
+            custom_endpoints: false,
+            ambient_credentials: vec!["arn:aws:sqs:eu-west-1:123456789012:acme-*".into()],
+        };
+        assert!(grant.ambient_allows("arn:aws:sqs:eu-west-1:123456789012:acme-orders"));
+        assert!(!grant.ambient_allows("arn:aws:sqs:eu-west-1:123456789012:beta-orders"));
+        assert!(!NO_GRANT.ambient_allows("arn:aws:sqs:eu-west-1:123456789012:acme-x"));
+        assert!(crate::sinks::guard::valid_ambient_grant(
+            "arn:aws:sqs:eu-west-1:123456789012:acme-*"
+        ));
+        for bad in [
+            "*",
+            "arn:aws:sqs:*",
+            "arn:aws:sqs:eu-west-1:*:q",
+            "projects/*",
+            "projects/p/topics/",
+        ] {
+            assert!(!crate::sinks::guard::valid_ambient_grant(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -120,14 +120,74 @@ impl SqsOpts {
                 ));
             }
         }
-        let custom = match &o.endpoint_url {
-            Some(e) => has_reference(e) || !is_aws_endpoint(e),
-            None => !has_reference(&o.queue_url) && endpoint_of(&o.queue_url).is_some(),
-        };
-        if custom && o.access_key_id.is_none() {
+        if o.custom_endpoint() && o.access_key_id.is_none() {
             return Err(CUSTOM_ENDPOINT_NEEDS_CREDS.into());
         }
+        if let Some(edge) = edge {
+            // A literal IP endpoint is connected to without resolving: checked here as at
+            // attempt time (a name is checked by the guard's resolver when connecting).
+            for (field, v) in [
+                ("endpoint_url", o.endpoint_url.as_deref()),
+                ("queue_url", Some(o.queue_url.as_str())),
+            ] {
+                if let Some(u) = v.filter(|v| !has_reference(v)) {
+                    check_literal(u, &edge.addresses).map_err(|e| format!("{field}: {e}"))?;
+                }
+            }
+        }
         Ok(o)
+    }
+
+    /// Whether these options name an endpoint of their own: an `endpoint_url` outside AWS (or
+    /// a secret reference), or a queue URL outside `amazonaws.com` that becomes the endpoint.
+    fn custom_endpoint(&self) -> bool {
+        match &self.endpoint_url {
+            Some(e) => has_reference(e) || !is_aws_endpoint(e),
+            None => !has_reference(&self.queue_url) && endpoint_of(&self.queue_url).is_some(),
+        }
+    }
+
+    /// The operator's grants to `tenant` (at `source put`): a custom endpoint needs
+    /// `tenants.<id>.custom_endpoints`; the worker's own credentials (no `access_key_id`)
+    /// need the queue's ARN in `tenants.<id>.ambient_credentials`. A queue URL that is a
+    /// secret reference is checked when it is resolved, at attempt time.
+    pub fn check_grant(&self, tenant: &str, grant: &EgressGrant) -> Result<(), String> {
+        if self.custom_endpoint() && !grant.custom_endpoints {
+            let field = match self.endpoint_url {
+                Some(_) => "endpoint_url",
+                None => "queue_url",
+            };
+            return Err(EgressGrant::custom_refused(tenant, field));
+        }
+        if self.access_key_id.is_some() {
+            return Ok(());
+        }
+        let refs = [
+            Some(&self.queue_url),
+            self.region.as_ref(),
+            self.endpoint_url.as_ref(),
+        ];
+        if refs.into_iter().flatten().any(|v| has_reference(v)) {
+            return match grant.ambient_credentials.is_empty() {
+                true => Err(EgressGrant::ambient_refused(
+                    tenant,
+                    "access_key_id",
+                    "any queue",
+                )),
+                false => Ok(()),
+            };
+        }
+        let region = self.region.clone().or_else(|| region_of(&self.queue_url));
+        let arn = ambient_queue_arn(
+            &self.queue_url,
+            region.as_deref().unwrap_or(""),
+            self.endpoint_url.as_deref(),
+        )
+        .map_err(|e| format!("access_key_id: {e}"))?;
+        match grant.ambient_allows(&arn) {
+            true => Ok(()),
+            false => Err(EgressGrant::ambient_refused(tenant, "access_key_id", &arn)),
+        }
     }
 
     /// Resolve secret references (under `secrets`) and defaults into what one attempt sends
@@ -195,17 +255,111 @@ impl SqsOpts {
     }
 }
 
-impl Sink for SqsOpts {
-    fn batched(&self) -> bool {
-        true
+impl SqsTarget {
+    /// The egress checks of one attempt, on the resolved options (a source stored before
+    /// the grants, or with secret references, is checked here): a literal IP endpoint
+    /// against the address guard, a custom endpoint against `tenants.<id>.custom_endpoints`,
+    /// the worker's own credentials against `tenants.<id>.ambient_credentials`. Any refusal
+    /// is permanent: the same options fail the same way on every attempt.
+    pub fn check_egress(&self, tenant: &str, edge: &EdgePolicy) -> Result<(), String> {
+        if let Some(e) = &self.endpoint {
+            check_literal(e, &edge.addresses).map_err(|e| format!("endpoint_url: {e}"))?;
+        }
+        let grant = edge.grant(tenant);
+        if self
+            .endpoint
+            .as_deref()
+            .is_some_and(|e| !is_aws_endpoint(e))
+            && !grant.custom_endpoints
+        {
+            return Err(EgressGrant::custom_refused(tenant, "endpoint_url"));
+        }
+        if self.creds.is_none() {
+            let arn = ambient_queue_arn(&self.queue_url, &self.region, self.endpoint.as_deref())
+                .map_err(|e| format!("access_key_id: {e}"))?;
+            if !grant.ambient_allows(&arn) {
+                return Err(EgressGrant::ambient_refused(tenant, "access_key_id", &arn));
+            }
+        }
+        Ok(())
     }
-    /// 256 KiB (`max_message_bytes`) minus a bound on the attributes: the ankusa attributes,
-    /// the pointer's `ExtendedPayloadSize` and the hook's headers.
-    fn inline_max_bytes(&self, headers: &str) -> Option<usize> {
-        let pairs = header_pairs(headers).len();
-        let overhead = 512 + headers.len() + 16 * pairs;
-        Some(self.max_message_bytes.saturating_sub(overhead))
+}
+
+/// Check a URL's literal IP host against the address guard (a name is left to the guard's
+/// resolver). The error never holds the URL, only the refused address.
+pub(super) fn check_literal(
+    u: &str,
+    addresses: &crate::sinks::guard::AddressPolicy,
+) -> Result<(), String> {
+    let url = url::Url::parse(u).map_err(|e| format!("not a valid URL: {e}"))?;
+    addresses.check_url(&url).map_err(|b| b.to_string())
+}
+
+/// The ARN of the queue at `queue_url` when the worker's own AWS credentials sign for it:
+/// `arn:<partition>:sqs:<region>:<account>:<queue>`. The queue URL must be AWS's
+/// (`https://sqs.<region>.amazonaws.com/<account>/<queue>`), in the signing `region`, and
+/// an explicit endpoint must be AWS's in that region too, so the request goes to the queue
+/// the ARN names and nowhere else.
+pub fn ambient_queue_arn(
+    queue_url: &str,
+    region: &str,
+    endpoint: Option<&str>,
+) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "the worker's own AWS credentials sign only for a queue URL \
+             https://sqs.<region>.amazonaws.com/<account>/<queue> in the signing region \
+             (region {region:?})"
+        )
+    };
+    let u = url::Url::parse(queue_url).map_err(|_| bad())?;
+    let host = u.host_str().unwrap_or("");
+    if u.scheme() != "https"
+        || u.port().is_some()
+        || region_of(queue_url).as_deref() != Some(region)
+    {
+        return Err(bad());
     }
+    let partition = if host.ends_with(".amazonaws.com.cn") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    };
+    if let Some(e) = endpoint {
+        let ok = is_aws_endpoint(e)
+            && url::Url::parse(e).is_ok_and(|e| {
+                e.host_str()
+                    .and_then(|h| region_of(&format!("https://{h}/")))
+                    .as_deref()
+                    == Some(region)
+            });
+        if !ok {
+            return Err(bad());
+        }
+    }
+    let mut path = u.path_segments().ok_or_else(bad)?;
+    match (path.next(), path.next(), path.next()) {
+        (Some(account), Some(queue), None)
+            if !account.is_empty()
+                && account.bytes().all(|b| b.is_ascii_digit())
+                && valid_queue_name(queue) =>
+        {
+            Ok(format!("arn:{partition}:sqs:{region}:{account}:{queue}"))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// An SQS queue name: 1..=80 alphanumerics, `-` and `_`, a FIFO queue's ending in `.fifo`.
+fn valid_queue_name(q: &str) -> bool {
+    let base = q.strip_suffix(".fifo").unwrap_or(q);
+    (1..=80).contains(&q.len())
+        && !base.is_empty()
+        && base
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The Amazon SQS Extended Client pointer to an offloaded body (R18).

@@ -50,6 +50,15 @@ local K_EPOCH = P .. 'epoch'
 -- the lease records the last token issued before the term in `claim_floor`.
 local K_CLAIM_SEQ = P .. 'claim_seq'
 local K_CLAIM_FLOOR = P .. 'claim_floor'
+-- Who holds the memory (`ankusa tenants top --by bytes`): `tenant_bytes` counts, per
+-- tenant, the body bytes of its stored hooks (pending or dead-lettered; commit adds, the
+-- scripts that delete a hook subtract); `kept_bytes` the bodies of its delivered hooks kept
+-- for resend. `kept_index` orders the kept hooks by when they were kept (member
+-- `<hook>:<bytes>:<tenant>`), so the oldest give way first: past their age, past the byte
+-- budget, or when Redis is full (kept.lua). Stats field `kept_bytes` is the partition's sum.
+local K_TENANT_BYTES = P .. 'tenant_bytes'
+local K_KEPT_BYTES = P .. 'kept_bytes'
+local K_KEPT_INDEX = P .. 'kept_index'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -63,9 +72,38 @@ local function clock_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Fencing (R25): a caller may move rows only while KEYS[1] holds its token.
+-- Failover safety (hash): `replicas`, the replicas this server had attached when the
+-- current term started (raised by each renewal, never lowered but by a new term); `replid`,
+-- the replication history under which hook ids were last issued; `space`, the random part
+-- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL).
+local K_REPLICATION = P .. 'replication'
+
+-- This server's attached replicas and replication id (`INFO replication`; a promotion or a
+-- restart gives a server a new replication id).
+local function replication()
+  local info = redis.call('INFO', 'replication')
+  return tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0,
+    string.match(info, 'master_replid:(%x+)') or ''
+end
+
+-- A primary that has fewer replicas attached than when the term started has most likely
+-- just seen its replica promoted (a graceful `SENTINEL FAILOVER` detaches it at once, while
+-- the sentinels convert this server into a replica only ~10 s later): whatever it writes
+-- now is thrown away then. So nothing moves here until a new term (whose lease acquisition
+-- counts the replicas again) starts, after the sentinels were asked who the primary is.
+-- Returns the replicas attached and the count wanted when short of it, else nil.
+local function replicas_lost()
+  local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
+  if want == 0 then return nil end
+  local have = replication()
+  if have < want then return have, want end
+  return nil
+end
+
+-- Fencing (R25): a caller may move rows only while KEYS[1] holds its token, on a server
+-- that kept the replicas its term started with.
 local function fenced(token)
-  return redis.call('GET', KEYS[1]) ~= token
+  return redis.call('GET', KEYS[1]) ~= token or replicas_lost() ~= nil
 end
 
 -- A row id is `<hook id>.<sink index>`.
@@ -74,7 +112,7 @@ local function split_row(row)
   return hook, idx
 end
 
--- Make the next member of `lane` its head, due at `now`; with no member left the lane
+-- Make the next member of `lane` its head, due at `now` (or at its hook's scheduled time); with no member left the lane
 -- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
 -- this (R12: only the scheduler moves lane state).
 -- A tenant with no lane holding members left leaves `lane_tenants` (issue 17.5).
@@ -98,8 +136,16 @@ local function promote(lane, tenant, now)
   end
   redis.call('DECR', K_LANE_MEMBERS)
   set_head(lane, nxt)
-  redis.call('ZADD', k_due(tenant), now, nxt)
-  redis.call('ZADD', K_TENANTS, 'LT', now, tenant)
+  -- A scheduled hook (`da`, commit.lua) is due at its time, not now: it holds its lane.
+  local at = now
+  local hook = split_row(nxt)
+  if hook then
+    local da = redis.pcall('HGET', k_hook(hook), 'da')
+    da = type(da) == 'string' and tonumber(da) or nil
+    if da and da > now then at = da end
+  end
+  redis.call('ZADD', k_due(tenant), at, nxt)
+  redis.call('ZADD', K_TENANTS, 'LT', at, tenant)
   if redis.call('LLEN', k_lane(lane)) == 0 then
     lane_drained(lane, tenant)
   end
@@ -118,6 +164,61 @@ end
 local function tenant_due(tenant, due)
   redis.call('ZADD', K_TENANTS, 'LT', due, tenant)
 end
+
+-- Add `n` (negative: subtract) to `tenant`'s count in the hash `key`; a count that reaches
+-- 0 or less leaves the hash, so no tenant shows a negative count (hooks stored before the
+-- counts existed are subtracted without having been added).
+local function add_bytes(key, tenant, n)
+  if n == 0 then return end
+  if redis.call('HINCRBY', key, tenant, n) <= 0 then redis.call('HDEL', key, tenant) end
+end
+
+-- A delivered hook kept for resend: indexed by when it was kept, its bytes counted.
+local function index_kept(hook, bytes, tenant, now)
+  redis.call('ZADD', K_KEPT_INDEX, now, hook .. ':' .. bytes .. ':' .. tenant)
+  add_bytes(K_KEPT_BYTES, tenant, bytes)
+  redis.call('HINCRBY', K_STATS, 'kept_bytes', bytes)
+end
+
+-- Drop the kept hook of an index member: its hash and body (gone already when they
+-- expired), with `records` its attempt records too, its bytes off the counts. Returns the
+-- bytes.
+local function drop_kept(member, records)
+  redis.call('ZREM', K_KEPT_INDEX, member)
+  local hook, bytes, tenant = string.match(member, '^(%d+):(%d+):(.+)$')
+  if not hook then return 0 end
+  bytes = tonumber(bytes)
+  redis.call('DEL', k_kept(hook), k_keptbody(hook))
+  if records then redis.call('DEL', k_attempts(hook)) end
+  add_bytes(K_KEPT_BYTES, tenant, -bytes)
+  if redis.call('HINCRBY', K_STATS, 'kept_bytes', -bytes) < 0 then
+    redis.call('HSET', K_STATS, 'kept_bytes', 0)
+  end
+  return bytes
+end
+
+-- Drop the kept hooks indexed before `cutoff` (ms), then the oldest while the partition's
+-- kept bytes are over `budget` (nil: no budget), at most `limit` in all; with `records`
+-- their attempt records too. Returns the hooks and bytes dropped.
+local function trim_kept(cutoff, budget, limit, records)
+  local dropped, freed = 0, 0
+  if limit <= 0 then return 0, 0 end
+  local old = redis.call('ZRANGEBYSCORE', K_KEPT_INDEX, '-inf', '(' .. cutoff, 'LIMIT', 0, limit)
+  for _, m in ipairs(old) do
+    freed = freed + drop_kept(m, records)
+    dropped = dropped + 1
+  end
+  if budget then
+    local total = tonumber(redis.call('HGET', K_STATS, 'kept_bytes') or '') or 0
+    while total > budget and dropped < limit do
+      local m = redis.call('ZRANGE', K_KEPT_INDEX, 0, 0)
+      if #m == 0 then break end
+      local b = drop_kept(m[1], records)
+      total, freed, dropped = total - b, freed + b, dropped + 1
+    end
+  end
+  return dropped, freed
+end
 -- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
 -- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes (the caller's
@@ -126,16 +227,35 @@ end
 --          then options, each a word and its values (docs/commit-protocol.md):
 --          'idem', ttl_ms, then n producer idempotency keys ('' none): a hook whose key was
 --                  committed to this tenant+source within ttl_ms is not written again;
+--                  ttl_ms a whole number >= 1;
 --          'sink', index: make the row of this sink entry only (resend);
---          'events', then n event types ('' none): the entries' event filters (P9).
--- Returns  {'ok', first_hook_id, rows_per_hook, now_ms}
+--          'events', then n event types ('' none, else 1..=128 bytes of [A-Za-z0-9_.:/-]):
+--                  the entries' event filters (P9);
+--          'deliver_at', then n times (ms since the epoch, '' none) and/or 'delay', then n
+--                  delays (ms after now by the Redis clock, '' none): scheduled delivery.
+--                  A hook may have one or the other; a time not after now is due now, one
+--                  more than the leader's `commit.max_delay_ms` (kept in `settings`,
+--                  30 days until a leader wrote it) ahead is refused.
+-- Returns  {'ok', first_hook_id, rows_per_hook, now_ms, …, replicas} where `replicas`, always
+--          last, is the replicas attached to this server: the caller's `WAIT` for them
+--          (docs/operations.md) makes the commit survive a failover before it answers
+--          {'ok', first_hook_id, rows_per_hook, now_ms}
 --          with 'idem': {'ok', first_hook_id, rows_per_hook, now_ms, id of hook 1 … hook n}
 --          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
 --          with 'events': {'ok', first_hook_id, rows of hook 1, now_ms, id of hook 1 … hook n,
 --          rows of hook 1 … hook n} (a hook with 0 rows matched no entry: not stored)
+--       |  {'replica_lost', replicas attached, replicas the leader's term counted}: this
+--          server lost a replica, most likely to a failover; retry (see prelude.lua)
 --       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
+--       |  {'too_late', index, ms ahead, max_delay_ms}: a hook scheduled further ahead than
+--          the leader's `commit.max_delay_ms`
+-- Scheduled hooks: each of the hook's rows is due at its time (score = that ms) instead of
+-- now, and leaves the source's virtual time alone (a far-off row must not hold back the
+-- source's next rows). The hook keeps the time as `da`, with `m` (rows made) for cancel.lua;
+-- an ordered row that heads its lane holds the lane until then, and a scheduled member is
+-- due at its time when promoted (prelude `promote`).
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
 -- The script checks its input itself, trusting no caller (issue 17.10): KEYS[1] must be the
 -- lease key of the prefix ARGV[1] (`ankusa:{…}:`), tenant and source ids must match
@@ -152,6 +272,7 @@ end
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
 -- is idle, else it is appended behind it as a member (R10).
+-- The body bytes of the hooks stored are added to the tenant's count (`tenant_bytes`).
 -- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, or a list of
 -- event type patterns): a hook makes rows only for the entries whose gate it passes; its
 -- `n` counts those rows. A hook passing none is not stored, and counted in stats
@@ -171,15 +292,46 @@ local max_bytes = tonumber(redis.call('HGET', K_SETTINGS, 'max_hook_bytes') or '
 local asked = tonumber(ARGV[4])
 if asked and asked < max_bytes then max_bytes = asked end
 local idem_ttl, idem, only, events = nil, nil, nil, nil
+-- Scheduled hooks: sched[i] = {'deliver_at' | 'delay', ms}.
+local sched = nil
 local o = 6 + 2 * n
+-- Options are checked here, before the first write: a TTL that `SET … PX` refuses would
+-- otherwise fail the script after a hook's hash and body were written (orphans).
 while o <= #ARGV do
   if ARGV[o] == 'idem' and tonumber(ARGV[o + 1]) and o + 1 + n <= #ARGV then
     idem_ttl, idem = tonumber(ARGV[o + 1]), {}
+    if idem_ttl < 1 or idem_ttl ~= math.floor(idem_ttl) or idem_ttl >= 2^53 then
+      return {'bad_request', 'idem ttl_ms must be a whole number of milliseconds, 1 or more'}
+    end
     for i = 1, n do idem[i] = ARGV[o + 1 + i] end
     o = o + 2 + n
   elseif ARGV[o] == 'events' and o + n <= #ARGV then
+    -- Event types as model::check_event_type: '' (none) or 1..=128 bytes of [A-Za-z0-9_.:/-].
     events = {}
-    for i = 1, n do events[i] = ARGV[o + i] end
+    for i = 1, n do
+      local et = ARGV[o + i]
+      if #et > 128 or string.find(et, '[^A-Za-z0-9_.:/%-]') then
+        return {'bad_request', 'event type of hook ' .. i .. ' must be 1..=128 bytes of [A-Za-z0-9_.:/-]'}
+      end
+      events[i] = et
+    end
+    o = o + 1 + n
+  elseif (ARGV[o] == 'deliver_at' or ARGV[o] == 'delay') and o + n <= #ARGV then
+    local word = ARGV[o]
+    sched = sched or {}
+    for i = 1, n do
+      local v = ARGV[o + i]
+      if v ~= '' then
+        local x = tonumber(v)
+        if not x or x < 0 or x ~= math.floor(x) or x >= 2^53 or not string.match(v, '^%d+$') then
+          return {'bad_request', word .. ' of hook ' .. i .. ' must be a whole number of milliseconds, 0 or more'}
+        end
+        if sched[i] then
+          return {'bad_request', 'hook ' .. i .. ' has both deliver_at and delay: give one'}
+        end
+        sched[i] = {word, x}
+      end
+    end
     o = o + 1 + n
   elseif ARGV[o] == 'sink' and tonumber(ARGV[o + 1]) then
     only = tonumber(ARGV[o + 1])
@@ -188,6 +340,9 @@ while o <= #ARGV do
     return {'bad_request', 'argument count'}
   end
 end
+local replicas, replid = replication()
+local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
+if replicas < want then return {'replica_lost', replicas, want} end
 local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes', 'gates')
 local modules, lanes_json, gates_json = src[1], src[2], src[3]
 if not modules then return {'unknown_source'} end
@@ -222,6 +377,22 @@ if gates_json then
   gates = v
 end
 local now = now_ms()
+-- When each scheduled hook is due (ms, Redis clock); nil: now (a time not after now too).
+local due_at = {}
+if sched then
+  local max_delay = tonumber(redis.call('HGET', K_SETTINGS, 'max_delay_ms') or '') or 2592000000
+  for i = 1, n do
+    local s = sched[i]
+    if s then
+      local at = s[2]
+      if s[1] == 'delay' then at = now + s[2] end
+      if at > now then
+        if at - now > max_delay then return {'too_late', i, at - now, max_delay} end
+        due_at[i] = at
+      end
+    end
+  end
+end
 if only and (only < 0 or only >= sinks or only ~= math.floor(only)) then return {'bad_request', 'no sink entry ' .. only} end
 if sinks == 0 then return {'ok', 0, 0, now} end
 local ids, fresh, alias = {}, {}, {}
@@ -255,11 +426,13 @@ end
 -- The reply: with 'events' every hook's id and rows; else the (uniform) rows of hook 1.
 local function reply(first_id)
   local out = {'ok', first_id, rows[1], now}
-  if not idem and not events then return out end
-  for i = 1, n do out[#out + 1] = ids[i] end
+  if idem or events then
+    for i = 1, n do out[#out + 1] = ids[i] end
+  end
   if events then
     for i = 1, n do out[#out + 1] = rows[i] end
   end
+  out[#out + 1] = replicas
   return out
 end
 -- Idempotency: which hooks were committed already (by an earlier call or earlier in this one).
@@ -331,6 +504,14 @@ end
 local PART = tonumber(string.match(P, '%.p(%d+)}:$')) or 0
 local ID_SPACE = 2 ^ 40
 local function id_text(x) return string.format('%d', x) end
+-- A new replication history (this server was promoted, or restarted and may have lost its
+-- last writes): the ids it would issue next may have been issued already by the primary
+-- it replaced. They jump 2^24 ahead, more than a primary issues before it is fenced.
+local known = redis.call('HGET', K_REPLICATION, 'replid')
+if known ~= replid then
+  if known then redis.call('INCRBY', K_SEQ, 2 ^ 24) end
+  redis.call('HSET', K_REPLICATION, 'replid', replid)
+end
 local last = redis.call('INCRBY', K_SEQ, #fresh)
 if last >= ID_SPACE then
   redis.call('DECRBY', K_SEQ, #fresh)
@@ -351,6 +532,23 @@ local function next_score()
   return s
 end
 local unmatched = 0
+local stored_bytes = 0
+local scheduled = 0
+-- The earliest score given to a scheduled row: the tenant's place in line when no row of
+-- the call is due now.
+local first_at = nil
+local any_now = false
+-- A row's score: its hook's time when scheduled (noted in first_at), else the next virtual
+-- time (noted in any_now).
+local function row_score(i)
+  local at = due_at[i]
+  if at then
+    if not first_at or at < first_at then first_at = at end
+    return id_text(at)
+  end
+  any_now = true
+  return next_score()
+end
 for f, i in ipairs(fresh) do
   local hook = first + f - 1
   ids[i] = hook
@@ -365,9 +563,14 @@ for f, i in ipairs(fresh) do
   else
     -- The body apart: a hash of small fields stays a listpack (issue 12).
     redis.call('SET', k_body(id_text(hook)), body)
+    stored_bytes = stored_bytes + #body
     redis.call('HSET', hk, 'h', headers, 't', now, 'tn', tenant,
       's', source, 'k', modules, 'n', rows[i], 'z', #body)
     if et ~= '' then redis.call('HSET', hk, 'et', et) end
+    if due_at[i] then
+      redis.call('HSET', hk, 'da', id_text(due_at[i]), 'm', rows[i])
+      scheduled = scheduled + 1
+    end
   end
   local cache = {}
   for idx = (only or 0), (only or sinks - 1) do
@@ -375,7 +578,7 @@ for f, i in ipairs(fresh) do
     local row = id_text(hook) .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
-      pending[#pending + 1] = next_score()
+      pending[#pending + 1] = row_score(i)
       pending[#pending + 1] = row
       if #pending >= 1000 then
         redis.call('ZADD', due, unpack(pending))
@@ -391,7 +594,7 @@ for f, i in ipairs(fresh) do
         redis.call('SADD', K_LANE_TENANTS, tenant)
       else
         set_head(lane, row)
-        redis.call('ZADD', due, next_score(), row)
+        redis.call('ZADD', due, row_score(i), row)
       end
     end
    end
@@ -400,8 +603,11 @@ end
 if #pending > 0 then redis.call('ZADD', due, unpack(pending)) end
 redis.call('HSET', k_srcvt(tenant), source, string.format('%.3f', vt))
 for i, j in pairs(alias) do ids[i] = ids[j] end
-tenant_due(tenant, now)
+-- The tenant's place in line: now, or its first scheduled row's time when no row is due now.
+if first_at and not any_now then tenant_due(tenant, first_at) else tenant_due(tenant, now) end
 redis.call('PUBLISH', K_WAKE, tenant)
 redis.call('HINCRBY', K_STATS, 'committed', #fresh - unmatched)
+if scheduled > 0 then redis.call('HINCRBY', K_STATS, 'scheduled', scheduled) end
+add_bytes(K_TENANT_BYTES, tenant, stored_bytes)
 if unmatched > 0 then redis.call('HINCRBY', K_STATS, 'unmatched', unmatched) end
 return reply(ids[1])

@@ -10,16 +10,29 @@
 //! token), else the metadata server of GCE / GKE / Cloud Run (workload identity), cached
 //! until a minute before expiry. The metadata token goes only to Google's own endpoints
 //! (`https://*pubsub.googleapis.com`): a custom `endpoint` needs `access_token`, or
-//! `no_auth: true` for an emulator, and is refused at `source put` otherwise.
+//! `no_auth: true` for an emulator, and is refused at `source put` otherwise. The metadata
+//! token publishes only to topics the operator granted the tenant
+//! (`tenants.<id>.ambient_credentials`), and a custom endpoint needs
+//! `tenants.<id>.custom_endpoints`; both are checked at `source put` and again at attempt
+//! time ([`PubSubTarget::check_egress`]).
+//!
+//! Publishing goes through the egress guard ([`crate::sinks::guard`]): names resolve to
+//! checked addresses only, a literal IP endpoint is checked as written, no redirects, no
+//! proxy, and an answer is read only up to a few KiB.
 //!
 //! Publishing is all-or-nothing per request, so every entry of a failed request gets the
 //! request's error; entries are checked before they are batched so one tenant's invalid
 //! message cannot fail another's request.
 
+mod entry;
+
+pub use entry::MODULE;
+
 use super::batcher::{BoxFuture, Limits, Transport};
-use super::{
-    header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind, Sink,
+use super::guard::{
+    guarded_reqwest, kept_text, read_bounded, AddressPolicy, EgressGrant, ANSWER_READ_MAX_BYTES,
 };
+use super::{header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
 use crate::claim_check::{generic_pointer, Payload};
 use crate::secrets::{has_reference, SecretPolicy};
 use base64::Engine;
@@ -147,7 +160,63 @@ impl PubSubOpts {
         if o.linger_ms > 10_000 {
             return Err(format!("linger_ms {}: must be <= 10000", o.linger_ms));
         }
+        if let (Some(e), Some(edge)) = (&o.endpoint, edge) {
+            // A literal IP endpoint is connected to without resolving: checked here as at
+            // attempt time (a name is checked by the guard's resolver when connecting).
+            if !has_reference(e) {
+                check_literal(e, &edge.addresses).map_err(|err| format!("endpoint: {err}"))?;
+            }
+        }
         Ok(o)
+    }
+
+    /// Whether these options name an endpoint other than Google's own.
+    fn custom_endpoint(&self) -> bool {
+        self.endpoint
+            .as_deref()
+            .is_some_and(|e| has_reference(e) || !is_google_endpoint(e))
+    }
+
+    /// Whether publishing would use the metadata server's token (the worker's own identity),
+    /// as [`PubSubOpts::resolve`] decides it in this process.
+    fn ambient(&self) -> bool {
+        self.access_token.is_none()
+            && !self.no_auth
+            && match &self.endpoint {
+                Some(e) => !has_reference(e) && is_google_endpoint(e),
+                None => emulator_host().is_none(),
+            }
+    }
+
+    /// The operator's grants to `tenant` (at `source put`): a custom endpoint needs
+    /// `tenants.<id>.custom_endpoints`; the metadata server's token needs the topic in
+    /// `tenants.<id>.ambient_credentials`. A topic that is a secret reference is checked when
+    /// it is resolved, at attempt time.
+    pub fn check_grant(&self, tenant: &str, grant: &EgressGrant) -> Result<(), String> {
+        if self.custom_endpoint() && !grant.custom_endpoints {
+            return Err(EgressGrant::custom_refused(tenant, "endpoint"));
+        }
+        if !self.ambient() {
+            return Ok(());
+        }
+        if has_reference(&self.topic) {
+            return match grant.ambient_credentials.is_empty() {
+                true => Err(EgressGrant::ambient_refused(
+                    tenant,
+                    "access_token",
+                    "any topic",
+                )),
+                false => Ok(()),
+            };
+        }
+        match grant.ambient_allows(&self.topic) {
+            true => Ok(()),
+            false => Err(EgressGrant::ambient_refused(
+                tenant,
+                "access_token",
+                &self.topic,
+            )),
+        }
     }
 
     /// Resolve secret references (under `secrets`) and defaults.
@@ -159,9 +228,7 @@ impl PubSubOpts {
                 "topic {topic:?}: must be projects/<project>/topics/<topic>"
             ));
         }
-        let emulator = std::env::var("PUBSUB_EMULATOR_HOST")
-            .ok()
-            .filter(|h| !h.is_empty());
+        let emulator = emulator_host();
         let (endpoint, auth) = match (&self.endpoint, &emulator) {
             (Some(e), _) => (resolve_secrets(e)?, None),
             (None, Some(h)) => (format!("http://{h}"), Some(Auth::None)),
@@ -185,6 +252,8 @@ impl PubSubOpts {
             }
         };
         Ok(PubSubTarget {
+            custom: self.endpoint.is_some() && !is_google_endpoint(&endpoint),
+            topic: topic.clone(),
             destination: format!(
                 "pubsub|{}|{topic}|{auth_id}|{}",
                 endpoint.trim_end_matches('/'),
@@ -198,13 +267,17 @@ impl PubSubOpts {
     }
 }
 
-impl Sink for PubSubOpts {
-    fn batched(&self) -> bool {
-        true
-    }
-    fn inline_max_bytes(&self, headers: &str) -> Option<usize> {
-        Some(INLINE_MAX_BYTES.saturating_sub(2048 + 2 * headers.len()))
-    }
+/// `PUBSUB_EMULATOR_HOST` of the worker's environment (the operator's, never a tenant's).
+fn emulator_host() -> Option<String> {
+    std::env::var("PUBSUB_EMULATOR_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+}
+
+/// Check a URL's literal IP host against the address guard; the error holds only the address.
+fn check_literal(u: &str, addresses: &AddressPolicy) -> Result<(), String> {
+    let url = url::Url::parse(u).map_err(|e| format!("not a valid URL: {e}"))?;
+    addresses.check_url(&url).map_err(|b| b.to_string())
 }
 
 fn topic_parts(t: &str) -> Option<(&str, &str)> {
@@ -232,12 +305,37 @@ pub struct PubSubTarget {
     pub destination: String,
     /// The `…:publish` URL.
     pub url: String,
+    /// The tenant's options named the endpoint (not Google's, not the emulator's).
+    custom: bool,
+    /// The resolved topic.
+    topic: String,
     auth: Auth,
     header_attributes: bool,
     linger: Duration,
 }
 
 impl PubSubTarget {
+    /// The egress checks of one attempt, on the resolved options (a source stored before
+    /// the grants, or with secret references, is checked here): a literal IP endpoint
+    /// against the address guard, a custom endpoint against `tenants.<id>.custom_endpoints`,
+    /// the metadata token against `tenants.<id>.ambient_credentials`. Any refusal is
+    /// permanent: the same options fail the same way on every attempt.
+    pub fn check_egress(&self, tenant: &str, edge: &EdgePolicy) -> Result<(), String> {
+        check_literal(&self.url, &edge.addresses).map_err(|e| format!("endpoint: {e}"))?;
+        let grant = edge.grant(tenant);
+        if self.custom && !grant.custom_endpoints {
+            return Err(EgressGrant::custom_refused(tenant, "endpoint"));
+        }
+        if self.auth == Auth::Metadata && !grant.ambient_allows(&self.topic) {
+            return Err(EgressGrant::ambient_refused(
+                tenant,
+                "access_token",
+                &self.topic,
+            ));
+        }
+        Ok(())
+    }
+
     /// The request limits of this topic.
     pub fn limits(&self) -> Limits {
         Limits {
@@ -261,6 +359,9 @@ impl PubSubTarget {
             ("ankusa-hook-id".into(), d.hook.to_string(), false),
             ("ankusa-attempt".into(), d.attempt.to_string(), false),
         ];
+        if let Some(et) = &d.event_type {
+            attributes.push((crate::sinks::EVENT_TYPE_HEADER.into(), et.clone(), false));
+        }
         let body = match payload {
             Payload::Inline(b) => b.clone(),
             Payload::Checked { url, size } => {
@@ -310,26 +411,37 @@ pub fn is_retryable(status: u16) -> bool {
     matches!(status, 401 | 408 | 429 | 500..=599)
 }
 
-/// The HTTP client and token cache of the Pub/Sub sinks of one session.
+/// The HTTP clients and token cache of the Pub/Sub sinks of a worker process
+/// ([`crate::sinks::registry::Sinks`]).
 #[derive(Debug, Clone)]
 pub struct PubSubClients {
+    /// Publishing: the egress guard's client (the endpoint may be the tenant's).
     http: reqwest::Client,
+    /// The metadata server only (a fixed, link-local address the guard refuses by design;
+    /// no tenant can steer it): no redirects, no proxy.
+    metadata: reqwest::Client,
     token: Arc<Mutex<Option<(String, Instant)>>>,
 }
 
 impl PubSubClients {
-    /// One client for every topic (connection pool), no redirects.
-    pub fn new() -> Result<PubSubClients, String> {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+    /// One client for every topic (connection pool) under the egress guard of `addresses`.
+    pub fn new(addresses: Arc<AddressPolicy>) -> Result<PubSubClients, String> {
+        let http = guarded_reqwest(addresses)
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
             .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("pubsub client: {e}"))?;
+        let metadata = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| format!("pubsub metadata client: {e}"))?;
         Ok(PubSubClients {
             http,
+            metadata,
             token: Arc::default(),
         })
     }
@@ -356,7 +468,7 @@ impl PubSubClients {
             expires_in: u64,
         }
         let r = self
-            .http
+            .metadata
             .get(METADATA_TOKEN_URL)
             .header("Metadata-Flavor", "Google")
             .timeout(Duration::from_secs(5))
@@ -369,10 +481,7 @@ impl PubSubClients {
                 r.status()
             ));
         }
-        let body = r
-            .bytes()
-            .await
-            .map_err(|e| format!("pubsub: metadata server token: {e}"))?;
+        let body = read_bounded(r, ANSWER_READ_MAX_BYTES).await;
         let t: Token = serde_json::from_slice(&body)
             .map_err(|e| format!("pubsub: metadata server token: {e}"))?;
         let until = Instant::now() + Duration::from_secs(t.expires_in.saturating_sub(60));
@@ -438,21 +547,26 @@ async fn publish(
         Auth::Token(t) => req = req.bearer_auth(t),
         Auth::Metadata => req = req.bearer_auth(clients.metadata_token().await.map_err(retry)?),
     }
-    let resp = req
-        .send()
-        .await
+    let resp = req.send().await.map_err(|e| {
+        // The egress guard refused the endpoint's address: the same on every attempt.
+        if let Some(b) = super::guard::blocked_in(&e) {
+            return AttemptError::permanent(ErrorKind::Other, format!("pubsub: {b}"));
+        }
         // Without the URL: a custom endpoint may come from a secret reference.
-        .map_err(|e| retry(format!("pubsub: transport: {}", e.without_url())))?;
+        retry(format!("pubsub: transport: {}", e.without_url()))
+    })?;
     let status = resp.status().as_u16();
     if (200..300).contains(&status) {
-        let _ = resp.bytes().await;
+        // Drained up to a few KiB so the connection can be reused; an endless answer is
+        // dropped with its connection. The outcome is the status.
+        let _ = read_bounded(resp, ANSWER_READ_MAX_BYTES).await;
         return Ok(());
     }
     if status == 401 {
         *clients.token.lock().await = None;
     }
-    let text = resp.text().await.unwrap_or_default();
-    let error = truncate(format!("pubsub http {status}: {}", text.trim()), 512);
+    let text = kept_text(&read_bounded(resp, super::guard::ANSWER_KEEP_BYTES + 1).await);
+    let error = truncate(format!("pubsub http {status}: {text}"), 512);
     if is_retryable(status) {
         Err(retry(error))
     } else {
@@ -509,7 +623,7 @@ mod tests {
             serde_json::json!({"topic": t, "access_token": "${env:ANKUSA_ADMIN__TOKEN}"})
                 .as_object()
                 .unwrap(),
-            &EdgePolicy::default(),
+            &EdgePolicy::default().for_tenant("t"),
         )
         .unwrap_err();
         assert!(err.contains("secrets.env_prefix"), "{err}");

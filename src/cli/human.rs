@@ -1,0 +1,186 @@
+//! What a person reads: times as RFC 3339 with how long ago (or until), durations in words,
+//! counts with their noun's plural, tables laid out by `comfy-table`, and every text a
+//! tenant, producer or receiver controls with its control characters escaped, so an error
+//! text cannot forge a line of the table or the log, nor send a terminal escape sequence.
+//! `--json` output never goes through here: it keeps the raw values and milliseconds.
+
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// `text` with every control character escaped (`\n`, `\r`, `\t`, `\x1b`, `\u{9b}`…) and
+/// the bidirectional overrides of Unicode (which reorder what a terminal shows) too; any
+/// other character as is.
+pub fn esc(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 && needs_escape(c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// [`esc`], then cut to at most `max` characters (an ellipsis marks the cut).
+pub fn esc_cut(text: &str, max: usize) -> String {
+    let e = esc(text);
+    if e.chars().count() <= max {
+        return e;
+    }
+    let mut cut: String = e.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// `n` and its noun, singular for exactly 1: `1 row`, `0 rows`, `2 dead letters`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A time (ms since the epoch, Redis clock) as RFC 3339 in UTC to the second, and how far it
+/// is from `now_ms`: `2026-12-02T06:45:12Z (3m 20s ago)`, `… (in 4s)`.
+pub fn when(ms: i64, now_ms: i64) -> String {
+    format!("{} ({})", rfc3339(ms), relative(ms, now_ms))
+}
+
+/// A time (ms since the epoch) as RFC 3339 in UTC to the second.
+pub fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// How far `ms` is from `now_ms`, in words: `3m 20s ago`, `in 4s`, `now`.
+pub fn relative(ms: i64, now_ms: i64) -> String {
+    let d = ms - now_ms;
+    if d.abs() < 1_000 {
+        return "now".into();
+    }
+    let words = span(d.unsigned_abs());
+    if d < 0 {
+        format!("{words} ago")
+    } else {
+        format!("in {words}")
+    }
+}
+
+/// A byte count for people: `0 B`, `512 B`, `1.5 KiB`, `24.0 MiB`, `1.2 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A duration in ms, in words, to the second above a second (`2h 5m 3s`, `850ms`).
+pub fn span(ms: u64) -> String {
+    let d = if ms >= 1_000 {
+        Duration::from_secs(ms / 1_000)
+    } else {
+        Duration::from_millis(ms)
+    };
+    humantime::format_duration(d).to_string()
+}
+
+/// A table without borders: a header row, then one line per row, columns padded. Every
+/// cell is escaped ([`esc`]); cells stay on one line.
+pub fn table<S: AsRef<str>>(header: &[&str], rows: impl IntoIterator<Item = Vec<S>>) -> String {
+    use comfy_table::{presets::NOTHING, CellAlignment, ContentArrangement, Table};
+    let mut t = Table::new();
+    t.load_preset(NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.iter().map(|h| h.to_string()));
+    for row in rows {
+        t.add_row(row.iter().map(|c| esc(c.as_ref())));
+    }
+    for col in t.column_iter_mut() {
+        col.set_cell_alignment(CellAlignment::Left);
+        col.set_padding((0, 2));
+    }
+    // comfy-table pads the last column too; a line ends at its last character.
+    t.lines()
+        .map(|l| l.trim_end().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_read_in_binary_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(24 << 20), "24.0 MiB");
+        assert_eq!(bytes(u64::MAX), "16.0 EiB");
+    }
+
+    #[test]
+    fn control_characters_and_bidi_overrides_are_escaped_and_the_rest_kept() {
+        assert_eq!(esc("http 500: boom"), "http 500: boom");
+        assert_eq!(esc("a\nb\rc\td"), "a\\nb\\rc\\td");
+        assert_eq!(esc("\u{1b}[31mred\u{1b}[0m"), "\\x1b[31mred\\x1b[0m");
+        assert_eq!(esc("\u{7f}\u{9b}"), "\\x7f\\x9b");
+        assert_eq!(esc("ab\u{202e}cd"), "ab\\u{202e}cd");
+        assert_eq!(esc("héllo ✓"), "héllo ✓");
+        assert_eq!(esc_cut("abcdef", 4), "abc…");
+        assert_eq!(esc_cut("a\nb", 10), "a\\nb");
+    }
+
+    #[test]
+    fn counts_take_the_plural_except_for_one() {
+        assert_eq!(count(1, "row", "rows"), "1 row");
+        assert_eq!(count(0, "row", "rows"), "0 rows");
+        assert_eq!(count(2, "dead letter", "dead letters"), "2 dead letters");
+    }
+
+    #[test]
+    fn times_are_rfc3339_with_how_long_ago_or_until() {
+        let t = 1_796_191_147_252;
+        assert_eq!(rfc3339(t), "2026-12-02T05:59:07Z");
+        assert_eq!(when(t, t + 200_000), "2026-12-02T05:59:07Z (3m 20s ago)");
+        assert_eq!(relative(t + 4_000, t), "in 4s");
+        assert_eq!(relative(t, t + 300), "now");
+        assert_eq!(span(850), "850ms");
+        assert_eq!(span(7_503_000), "2h 5m 3s");
+    }
+
+    #[test]
+    fn a_table_escapes_its_cells_and_pads_its_columns() {
+        let t = table(
+            &["ID", "ERROR"],
+            vec![vec!["1", "ok"], vec!["22", "bad\nline\u{1b}[31m"]],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[0].starts_with("ID  "), "{t}");
+        assert!(lines[2].contains("bad\\nline\\x1b[31m"), "{t}");
+        assert!(!t.contains('\u{1b}'));
+        let col = lines[0].find("ERROR").unwrap();
+        assert_eq!(lines[2].find("bad"), Some(col), "{t}");
+    }
+}

@@ -1,0 +1,187 @@
+//! `ankusa token create|list|revoke`: tenant tokens, straight in Redis (no worker needed).
+
+use super::args::Cli;
+use super::run::{json_line, load_config, store};
+use ankusa::tokens::{parse_scopes, Scope, TokenInfo, TokenRequest};
+use ankusa::Error;
+
+/// `ankusa token …`.
+#[derive(clap::Subcommand)]
+pub enum TokenCmd {
+    /// Mint a token that reaches one tenant's resources by scope; print it once (only its
+    /// SHA-256 is stored).
+    ///
+    /// The token alone goes to stdout (`TOKEN=$(ankusa token create --tenant acme)`), what
+    /// it is to stderr; with --json: {"token", "id", "tenant", "scopes", "name",
+    /// "created_at_ms", "expires_at_ms"}.
+    Create {
+        /// The tenant it reaches.
+        #[arg(long)]
+        tenant: String,
+        /// What it may do there, comma-separated: ingest (commit hooks), read (hooks, rows,
+        /// dead letters), sources (the tenant's sources), replay (resend, replay).
+        #[arg(long, default_value = "ingest")]
+        scopes: String,
+        /// How long it lives: 30d, 12h, 90m (at most 3650d).
+        #[arg(long, default_value = "90d")]
+        ttl: String,
+        /// A label for people (at most 100 characters).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List live tokens: id, tenant, scopes, name, expiry (never a token).
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a token by id: every worker refuses it within 5 s.
+    Revoke {
+        /// The token's id (16 hex digits, from `token list` or `token create`).
+        id: String,
+    },
+}
+
+/// Run one `token` command.
+pub async fn token(cli: &Cli, cmd: &TokenCmd) -> Result<(), Error> {
+    let json = cli.json;
+    match cmd {
+        TokenCmd::Create {
+            tenant,
+            scopes,
+            ttl,
+            name,
+        } => {
+            let req = TokenRequest {
+                tenant: tenant.clone(),
+                scopes: parse_scopes(scopes)
+                    .map_err(|e| Error::BadRequest(format!("--scopes: {e}")))?,
+                ttl: Some(ttl.clone()),
+                name: name.clone(),
+            };
+            // Checked before connecting: a bad argument is a usage error whatever Redis does.
+            ankusa::tokens::mint(&req, 0)?;
+            let cfg = load_config(cli)?;
+            let s = store(&cfg).await?;
+            let minted = ankusa::tokens::mint(&req, s.now_ms().await?)?;
+            s.put_token(&minted.token.info, &minted.digest).await?;
+            if json {
+                return json_line(&minted.token);
+            }
+            outln!("{}", minted.token.token);
+            let i = &minted.token.info;
+            eprintln!(
+                "token {} for tenant {} (scopes {}) expires {}: shown once, store it now",
+                i.id,
+                i.tenant,
+                ankusa::tokens::scopes_csv(&i.scopes),
+                when(i.expires_at_ms)
+            );
+            Ok(())
+        }
+        TokenCmd::List { tenant } => {
+            let cfg = load_config(cli)?;
+            let tokens = store(&cfg).await?.list_tokens(tenant.as_deref()).await?;
+            if json {
+                return json_line(&serde_json::json!({ "tokens": tokens }));
+            }
+            print_table(&tokens);
+            Ok(())
+        }
+        TokenCmd::Revoke { id } => {
+            let gone = || Error::NotFound(format!("token {id}"));
+            if !ankusa::tokens::is_id(id) {
+                return Err(gone());
+            }
+            let cfg = load_config(cli)?;
+            if !store(&cfg).await?.revoke_token(id).await? {
+                return Err(gone());
+            }
+            if json {
+                json_line(&serde_json::json!({"id": id, "revoked": true}))
+            } else {
+                outln!(
+                    "token {id} revoked: every worker refuses it within {} s",
+                    ankusa::admin::TOKEN_CACHE.as_secs()
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `tokens` as a table; "no tokens" when there is none.
+fn print_table(tokens: &[TokenInfo]) {
+    if tokens.is_empty() {
+        outln!("no tokens");
+        return;
+    }
+    let scopes = |t: &TokenInfo| -> String {
+        t.scopes
+            .iter()
+            .map(|s| Scope::as_str(*s))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let w_tenant = tokens
+        .iter()
+        .map(|t| t.tenant.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let w_scopes = tokens
+        .iter()
+        .map(|t| scopes(t).len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    outln!(
+        "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<20}  NAME",
+        "ID",
+        "TENANT",
+        "SCOPES",
+        "EXPIRES"
+    );
+    for t in tokens {
+        outln!(
+            "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<20}  {}",
+            t.id,
+            t.tenant,
+            scopes(t),
+            when(t.expires_at_ms),
+            t.name
+        );
+    }
+}
+
+/// `ms` since the epoch as RFC 3339 (UTC, seconds).
+fn when(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// `ankusa portal-link`: a signed link of `tenant`'s portal, minted from the config's
+/// `admin.token` (no Redis, no worker needed). The URL alone goes to stdout.
+pub fn portal_link(
+    cli: &Cli,
+    tenant: &str,
+    ttl: &str,
+    base_url: Option<&str>,
+) -> Result<(), Error> {
+    let cfg = load_config(cli)?;
+    let (link, expires_at_ms) =
+        ankusa::console::link::mint(&cfg.admin, tenant, Some(ttl), ankusa::console::now_ms())?;
+    let path = format!("/portal/enter?link={link}");
+    let base = match base_url {
+        Some(b) => b.trim_end_matches('/').to_string(),
+        None => format!("http://{}", cfg.admin.listen),
+    };
+    let url = format!("{base}{path}");
+    if cli.json {
+        json_line(&serde_json::json!({"url": url, "path": path, "expires_at_ms": expires_at_ms}))
+    } else {
+        eprintln!("portal link of tenant {tenant:?}, valid for {ttl}");
+        outln!("{url}");
+        Ok(())
+    }
+}

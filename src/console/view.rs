@@ -1,0 +1,309 @@
+//! The pages' shared parts: the layout, login and error pages, times, and the hook page
+//! both sites show. Every string goes through maud, which escapes it.
+
+use super::{Area, Ctx};
+use axum::http::StatusCode;
+use maud::{html, Markup, DOCTYPE};
+use serde_json::Value;
+
+/// A whole page of `area`: header with navigation (when signed in), `main`, footer.
+pub(crate) fn layout(area: Area, ctx: Option<&Ctx>, title: &str, main: Markup) -> Markup {
+    let base = area.base();
+    let site = match area {
+        Area::Ui => "ankusa console",
+        Area::Portal => "Webhooks portal",
+    };
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · " (site) }
+                link rel="stylesheet" href={ (base) "/assets/console.css" };
+                script src={ (base) "/assets/console.js" } defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header {
+                    a.brand href={ (base) "/" } { (site) }
+                    @if let Some(ctx) = ctx {
+                        nav aria-label="Main" {
+                            @match area {
+                                Area::Ui => {
+                                    a href="/ui/" { "Overview" }
+                                    a href="/ui/tenants" { "Tenants" }
+                                    a href="/ui/dlq" { "Dead letters" }
+                                    a href="/ui/config" { "Config" }
+                                }
+                                Area::Portal => {
+                                    a href="/portal/" { "Endpoints" }
+                                    a href="/portal/deliveries" { "Deliveries" }
+                                }
+                            }
+                        }
+                        @if area == Area::Portal {
+                            span.who { "Tenant " code { (ctx.tenant()) } }
+                        }
+                        @if ctx.csrf.is_some() {
+                            form.logout method="post" action={ (base) "/logout" } {
+                                (csrf(ctx))
+                                button type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main id="main" tabindex="-1" { h1 { (title) } (main) }
+            }
+        }
+    }
+}
+
+/// The hidden CSRF field of a state-changing form (none with a bearer).
+pub(crate) fn csrf(ctx: &Ctx) -> Markup {
+    html! {
+        @if let Some(t) = &ctx.csrf { input type="hidden" name="csrf" value=(t); }
+    }
+}
+
+/// The login page of `area`; `nonce` binds the form to the browser's login cookie.
+pub(crate) fn login_page(area: Area, nonce: &str, problem: Option<&str>) -> Markup {
+    let (what, hint) = match area {
+        Area::Ui => (
+            "Operator token",
+            "The worker's admin.token. Without one configured, leave it empty (loopback only).",
+        ),
+        Area::Portal => (
+            "Access token",
+            "A tenant token (ank_…) from your provider, or open the portal link you were given.",
+        ),
+    };
+    layout(
+        area,
+        None,
+        "Log in",
+        html! {
+            @if let Some(p) = problem { p.problem role="alert" { (p) } }
+            form.card method="post" action={ (area.base()) "/login" } {
+                input type="hidden" name="nonce" value=(nonce);
+                label for="token" { (what) }
+                input id="token" name="token" type="password" autocomplete="current-password" autofocus;
+                p.hint { (hint) }
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+/// The page of a refusal or failure.
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Markup {
+    layout(
+        Area::Ui,
+        None,
+        &format!(
+            "{} {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        ),
+        html! { p.problem role="alert" { (message) } p { a href="/ui/" { "Console" } " · " a href="/portal/" { "Portal" } } },
+    )
+}
+
+/// The page a portal link answers: it moves on to the portal by itself.
+pub(crate) fn entering_page() -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="0;url=/portal/";
+                title { "Opening the portal" }
+                link rel="stylesheet" href="/portal/assets/console.css";
+            }
+            body { main { p { "Opening the portal… " a href="/portal/" { "Continue" } } } }
+        }
+    }
+}
+
+/// A time (Unix ms) as `<time>`: UTC text, turned into local time with a relative hint
+/// by the script.
+pub(crate) fn time(ms: i64) -> Markup {
+    if ms <= 0 {
+        return html! { "—" };
+    }
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
+    let text = humantime::format_rfc3339_millis(t).to_string();
+    html! { time datetime=(text) { (text) } }
+}
+
+/// A JSON value's time field.
+pub(crate) fn time_of(v: &Value) -> Markup {
+    time(v.as_i64().unwrap_or(0))
+}
+
+/// A value as short text (strings bare, others as JSON, absent as a dash).
+pub(crate) fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "—".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A state word as a badge.
+pub(crate) fn badge(state: &str) -> Markup {
+    let class = match state {
+        "delivered" => "ok",
+        "dead_lettered" | "failed" => "bad",
+        "retrying" | "parked" | "retry" => "warn",
+        _ => "",
+    };
+    html! { span class={ "badge " (class) } { (state) } }
+}
+
+/// A status message after an action (`?done=…`).
+pub(crate) fn notice(msg: Option<&String>) -> Markup {
+    html! { @if let Some(m) = msg { p.notice role="status" { (m) } } }
+}
+
+/// How to show a hook's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyView {
+    Text,
+    Json,
+    Hex,
+}
+
+impl BodyView {
+    pub(crate) fn parse(s: Option<&String>) -> BodyView {
+        match s.map(String::as_str) {
+            Some("json") => BodyView::Json,
+            Some("hex") => BodyView::Hex,
+            _ => BodyView::Text,
+        }
+    }
+}
+
+/// The body as text, pretty JSON or a hex dump.
+fn body_view(body: &[u8], view: BodyView) -> String {
+    match view {
+        BodyView::Json => match serde_json::from_slice::<Value>(body) {
+            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+            Err(e) => format!("(not JSON: {e})"),
+        },
+        BodyView::Hex => body
+            .chunks(16)
+            .enumerate()
+            .map(|(i, c)| {
+                let hex: Vec<String> = c.iter().map(|b| format!("{b:02x}")).collect();
+                let asc: String = c
+                    .iter()
+                    .map(|&b| {
+                        if (0x20..0x7f).contains(&b) {
+                            b as char
+                        } else {
+                            '.'
+                        }
+                    })
+                    .collect();
+                format!("{:08x}  {:<48} {asc}", i * 16, hex.join(" "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        BodyView::Text => match std::str::from_utf8(body) {
+            Ok(t) => t.to_string(),
+            Err(_) => "(binary: choose the hex view)".into(),
+        },
+    }
+}
+
+/// The hook page: headers, body, rows, the attempts on a timeline, resend.
+/// `hook` is `GET /admin/hooks/{tenant}/{hook}`; `body` the body when the API gave it.
+pub(crate) fn hook_page(
+    ctx: &Ctx,
+    base: &str,
+    hook: &Value,
+    body: Option<&[u8]>,
+    view: BodyView,
+    done: Option<&String>,
+) -> Markup {
+    let id = hook["hook"].as_u64().unwrap_or(0);
+    html! {
+        (notice(done))
+        dl.facts {
+            dt { "Source" } dd { code { (text(&hook["source"])) } }
+            dt { "Event type" } dd { code { (text(&hook["event_type"])) } }
+            dt { "Committed" } dd { (time_of(&hook["committed_at_ms"])) }
+            dt { "Stored" } dd { (text(&hook["stored"])) }
+            dt { "Body" } dd { (text(&hook["body_bytes"])) " bytes" }
+        }
+        section aria-labelledby="h-headers" {
+            h2 id="h-headers" { "Headers" }
+            @let headers = hook["headers"].as_object().cloned().unwrap_or_default();
+            @if headers.is_empty() { p.empty { "No producer headers." } }
+            @else {
+                table { thead { tr { th scope="col" { "Name" } th scope="col" { "Value" } } }
+                    tbody { @for (n, v) in &headers { tr { td { code { (n) } } td { code { (text(v)) } } } } } }
+            }
+        }
+        section aria-labelledby="h-body" {
+            h2 id="h-body" { "Body" }
+            nav.tabs aria-label="Body view" {
+                @for (v, name) in [(BodyView::Text, "text"), (BodyView::Json, "json"), (BodyView::Hex, "hex")] {
+                    @if v == view { span aria-current="true" { (name) } }
+                    @else { a href={ "?view=" (name) } { (name) } }
+                }
+            }
+            @if let Some(b) = body { pre.body { (body_view(b, view)) } }
+            @else { p.empty { "The admin API shows the body of a dead-lettered hook; this hook has none." } }
+        }
+        section aria-labelledby="h-rows" {
+            h2 id="h-rows" { "Rows" }
+            table {
+                thead { tr { th scope="col" { "Row" } th scope="col" { "Sink" } th scope="col" { "State" }
+                    th scope="col" { "Attempts" } th scope="col" { "Next attempt" } th scope="col" { "Last error" } } }
+                tbody {
+                    @for r in hook["rows"].as_array().into_iter().flatten() {
+                        tr {
+                            td { code { (text(&r["row"])) } }
+                            td { (text(&r["sink"])) }
+                            td { (badge(r["state"].as_str().unwrap_or(""))) }
+                            td { (text(&r["attempts"])) }
+                            td { (time_of(&r["due_at_ms"])) }
+                            td.err { (r["last_error"].as_str().unwrap_or("")) }
+                        }
+                    }
+                }
+            }
+        }
+        section aria-labelledby="h-attempts" {
+            h2 id="h-attempts" { "Attempts" }
+            @let attempts = hook["attempts"].as_array().cloned().unwrap_or_default();
+            @if attempts.is_empty() { p.empty { "No attempt recorded yet." } }
+            ol.timeline {
+                @for a in &attempts {
+                    li.attempt data-outcome=(a["outcome"].as_str().unwrap_or("")) {
+                        div.when { (time_of(&a["started_ms"])) }
+                        div {
+                            "Row " code { (text(&a["row"])) } ", attempt " (text(&a["attempt"])) ": "
+                            (badge(a["outcome"].as_str().unwrap_or("")))
+                            @if let Some(s) = a["status"].as_u64() { " HTTP " (s) }
+                            " in " (text(&a["duration_ms"])) " ms"
+                            @if let Some(k) = a["error_kind"].as_str() { " · " (k) }
+                            @if a["next_attempt_ms"].is_i64() { " · next " (time_of(&a["next_attempt_ms"])) }
+                            @if let Some(r) = a["reason"].as_str() { " · " (r) }
+                        }
+                        @if let Some(e) = a["error"].as_str() { pre.err { (e) } }
+                    }
+                }
+            }
+        }
+        section aria-labelledby="h-resend" {
+            h2 id="h-resend" { "Resend" }
+            form method="post" action={ (base) "/resend" } data-confirm={ "Resend hook " (id) " to all its sink entries?" } {
+                (csrf(ctx))
+                button type="submit" { "Resend to every sink entry" }
+            }
+        }
+    }
+}

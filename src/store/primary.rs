@@ -1,0 +1,336 @@
+//! Following the primary behind Redis Sentinel: leadership follows the primary, not the
+//! connection.
+//!
+//! A graceful failover (`SENTINEL FAILOVER`, or the sentinels' own after a primary went
+//! away and came back) promotes the replica at once, but the old primary stays a writable
+//! master until the sentinels convert it into a replica, some ten seconds later, and then
+//! throws away everything written to it since the promotion. A worker whose connections
+//! still reach it would claim, settle and commit into that void. Three things keep it out:
+//!
+//! - **Scripts refuse on a primary that lost a replica** (`replicas_lost` in
+//!   `lua/prelude.lua`): the promotion detaches the replica from the old primary at once, so
+//!   the fenced scripts (lease renewal, claim, settle…) and `commit.lua` refuse there from that
+//!   instant, and the term ends.
+//! - **A term starts only on the primary the sentinels name** ([`Store::primary_check`]): no
+//!   failover in progress on any sentinel, this store's connections reach the server they
+//!   name, and that server says `ROLE` master. Until then the campaign waits.
+//! - **The switch is followed at once** ([`Store::watch_primary`]): a subscription to every
+//!   sentinel's `+switch-master` (and a poll every second, as Pub/Sub is at most once) moves
+//!   the pool to the new primary (fred asks the sentinels again on reconnect) and tells the
+//!   node, whose terms on the old primary end.
+//!
+//! Commits are the producers' side of the same story: [`Store::commit`] waits for the
+//! replicas (`WAIT`, `redis.commit_wait_ms`) before it answers, and answers a retryable
+//! error when they did not all acknowledge it (`CommitError::NotReplicated`).
+
+use super::*;
+use fred::types::{ClusterHash, CustomCommand};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Bound of one question to one sentinel.
+const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often [`Store::watch_primary`] asks the sentinels without a `+switch-master`.
+const POLL: Duration = Duration::from_secs(1);
+
+/// The sentinels of a `redis-sentinel://` store: one client each, and the service name.
+#[derive(Clone)]
+pub(super) struct Sentinels {
+    service: String,
+    clients: Vec<Client>,
+    /// One config per sentinel, for subscribers.
+    configs: Vec<Config>,
+}
+
+impl Sentinels {
+    /// Clients of each sentinel of `config` (a sentinel config), with its credentials (the
+    /// URL's `user:password` go to the sentinels and the primary alike, `url.rs`).
+    pub(super) async fn connect(config: &Config) -> Result<Option<Sentinels>, StoreError> {
+        let ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } = &config.server
+        else {
+            return Ok(None);
+        };
+        let mut clients = Vec::with_capacity(hosts.len());
+        let mut configs = Vec::with_capacity(hosts.len());
+        for h in hosts {
+            // The sentinels speak TLS when the URL does (`rediss-sentinel://`).
+            let c = Config {
+                server: ServerConfig::new_centralized(h.host.to_string(), h.port),
+                username: config.username.clone(),
+                password: config.password.clone(),
+                tls: config.tls.clone(),
+                ..Config::default()
+            };
+            let client = Builder::from_config(c.clone())
+                .with_connection_config(|cc| {
+                    cc.connection_timeout = SENTINEL_TIMEOUT;
+                    cc.max_command_attempts = 1;
+                })
+                .with_performance_config(|p| p.default_command_timeout = SENTINEL_TIMEOUT)
+                .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
+                .build()?;
+            // A sentinel that is down now is asked again later: not an error here.
+            let _ = client.init().await;
+            clients.push(client);
+            configs.push(c);
+        }
+        Ok(Some(Sentinels {
+            service: service_name.clone(),
+            clients,
+            configs,
+        }))
+    }
+}
+
+/// What the sentinels say of the primary.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SentinelView {
+    /// The `host:port` most answering sentinels name as the primary.
+    pub primary: Option<String>,
+    /// Some sentinel runs a failover of the service now.
+    pub failover_in_progress: bool,
+    /// Sentinels that answered.
+    pub answered: usize,
+}
+
+/// Whether a term may start on the server this store reaches ([`Store::primary_check`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrimaryCheck {
+    /// Not behind sentinels, or the sentinels name the server this store reaches, which says
+    /// it is a master, and no failover is under way.
+    Confirmed,
+    /// Not now: why (a failover under way, the connections still on another server…).
+    Wait(String),
+}
+
+impl Store {
+    /// What the sentinels say of the primary now (`SENTINEL MASTER <service>` on each);
+    /// `None` when this store is not behind sentinels.
+    pub async fn sentinel_view(&self) -> Option<SentinelView> {
+        let s = self.sentinels.as_ref()?;
+        let mut view = SentinelView::default();
+        let mut named: Vec<(String, usize)> = Vec::new();
+        for c in &s.clients {
+            let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
+            let asked = c.custom::<Value, _>(cmd, vec!["MASTER", s.service.as_str()]);
+            let Ok(Ok(v)) = tokio::time::timeout(SENTINEL_TIMEOUT, asked).await else {
+                continue;
+            };
+            let fields = master_fields(v);
+            let (Some(ip), Some(port)) = (fields.get("ip"), fields.get("port")) else {
+                continue;
+            };
+            view.answered += 1;
+            if fields
+                .get("flags")
+                .is_some_and(|f| f.split(',').any(|f| f == "failover_in_progress"))
+            {
+                view.failover_in_progress = true;
+            }
+            let addr = format!("{ip}:{port}");
+            match named.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, n)) => *n += 1,
+                None => named.push((addr, 1)),
+            }
+        }
+        view.primary = named.into_iter().max_by_key(|(_, n)| *n).map(|(a, _)| a);
+        Some(view)
+    }
+
+    /// The servers this store's pool is connected to, as `host:port`.
+    fn connected_servers(&self) -> Vec<String> {
+        let mut servers: Vec<String> = self
+            .pool
+            .active_connections()
+            .iter()
+            .map(|s| format!("{}:{}", s.host, s.port))
+            .collect();
+        servers.sort();
+        servers.dedup();
+        servers
+    }
+
+    /// Whether a term may start now: always on one server or a Cluster; behind sentinels,
+    /// only when no sentinel runs a failover, the pool reaches the primary the sentinels
+    /// name (it is moved there when it does not: ask again), and that server says `ROLE`
+    /// master. A check that cannot reach the sentinels waits.
+    pub async fn primary_check(&self) -> PrimaryCheck {
+        let Some(view) = self.sentinel_view().await else {
+            return PrimaryCheck::Confirmed;
+        };
+        let Some(primary) = view.primary else {
+            return PrimaryCheck::Wait("no sentinel answers".into());
+        };
+        if view.failover_in_progress {
+            return PrimaryCheck::Wait(format!("a sentinel runs a failover (primary {primary})"));
+        }
+        let servers = self.connected_servers();
+        if servers != [primary.clone()] {
+            self.follow_primary(&format!(
+                "connected to {servers:?}, the sentinels name {primary}"
+            ))
+            .await;
+            return PrimaryCheck::Wait(format!("moving to the primary {primary}"));
+        }
+        let cmd = CustomCommand::new_static("ROLE", ClusterHash::Random, false);
+        match self
+            .client()
+            .custom::<Value, _>(cmd, Vec::<Value>::new())
+            .await
+        {
+            Ok(Value::Array(a))
+                if a.first().and_then(Value::as_str).as_deref() == Some("master") =>
+            {
+                PrimaryCheck::Confirmed
+            }
+            Ok(other) => PrimaryCheck::Wait(format!("{primary} answers ROLE {other:?}")),
+            Err(e) => PrimaryCheck::Wait(format!("ROLE on {primary}: {e}")),
+        }
+    }
+
+    /// Reconnect every connection of the pool: behind sentinels fred asks them for the
+    /// primary again, so the pool moves to the new one. In-flight commands fail (retried by
+    /// their callers, never re-sent by fred).
+    pub async fn follow_primary(&self, why: &str) {
+        tracing::warn!(%why, "moving the Redis connections to the primary the sentinels name");
+        metrics::counter!("ankusa_primary_switches_total").increment(1);
+        if let Err(e) = self.pool.force_reconnection().await {
+            tracing::warn!(error = %e, "reconnecting to the new primary failed; fred retries");
+        }
+    }
+
+    /// Follow the primary until `shutdown`: on every sentinel's `+switch-master` for this
+    /// service, and every second, compare the primary the sentinels name with the server the
+    /// pool reaches; when they differ (and no failover is under way), move the pool
+    /// ([`Store::follow_primary`]) and bump the returned generation, so the node ends its
+    /// terms on the old primary at once. Not behind sentinels: the generation never moves.
+    pub fn watch_primary(&self, shutdown: CancellationToken) -> watch::Receiver<u64> {
+        let (tx, rx) = watch::channel(0u64);
+        let Some(s) = self.sentinels.clone() else {
+            return rx;
+        };
+        let (switch_tx, mut switch_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        for cfg in s.configs.iter().cloned() {
+            let (switch_tx, shutdown, service) =
+                (switch_tx.clone(), shutdown.clone(), s.service.clone());
+            tokio::spawn(async move {
+                let Ok(sub) = Builder::from_config(cfg)
+                    .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
+                    .build_subscriber_client()
+                else {
+                    return;
+                };
+                let mut messages = sub.message_rx();
+                let _ = sub.init().await;
+                // Re-subscribe after a reconnect; the task lives as long as the client.
+                drop(sub.manage_subscriptions());
+                let _ = sub.subscribe("+switch-master").await;
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        m = messages.recv() => match m {
+                            // `<service> <old ip> <old port> <new ip> <new port>`
+                            Ok(m) if m.value.as_str().is_some_and(|v| {
+                                v.split(' ').next() == Some(service.as_str())
+                            }) => {
+                                let _ = switch_tx.send(());
+                            }
+                            Ok(_) => {}
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                let _ = switch_tx.send(());
+                            }
+                            Err(_) => break,
+                        },
+                    }
+                }
+                let _ = sub.quit().await;
+            });
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(POLL) => {}
+                    _ = switch_rx.recv() => {}
+                }
+                let Some(view) = store.sentinel_view().await else {
+                    return;
+                };
+                let Some(primary) = view.primary else {
+                    continue;
+                };
+                if view.failover_in_progress {
+                    continue;
+                }
+                let servers = store.connected_servers();
+                if !servers.is_empty() && servers != [primary.clone()] {
+                    store
+                        .follow_primary(&format!(
+                            "the sentinels name {primary}, the pool reaches {servers:?}"
+                        ))
+                        .await;
+                    tx.send_modify(|g| *g += 1);
+                }
+            }
+        });
+        rx
+    }
+}
+
+/// The field/value pairs of a `SENTINEL MASTER` answer (an array in RESP2, a map in RESP3).
+fn master_fields(v: Value) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    match v {
+        Value::Array(items) => {
+            for pair in items.chunks(2) {
+                if let [k, v] = pair {
+                    if let (Some(k), Some(v)) = (k.as_string(), v.as_string()) {
+                        out.insert(k, v);
+                    }
+                }
+            }
+        }
+        Value::Map(m) => {
+            for (k, v) in m.inner() {
+                if let (Some(k), Some(v)) = (k.as_str(), v.as_string()) {
+                    out.insert(k.to_string(), v);
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_master_answer_reads_as_fields() {
+        let v = Value::Array(
+            [
+                "name",
+                "ankusa",
+                "ip",
+                "127.0.0.1",
+                "port",
+                "6380",
+                "flags",
+                "master,failover_in_progress",
+            ]
+            .into_iter()
+            .map(Value::from)
+            .collect(),
+        );
+        let f = master_fields(v);
+        assert_eq!(f.get("ip").map(String::as_str), Some("127.0.0.1"));
+        assert_eq!(f.get("port").map(String::as_str), Some("6380"));
+        assert!(f["flags"].contains("failover_in_progress"));
+    }
+}

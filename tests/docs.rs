@@ -1,0 +1,372 @@
+//! The documentation stands alone: what a user of the repository reads (README, `docs/`,
+//! the config file's comments, the Python package's README, the changelog and the OpenAPI
+//! document the admin API serves) cites no document the repository does not contain and no
+//! private requirement or issue number, and every relative link in the Markdown resolves to
+//! a file of the repository (and, with a `#fragment`, to a heading of that file).
+
+use regex::Regex;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The Markdown files a user reads: README, CHANGELOG, CONTRIBUTING, `docs/*.md` and the
+/// Python package's README.
+fn markdown_files() -> Vec<PathBuf> {
+    let root = Path::new(ROOT);
+    let mut files: Vec<PathBuf> = ["README.md", "CHANGELOG.md", "CONTRIBUTING.md"]
+        .iter()
+        .map(|f| root.join(f))
+        .chain([root.join("clients/python/README.md")])
+        .collect();
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    for f in &files {
+        assert!(f.is_file(), "{} is missing", f.display());
+    }
+    files
+}
+
+/// The config files shipped in `config/` (their comments are the reference of every key).
+fn config_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("config"))
+        .expect("config/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "config/ holds no TOML file");
+    files
+}
+
+/// What a user of the repository cannot resolve: the private specification and design
+/// documents, requirement ids (`R12`, `(R3)`), design-point ids (`P9`) and issue numbers.
+fn citations() -> Vec<(Regex, &'static str)> {
+    [
+        (
+            r"SPEC\.md",
+            "cites SPEC.md, which the repository does not contain",
+        ),
+        (
+            r"DESIGN\.md",
+            "cites DESIGN.md, which the repository does not contain",
+        ),
+        (r"\bR[0-9]{1,2}\b", "cites a requirement id (R…)"),
+        (r"\bP[0-9]{1,2}\b", "cites a design-point id (P…)"),
+        (r"(?i)\bissues? #?[0-9]", "cites an issue number"),
+    ]
+    .into_iter()
+    .map(|(re, why)| (Regex::new(re).expect("regex"), why))
+    .collect()
+}
+
+/// Every citation in `text`, as `name:line: why: the line`.
+fn cited(name: &str, text: &str) -> Vec<String> {
+    let rules = citations();
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        for (re, why) in &rules {
+            if re.is_match(line) {
+                found.push(format!("{name}:{}: {why}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+fn relative(p: &Path) -> String {
+    p.strip_prefix(ROOT).unwrap_or(p).display().to_string()
+}
+
+#[test]
+fn no_doc_config_comment_or_readme_cites_a_document_or_id_outside_the_repository() {
+    let mut found = Vec::new();
+    for f in markdown_files().into_iter().chain(config_files()) {
+        let text = std::fs::read_to_string(&f).expect("readable");
+        found.extend(cited(&relative(&f), &text));
+    }
+    assert!(
+        found.is_empty(),
+        "{} citations a user cannot resolve; explain in plain words or point at a file of \
+         the repository:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_served_openapi_document_cites_nothing_outside_the_repository() {
+    let doc = serde_json::to_string_pretty(&ankusa::admin::openapi()).expect("serialises");
+    let found = cited("openapi.json", &doc);
+    assert!(
+        found.is_empty(),
+        "{} citations in the OpenAPI text (doc comments of the handlers and schemas):\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_citation_check_finds_what_it_is_meant_to_find() {
+    // A check that cannot fail proves nothing: each rule catches its case and lets plain
+    // prose through.
+    for bad in [
+        "see SPEC.md",
+        "the design (DESIGN.md)",
+        "at least once (R3)",
+        "R22: reconfigure",
+        "event filters (P9)",
+        "since issue 13",
+        "Issue #4 brings it",
+    ] {
+        assert!(!cited("x", bad).is_empty(), "{bad:?} not caught");
+    }
+    for good in [
+        "RFC 9110 §7.6.1",
+        "p99 latency",
+        "partition (0..P)",
+        "a Redis 7 server",
+        "the issues a user hits",
+    ] {
+        assert!(
+            cited("x", good).is_empty(),
+            "{good:?} caught: {:?}",
+            cited("x", good)
+        );
+    }
+}
+
+/// Markdown without its fenced code blocks and inline code spans (links there are examples).
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            out.push('\n');
+            continue;
+        }
+        if !fenced {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    Regex::new(r"`[^`\n]*`")
+        .expect("regex")
+        .replace_all(&out, "``")
+        .into_owned()
+}
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (a repeated heading gets `-1`, `-2`…).
+fn anchors(text: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let base = slug(line.trim_start_matches('#'));
+        let mut s = base.clone();
+        let mut n = 0;
+        while !seen.insert(s.clone()) {
+            n += 1;
+            s = format!("{base}-{n}");
+        }
+    }
+    seen
+}
+
+#[test]
+fn every_relative_link_in_the_markdown_resolves_to_a_file_and_heading_of_the_repository() {
+    let inline = Regex::new(r"\]\(([^)\s]+)(?:\s+[^)]*)?\)").expect("regex");
+    let reference = Regex::new(r"(?m)^\s*\[[^\]]+\]:\s*(\S+)").expect("regex");
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for f in markdown_files() {
+        let text = std::fs::read_to_string(&f).expect("readable");
+        let body = prose(&text);
+        let targets = inline
+            .captures_iter(&body)
+            .chain(reference.captures_iter(&body))
+            .map(|c| c[1].to_string());
+        for target in targets {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, fragment) = match target.split_once('#') {
+                Some((p, frag)) => (p, Some(frag)),
+                None => (target.as_str(), None),
+            };
+            let file = if path.is_empty() {
+                f.clone()
+            } else {
+                f.parent().expect("in a directory").join(path)
+            };
+            if !file.exists() {
+                broken.push(format!("{}: {target}: no such file", relative(&f)));
+                continue;
+            }
+            let Some(fragment) = fragment else { continue };
+            if file.extension().is_some_and(|e| e == "md") {
+                let there = std::fs::read_to_string(&file).expect("readable");
+                if !anchors(&there).contains(fragment) {
+                    broken.push(format!(
+                        "{}: {target}: no heading with anchor #{fragment} in {}",
+                        relative(&f),
+                        relative(&file)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} relative links found: is the parser broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn anchors_are_made_as_github_makes_them() {
+    let a = anchors(
+        "# Title\n## Redis deployments (`redis.url`)\n## Title\n```\n# not a heading\n```\n",
+    );
+    for want in ["title", "redis-deployments-redisurl", "title-1"] {
+        assert!(a.contains(want), "{want} missing from {a:?}");
+    }
+    assert!(!a.contains("not-a-heading"), "{a:?}");
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The README's "Running it for real" walk, run as a user would type it, with its ports
+/// (Redis 6390, the receiver 8080, the admin API 9187) moved to free ones so that it never
+/// meets another process, and one pause a person makes without noticing: after starting the
+/// worker, until it leads. Its own Redis, receiver and worker are stopped by the walk itself.
+#[test]
+fn the_readme_walk_delivers_every_hook_when_run_as_written() {
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).expect("README");
+    let at = readme.find("## Running it for real").expect("the section");
+    let start = at + readme[at..].find("```sh\n").expect("its shell block") + 6;
+    let end = start + readme[start..].find("```").expect("the block ends");
+    let (redis, receiver, admin) = (free_port(), free_port(), free_port());
+    let mut script = String::from("set -e\n");
+    for line in readme[start..end].lines() {
+        let line = line
+            .replace("6390", &redis.to_string())
+            .replace("127.0.0.1:8080", &format!("127.0.0.1:{receiver}"))
+            .replace("localhost:9187", &format!("localhost:{admin}"));
+        script.push_str(&line);
+        script.push('\n');
+        if line.starts_with("ankusa worker") {
+            script.push_str(
+                "for _ in $(seq 150); do ankusa pressure >/dev/null 2>&1 && break; sleep 0.2; done\n",
+            );
+        }
+    }
+    assert!(
+        script.contains("ankusa receiver") && script.contains("kill %2 %1"),
+        "{script}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_ankusa")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("timeout")
+        .args(["120", "bash", "-c", &script])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env("ANKUSA_ADMIN__LISTEN", format!("127.0.0.1:{admin}"))
+        .env_remove("ANKUSA_CONFIG")
+        .output()
+        .expect("bash runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // The walk's own Redis, whatever happened (a failed step skips its shutdown).
+    let _ = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.to_string(), "shutdown", "nosave"])
+        .output();
+    assert!(out.status.success(), "the walk failed:\n{stdout}\n{stderr}");
+    for want in [
+        "committed 1 hook to acme/orders (hook id 1, 2 rows)",
+        r#"{"hook_id":2,"rows":2}"#,
+        "nothing is pending",
+        "rows_delivered      6",
+        "hook 1 resent as hook 3 (2 rows)",
+    ] {
+        assert!(
+            stdout.contains(want),
+            "{want:?} missing from the walk's output:\n{stdout}\n{stderr}"
+        );
+    }
+    assert!(stdout.contains("rows_dead_lettered  0"), "{stdout}");
+}
+
+/// The scripts named in the first column of `docs/architecture.md`'s script table.
+fn documented_scripts(architecture: &str) -> Vec<String> {
+    let start = architecture
+        .find("| script | does | fenced |")
+        .expect("docs/architecture.md has its script table");
+    architecture[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let name = l.split('|').nth(1)?.trim();
+            Some(name.trim_matches('`').to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_architecture_script_table_lists_every_script_of_lua_and_no_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let architecture = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut documented = documented_scripts(&architecture);
+    documented.sort();
+    let mut scripts: Vec<String> = std::fs::read_dir(root.join("lua"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let script = name.strip_suffix(".lua")?;
+            (script != "prelude").then(|| script.to_string())
+        })
+        .collect();
+    scripts.sort();
+    assert_eq!(
+        documented, scripts,
+        "docs/architecture.md's script table and lua/ disagree"
+    );
+}
