@@ -89,8 +89,15 @@ impl Sentinels {
 /// What the sentinels say of the primary.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SentinelView {
-    /// The `host:port` most answering sentinels name as the primary.
+    /// The `host:port` of the primary in the newest configuration any answering sentinel
+    /// holds (highest `config-epoch`): a sentinel that just ran a failover knows the new
+    /// primary before the others learn it from its hello messages.
     pub primary: Option<String>,
+    /// Every answering sentinel names that same primary. Right after a failover they do not:
+    /// the one that ran it names the new primary, the rest still the old one, which stays a
+    /// writable master for seconds and whose writes the resync throws away (no term may
+    /// start then: a term resets the replica count its fenced scripts hold it to).
+    pub agreed: bool,
     /// Some sentinel runs a failover of the service now.
     pub failover_in_progress: bool,
     /// Sentinels that answered.
@@ -113,7 +120,7 @@ impl Store {
     pub async fn sentinel_view(&self) -> Option<SentinelView> {
         let s = self.sentinels.as_ref()?;
         let mut view = SentinelView::default();
-        let mut named: Vec<(String, usize)> = Vec::new();
+        let mut named: Vec<(String, u64)> = Vec::new();
         for c in &s.clients {
             let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
             let asked = c.custom::<Value, _>(cmd, vec!["MASTER", s.service.as_str()]);
@@ -131,13 +138,13 @@ impl Store {
             {
                 view.failover_in_progress = true;
             }
-            let addr = format!("{ip}:{port}");
-            match named.iter_mut().find(|(a, _)| *a == addr) {
-                Some((_, n)) => *n += 1,
-                None => named.push((addr, 1)),
-            }
+            let epoch = fields
+                .get("config-epoch")
+                .and_then(|e| e.parse::<u64>().ok())
+                .unwrap_or(0);
+            named.push((format!("{ip}:{port}"), epoch));
         }
-        view.primary = named.into_iter().max_by_key(|(_, n)| *n).map(|(a, _)| a);
+        (view.primary, view.agreed) = newest_primary(&named);
         Some(view)
     }
 
@@ -167,6 +174,11 @@ impl Store {
         };
         if view.failover_in_progress {
             return PrimaryCheck::Wait(format!("a sentinel runs a failover (primary {primary})"));
+        }
+        if !view.agreed {
+            return PrimaryCheck::Wait(format!(
+                "the sentinels do not all name the primary yet (newest: {primary})"
+            ));
         }
         let servers = self.connected_servers();
         if servers != [primary.clone()] {
@@ -282,6 +294,19 @@ impl Store {
     }
 }
 
+/// The primary of the newest configuration among `(host:port, config-epoch)` answers (the
+/// highest epoch; on a tie the address named most), and whether every answer names it.
+fn newest_primary(named: &[(String, u64)]) -> (Option<String>, bool) {
+    let best = named
+        .iter()
+        .max_by_key(|(addr, epoch)| (*epoch, named.iter().filter(|(a, _)| a == addr).count()))
+        .map(|(a, _)| a.clone());
+    let agreed = best
+        .as_ref()
+        .is_some_and(|b| named.iter().all(|(a, _)| a == b));
+    (best, agreed)
+}
+
 /// The field/value pairs of a `SENTINEL MASTER` answer (an array in RESP2, a map in RESP3).
 fn master_fields(v: Value) -> std::collections::HashMap<String, String> {
     let mut out = std::collections::HashMap::new();
@@ -332,5 +357,23 @@ mod tests {
         assert_eq!(f.get("ip").map(String::as_str), Some("127.0.0.1"));
         assert_eq!(f.get("port").map(String::as_str), Some("6380"));
         assert!(f["flags"].contains("failover_in_progress"));
+    }
+
+    fn answers(a: &[(&str, u64)]) -> Vec<(String, u64)> {
+        a.iter().map(|(s, e)| (s.to_string(), *e)).collect()
+    }
+
+    /// Right after a failover the sentinel that ran it names the new primary under a newer
+    /// epoch while two still name the old one: the newest wins, and they do not agree (the
+    /// case of issue 24's lost hooks: a majority named the old primary, a term started there).
+    #[test]
+    fn the_newest_epoch_wins_over_a_stale_majority() {
+        let (p, agreed) = newest_primary(&answers(&[("old:1", 0), ("new:2", 1), ("old:1", 0)]));
+        assert_eq!(p.as_deref(), Some("new:2"));
+        assert!(!agreed);
+        let (p, agreed) = newest_primary(&answers(&[("new:2", 1), ("new:2", 1)]));
+        assert_eq!(p.as_deref(), Some("new:2"));
+        assert!(agreed);
+        assert_eq!(newest_primary(&[]), (None, false));
     }
 }
