@@ -96,27 +96,40 @@ impl Harness {
         self.b.goto(&self.url(path)).await.unwrap();
     }
 
-    /// The page's visible text.
+    /// The page's visible text. Asked again while the browser is between two documents
+    /// (a form just submitted): the body found may go stale before its text is read.
     async fn text(&self) -> String {
-        self.b
-            .find(Locator::Css("body"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        eventually("the page has a body to read", LIVENESS, || async {
+            self.b
+                .find(Locator::Css("body"))
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await
     }
 
-    /// The page's text once it contains `what` (the page reloaded until then).
+    /// The page's text once it contains `what`. The page is read again as it loads, and
+    /// fetched again (a GET of its address, never a browser refresh: refreshing the answer
+    /// to a form would submit the form again) when it still lacks `what` after about a
+    /// second, for what the server shows only later (a delivery's outcome).
     async fn wait_text(&self, what: &str) -> String {
+        let polls = std::sync::atomic::AtomicU32::new(0);
         eventually(&format!("the page shows {what:?}"), LIVENESS, || async {
             let t = self.text().await;
             if t.contains(what) {
-                Ok(t)
-            } else {
-                self.b.refresh().await.map_err(|e| e.to_string())?;
-                Err(t.chars().take(400).collect())
+                return Ok(t);
             }
+            if polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 50 == 49 {
+                let here = self.b.current_url().await.map_err(|e| e.to_string())?;
+                self.b
+                    .goto(here.as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Err(t.chars().take(400).collect())
         })
         .await
     }
@@ -127,14 +140,45 @@ impl Harness {
         e.send_keys(value).await.unwrap();
     }
 
+    /// Open the portal's endpoint of `source` (the tenant has other flows' sources too);
+    /// a click on its summary toggles it, so click until it is open.
+    async fn open_endpoint(&self, source: &str) {
+        let details = format!("section[aria-label='Source {source}'] details.endpoint");
+        eventually(&format!("{details} opens"), LIVENESS, || async {
+            if self
+                .b
+                .find(Locator::Css(&format!("{details}[open]")))
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            if let Ok(summary) = self
+                .b
+                .find(Locator::Css(&format!("{details} summary")))
+                .await
+            {
+                let _ = summary.click().await;
+            }
+            Err("closed".to_string())
+        })
+        .await
+    }
+
+    /// Click `css` once it can be clicked: just after a navigation the element found may
+    /// belong to the page being left (stale) or not be laid out yet. A refused click did
+    /// nothing, so asking again never submits a form twice.
     async fn click(&self, css: &str) {
-        self.b
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        eventually(&format!("{css} can be clicked"), LIVENESS, || async {
+            self.b
+                .find(Locator::Css(css))
+                .await
+                .map_err(|e| e.to_string())?
+                .click()
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await
     }
 
     /// Accept the confirmation the enhancement script asks for.
@@ -197,7 +241,7 @@ impl Harness {
             Some(("application/json", body.to_string())),
         )
         .await;
-        assert!(s == 200 || s == 201, "{s} {v}");
+        assert_eq!(s, 202, "{v}");
         v["hook_id"]
             .as_u64()
             .unwrap_or_else(|| panic!("no hook id in {v}"))
@@ -396,7 +440,7 @@ async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
     let mut secrets = Vec::new();
     for _ in 0..2 {
         h.go("/portal/").await;
-        h.click("details.endpoint summary").await;
+        h.open_endpoint("portal").await;
         h.click("form[action='/portal/endpoints/portal/0/rotate'] button")
             .await;
         h.wait_text("shown this once").await;
@@ -431,7 +475,7 @@ async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
     assert!(signed_by(&r, new), "the new secret verifies");
     assert!(signed_by(&r, old), "the old one too, until it is retired");
     h.go("/portal/").await;
-    h.click("details.endpoint summary").await;
+    h.open_endpoint("portal").await;
     h.click("form[action='/portal/endpoints/portal/0/retire'] button")
         .await;
     h.confirm().await;
