@@ -826,6 +826,26 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
         .iter()
         .filter(|k| !got.contains(*k) && !dead.contains(&k.0))
         .collect();
+    // Where the first undelivered hooks are: still in Redis (which rows, in which state,
+    // after how many attempts) or gone. A backlog and a loss look alike from the receiver.
+    let mut where_lost = String::new();
+    for (id, _, path) in lost.iter().take(5) {
+        for tenant in ["acme", "beta"] {
+            match ankusa::visibility::show_hook(&store, tenant, *id).await {
+                Ok(v) => {
+                    where_lost.push_str(&format!(
+                        "hook {id} ({tenant}, wanted at {path}): rows {:?}\n",
+                        v.rows
+                    ));
+                    break;
+                }
+                Err(e) if tenant == "beta" => {
+                    where_lost.push_str(&format!("hook {id} (wanted at {path}): {e}\n"));
+                }
+                Err(_) => {}
+            }
+        }
+    }
     let acked_dead: HashSet<u64> = acks
         .iter()
         .filter(|a| dead.contains(&a.id))
@@ -975,7 +995,8 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
     };
     assert!(
         lost.is_empty() && settled,
-        "{} of {} acknowledged deliveries never arrived and are not dead-lettered (e.g. {:?}); {}",
+        "{} of {} acknowledged deliveries never arrived and are not dead-lettered (e.g. {:?}); \
+         where they are:\n{where_lost}{}",
         lost.len(),
         want.len(),
         &lost[..lost.len().min(5)],
