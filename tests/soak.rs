@@ -909,6 +909,14 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
         receipts += 1;
     }
     let reused_webhook_ids = by_webhook_id.values().filter(|v| v.len() > 1).count();
+    let reused_examples: Vec<(&&str, &HashSet<(&str, &str)>)> = by_webhook_id
+        .iter()
+        .filter(|(_, v)| v.len() > 1)
+        .take(3)
+        .collect();
+    if !reused_examples.is_empty() {
+        eprintln!("soak: webhook-ids naming two deliveries, e.g. (id, {{(body SHA-256, path)}}): {reused_examples:?}");
+    }
     let duplicates = receipts - got.len();
     ok_times.sort();
     let worst_gap = ok_times
@@ -1008,7 +1016,12 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
         &repeated[..repeated.len().min(10)],
         context()
     );
-    assert_eq!(reused_webhook_ids, 0, "{}", context());
+    assert_eq!(
+        reused_webhook_ids,
+        0,
+        "webhook-ids naming two deliveries, e.g. (id, {{(body SHA-256, path)}}): {reused_examples:?}; {}",
+        context()
+    );
     assert!(
         gaps.is_empty(),
         "attempt numbers with a gap (hook, path, attempts seen), e.g. {:?}; {}",
