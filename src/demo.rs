@@ -116,6 +116,14 @@ fn event_name(path: &std::path::Path) -> String {
 /// `redis-server` on `PATH` without `--redis-url` ([`Error::Unavailable`], exit 3), Redis or
 /// the worker failing, and rows lost or bodies not byte-exact at the end.
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
+    // The console's address is taken first: a busy port fails at once, not after the run.
+    let console = match args.console {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| Error::Other(format!("--console {addr}: {e}")))?,
+        ),
+        None => None,
+    };
     let (url, _redis) = redis_for(&args)?;
     let receiver = Receiver::start_with(ReceiverOptions {
         record_bodies: false,
@@ -163,17 +171,13 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     progress.finish_and_clear();
 
     let (summary, pending) = summarise(&worker, &receiver, &tenants, &sent, elapsed).await?;
-    let worker = std::sync::Arc::new(worker);
-    if let Some(addr) = args.console {
-        serve_console(&worker, &producer, cfg.clone(), addr, &tenants[0]).await?;
-    }
-    worker.shutdown().await;
     let text = format!(
         "committed {} hooks → {} rows: {} delivered, {} dead-lettered, {} pending, {} lost, {} duplicates, {} byte mismatches\n\
          {:.0} deliveries/s; commit → delivery p50 {:.1} ms, p99 {:.1} ms ({} requests seen by the receiver)",
         summary.committed, summary.rows, summary.delivered, summary.dead_lettered, pending, summary.lost, summary.duplicates, summary.mismatched,
         summary.deliveries_per_sec, summary.p50_ms, summary.p99_ms, receiver.count()
     );
+    // The summary first, also with --console (which then serves until Ctrl-C).
     if args.json {
         // One JSON document on stdout, as every command gives with --json; the words on stderr.
         eprintln!("{text}");
@@ -181,6 +185,11 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     } else {
         println!("{text}");
     }
+    let worker = std::sync::Arc::new(worker);
+    if let Some(listener) = console {
+        serve_console(&worker, &producer, cfg.clone(), listener, &tenants[0]).await?;
+    }
+    worker.shutdown().await;
     if summary.lost > 0 || summary.mismatched > 0 {
         return Err(Error::Other(format!(
             "{} rows lost, {} bodies not byte-exact",
@@ -190,22 +199,26 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     Ok(summary)
 }
 
-/// `--console`: serve the admin listener (console and portal) on `addr` with an operator
+/// `--console`: serve the admin listener (console and portal) on `listener` with an operator
 /// token made for this run, print how to open both, and wait for Ctrl-C.
 async fn serve_console(
     worker: &std::sync::Arc<Worker>,
     producer: &Producer,
     mut cfg: Config,
-    addr: std::net::SocketAddr,
+    listener: std::net::TcpListener,
     tenant: &str,
 ) -> Result<(), Error> {
     let token = format!("demo-{:032x}", rand::random::<u128>());
     cfg.admin.token = Some(token.clone());
-    cfg.admin.listen = addr.to_string();
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| Error::Other(format!("--console {addr}: {e}")))?;
-    let bound = listener.local_addr().unwrap_or(addr);
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::Other(format!("--console: {e}")))?;
+    cfg.admin.listen = bound.to_string();
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Other(format!("--console {bound}: {e}")))?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| Error::Other(format!("--console {bound}: {e}")))?;
     let st = crate::admin::AdminState::new(worker.clone(), producer.clone(), None, &cfg, None);
     let stop = tokio_util::sync::CancellationToken::new();
     let limits = crate::admin::ServeLimits::from(&cfg.admin);
