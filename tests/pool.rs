@@ -462,17 +462,7 @@ async fn two_workers_started_with_one_name_never_share_the_lease() {
 /// 2 s must still wait 2 s; a worker trusting its own clock would send it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due() {
-    // The `faketime` wrapper forks and waits, so stopping it would leave the worker running:
-    // the worker preloads libfaketime itself and is the child the test stops.
-    let libfaketime = [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/faketime/libfaketimeMT.so.1",
-        "/usr/local/lib/faketime/libfaketimeMT.so.1",
-    ]
-    .into_iter()
-    .find(|p| std::path::Path::new(p).exists())
-    .expect("this test needs libfaketime (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)");
+    let libfaketime = libfaketime();
     let backoff_ms = 2_000;
     let env = pool_env(|c| {
         c.retry.initial_backoff_ms = backoff_ms;
@@ -538,6 +528,91 @@ async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due()
     }
     wait_idle(&env, LIVENESS).await;
     check_exact(&env, &hooks, 1, 0).await;
+}
+
+/// libfaketime's preload library. The `faketime` wrapper forks and waits, so stopping it
+/// would leave the worker running: the worker preloads the library itself and is the child
+/// a test stops.
+fn libfaketime() -> &'static str {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("this test needs libfaketime (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)")
+}
+
+/// Issue 24: a leader whose wall clock runs 6 h ahead opens a breaker; the snapshot it leaves
+/// for the next term is on Redis's clock (it ends within the open period of Redis `TIME`),
+/// and a successor with a right clock probes when that period is over and delivers every
+/// row. Before, the snapshot carried the skewed clock and the successor parked the sink's
+/// rows for 6 h (found by the fault soak).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_opened_by_a_leader_hours_ahead_is_kept_on_redis_clock() {
+    const OPEN_MS: i64 = 3_000;
+    let env = pool_env(|c| {
+        c.dispatch.breaker_failures = 3;
+        c.dispatch.breaker_open_ms = OPEN_MS as u64;
+        c.dispatch.breaker_max_open_ms = 60_000;
+        c.dispatch.sink_concurrency = 1;
+        c.retry.initial_backoff_ms = 10;
+        c.retry.max_backoff_ms = 20;
+    })
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    env.receiver.set("a", Behavior::Status(503));
+    let hooks = env.commit_n("acme", "orders", 20).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(&env, &dir, "skewed.toml", |_| {});
+    let mut skewed = spawn_worker(
+        &cfg,
+        &dir,
+        "skewed",
+        &[],
+        &[("LD_PRELOAD", libfaketime()), ("FAKETIME", "+6h")],
+    );
+    let breakers = env.key("breakers");
+    let snapshot = || {
+        let v = env.redis_cmd(&["HVALS", &breakers]);
+        v.lines().next().map(str::to_string).unwrap_or_default()
+    };
+    assert!(
+        poll_until(LIVENESS, || async { !snapshot().is_empty() }).await,
+        "the skewed leader never opened the breaker:\n{}",
+        skewed.log_text()
+    );
+    let redis_now_ms = || {
+        let t = env.redis_cmd(&["TIME"]);
+        let mut l = t.lines().map(|l| l.trim().parse::<i64>().expect("TIME"));
+        let (s, us) = (l.next().unwrap(), l.next().unwrap());
+        s * 1000 + us / 1000
+    };
+    let (snap, now) = (snapshot(), redis_now_ms());
+    let until: i64 = snap.split(':').next().unwrap().parse().expect(&snap);
+    assert!(
+        until - now <= OPEN_MS,
+        "the breaker snapshot ends {} ms after Redis TIME (open period {OPEN_MS} ms): \
+         the skewed worker's clock reached Redis ({snap})",
+        until - now
+    );
+    skewed.kill9();
+    env.receiver.set("a", Behavior::Status(200));
+    let w = spawn_worker(&cfg, &dir, "right", &[], &[]);
+    wait_leader(&w).await;
+    // Not `wait_idle`: rows parked behind the restored breaker are not due, so idle.
+    let delivered = || async { env.store.totals().await.map_or(0, |t| t.delivered) };
+    assert!(
+        poll_until(LIVENESS, || async { delivered().await == hooks.len() as u64 }).await,
+        "{} of {} delivered after the right-clock leader took over: {:?}\n{}",
+        delivered().await,
+        hooks.len(),
+        env.redis_cmd(&["HGETALL", &breakers]),
+        w.log_text()
+    );
+    check_exact(&env, &hooks, 1, WINDOW).await;
 }
 
 /// The text without ANSI colour sequences (`ESC [ … m`).

@@ -99,7 +99,9 @@ impl Session {
         let now = Instant::now();
         let b = self.breakers.entry(job.key.clone()).or_default();
         let t = b.record(&settings, now, r, job.probe);
-        let snapshot = b.snapshot(now, breaker::unix_ms());
+        // Relative: `breakers.lua` adds Redis `TIME`, so this worker's wall clock never
+        // reaches the next term (issue 24).
+        let snapshot = b.remaining(now);
         let closed_clean = !b.is_open() && r == breaker::Result::Success;
         if t.is_some() {
             // Kept for the next term (issue 17.4), fenced like every write.

@@ -325,7 +325,15 @@ async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
             return HashMap::new();
         }
     };
-    let (now, unix) = (Instant::now(), breaker::unix_ms());
+    // Redis's clock, the one `breakers.lua` kept the snapshots on (issue 24).
+    let unix = match store.now_ms().await {
+        Ok(t) => t.max(0) as u64,
+        Err(e) => {
+            warn!(error = %e, "could not read Redis TIME; every breaker starts closed");
+            return HashMap::new();
+        }
+    };
+    let now = Instant::now();
     let mut out = HashMap::new();
     for (field, snap) in stored {
         let mut parts = field.split('\n');

@@ -60,9 +60,16 @@ pub struct Settings {
 }
 
 /// What a new term needs of an open breaker (R16, issue 17.4): kept in Redis (`breakers`).
+///
+/// Its times are on Redis's clock, never a worker's: the leader hands over what is left of
+/// the open period ([`Breaker::remaining`]) and `breakers.lua` adds its own `TIME`; a new
+/// term reads Redis `TIME` to restore it. A leader whose wall clock ran hours ahead would
+/// otherwise have opened its successors' breakers for hours (issue 24).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
-    /// When the open period ends, Unix ms (wall clock); at or before now: half-open.
+    /// When the open period ends, Unix ms on Redis's clock; at or before now: half-open.
+    /// In the form handed to `breakers.lua` ([`Breaker::remaining`]): ms left from the
+    /// moment it was taken.
     pub until_unix_ms: u64,
     /// Consecutive opens (the doubling exponent).
     pub opens: u32,
@@ -209,6 +216,12 @@ impl Breaker {
         })
     }
 
+    /// The snapshot relative to `now`: `until_unix_ms` is the ms left of the open period
+    /// (0 when half-open), for `breakers.lua` to add Redis `TIME` to; `None` when closed.
+    pub fn remaining(&self, now: Instant) -> Option<Snapshot> {
+        self.snapshot(now, 0)
+    }
+
     /// A breaker restored from its snapshot: open for what is left of its period, or
     /// half-open with its one probe not yet taken when the period is over.
     pub fn restore(s: Snapshot, now: Instant, unix_now: u64) -> Breaker {
@@ -259,6 +272,8 @@ mod tests {
         let mut h = Breaker::restore(snap, later, unix + 500);
         assert_eq!(h.admit(&s(), later), Admit::Probe);
         assert!(Breaker::default().snapshot(now, unix).is_none());
+        // Handed to Redis relative to the moment taken: 100 ms left, on no wall clock.
+        assert_eq!(b.remaining(now).map(|s| s.until_unix_ms), Some(100));
     }
 
     fn s() -> Settings {
