@@ -285,10 +285,18 @@ local ID_SPACE = 2 ^ 40
 local function id_text(x) return string.format('%d', x) end
 -- A new replication history (this server was promoted, or restarted and may have lost its
 -- last writes): the ids it would issue next may have been issued already by the primary
--- it replaced. They jump 2^24 ahead, more than a primary issues before it is fenced.
+-- it replaced. They jump 2^24 ahead, more than a primary issues before it is fenced, plus
+-- an offset below 2^26 drawn from the new replication id: two histories forked from one
+-- point (the promoted replica, and the old primary restarted beside it until the sentinels
+-- make it a replica) would otherwise issue the same ids, and a receiver deduplicating on
+-- `webhook-id` drop the surviving side's different hook (issue 24). Each jump uses at most
+-- 2^24 + 2^26 of the partition's 2^40 ids.
 local known = redis.call('HGET', K_REPLICATION, 'replid')
 if known ~= replid then
-  if known then redis.call('INCRBY', K_SEQ, 2 ^ 24) end
+  if known then
+    local offset = (tonumber(string.sub(replid, 1, 7), 16) or 0) % (2 ^ 26)
+    redis.call('INCRBY', K_SEQ, 2 ^ 24 + offset)
+  end
   redis.call('HSET', K_REPLICATION, 'replid', replid)
 end
 local last = redis.call('INCRBY', K_SEQ, #fresh)

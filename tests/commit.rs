@@ -393,3 +393,65 @@ async fn a_bad_idempotency_ttl_or_event_type_is_refused_before_the_first_write()
     let ok = eval_commit_with(&env, &[]);
     assert_eq!(ok[..3], ["ok", "3", "1"], "{ok:?}");
 }
+
+/// Issue 24: two servers whose histories fork from one point — the promoted replica, and
+/// the old primary restarted beside it before the sentinels make it a replica — each issue
+/// hook ids on a new replication history. Both jump ahead, by offsets drawn from their own
+/// replication ids, so a hook id issued on the side that is later thrown away is not issued
+/// again on the side that survives (a receiver deduplicating on `webhook-id` would drop the
+/// survivor's different hook). Before, both jumped exactly 2^24 and issued the same ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_histories_forked_from_one_point_issue_different_hook_ids() {
+    let mut env = Env::with(
+        ankusa::testkit::RedisOptions {
+            appendonly: true,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await;
+    env.http_source("acme", "orders", &["a"]).await;
+    assert_eq!(eval_commit(&env, "acme", "orders", 64, &[("one", "")])[..2], ["ok", "1"]);
+
+    let replica = ankusa::testkit::RedisServer::start().expect("replica starts");
+    let port = env.redis.port().to_string();
+    replica.cmd(&["REPLICAOF", "127.0.0.1", &port]).unwrap();
+    let seq = env.key("seq");
+    assert!(
+        common::procs::poll_until(LIVENESS, || async {
+            replica.cmd(&["GET", &seq]).unwrap_or_default() == "1"
+        })
+        .await,
+        "the replica never synced"
+    );
+    replica.cmd(&["REPLICAOF", "NO", "ONE"]).unwrap(); // promoted: a new history
+    env.redis.restart().expect("the old primary restarts"); // a new history too
+
+    let lease = env.store.keyspace().lease();
+    let commit_on = |server: &ankusa::testkit::RedisServer, body: &str| -> u64 {
+        let reply = server
+            .cmd(&[
+                "EVAL",
+                COMMIT,
+                "1",
+                &lease,
+                env.store.keyspace().prefix(),
+                "acme",
+                "orders",
+                "64",
+                "1",
+                body,
+                "",
+            ])
+            .expect("commit");
+        let lines: Vec<&str> = reply.lines().collect();
+        assert_eq!(lines.first(), Some(&"ok"), "{reply}");
+        lines[1].parse().expect("hook id")
+    };
+    let (old, new) = (commit_on(&env.redis, "lost"), commit_on(&replica, "kept"));
+    for id in [old, new] {
+        assert!(id > 1 + (1 << 24), "id {id} did not jump past 2^24");
+        assert!(id <= 1 + (1 << 24) + (1 << 26), "id {id} jumped past 2^24 + 2^26");
+    }
+    assert_ne!(old, new, "both sides of the fork issued hook id {old}");
+}
