@@ -371,3 +371,49 @@ async fn webhook_ids_differ_between_instances_and_across_a_flushall_and_stay_per
     one.shutdown().await;
     two.shutdown().await;
 }
+
+/// Issue 24: a sentinel that never learns the primary the others name (here one that
+/// monitors another deployment under the same service name, so it names that deployment's
+/// master for good) holds leadership back for the grace only
+/// (`ankusa::store::STALE_SENTINEL_GRACE`): the worker then leads on the primary the others
+/// name and delivers. Before, no term ever started while the sentinels disagreed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_naming_another_primary_for_good_delays_leadership_by_the_grace_only() {
+    let d = RedisSentinel::start_with(2).expect("sentinel deployment starts");
+    let stray = RedisSentinel::start_with(1).expect("a second deployment starts");
+    let stray_url = stray.url();
+    let stray_sentinel = stray_url
+        .trim_start_matches("redis-sentinel://")
+        .split('?')
+        .next()
+        .expect("sentinel address");
+    let url = format!("{}&node={stray_sentinel}", d.url());
+    let receiver = Receiver::start().expect("receiver starts");
+    let config: Config = test_config(&url);
+    config.validate().expect("valid config");
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects")
+        .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
+    let spec = SourceSpec {
+        sinks: vec![sink(&receiver, "a")],
+    };
+    store.put_source("acme", "src", &spec).await.expect("source");
+    let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
+    let hooks: Vec<Hook> = (0..5).map(|i| Hook::new(format!("{{\"n\":{i}}}"))).collect();
+    producer
+        .commit_many("acme", "src", &hooks)
+        .await
+        .expect("committed");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ankusa.toml");
+    std::fs::write(&path, toml::to_string(&config).expect("toml")).expect("config written");
+    let worker = spawn_worker(&path, &dir, "w", &[], &[]);
+    let bound = LIVENESS + ankusa::store::STALE_SENTINEL_GRACE;
+    assert!(
+        poll_until(bound, || async { receiver.count_for("a") >= 5 }).await,
+        "{} of 5 delivered within {bound:?} beside a stray sentinel:\n{}",
+        receiver.count_for("a"),
+        worker.log_text()
+    );
+}

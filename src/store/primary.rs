@@ -25,6 +25,7 @@
 
 use super::*;
 use fred::types::{ClusterHash, CustomCommand};
+use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +33,14 @@ use tokio_util::sync::CancellationToken;
 const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often [`Store::watch_primary`] asks the sentinels without a `+switch-master`.
 const POLL: Duration = Duration::from_secs(1);
+/// How long the sentinels may disagree on the primary before a term starts on the newest
+/// one anyway. After a failover the others learn the new configuration from the sentinel
+/// that ran it within a second or two, and the old primary is made a replica within about
+/// ten seconds, both well inside this; a sentinel that never learns it (cut off from the
+/// servers, or monitoring another deployment under the same name) would otherwise hold
+/// every term back for good (issue 24). The term still starts only on the server the
+/// newest configuration names, and only when it says `ROLE` master.
+pub const STALE_SENTINEL_GRACE: Duration = Duration::from_secs(20);
 
 /// The sentinels of a `redis-sentinel://` store: one client each, and the service name.
 #[derive(Clone)]
@@ -40,6 +49,32 @@ pub(super) struct Sentinels {
     clients: Vec<Client>,
     /// One config per sentinel, for subscribers.
     configs: Vec<Config>,
+    /// How long the sentinels have disagreed ([`Disagreement`]).
+    disagreement: Arc<std::sync::Mutex<Disagreement>>,
+}
+
+/// Since when the sentinels have disagreed on the primary, with the same newest one named.
+#[derive(Debug, Default)]
+struct Disagreement {
+    since: Option<(String, Instant)>,
+}
+
+impl Disagreement {
+    /// How long `newest` has been the newest primary while some sentinel names another
+    /// (zero at the first such answer); `None`, and forgotten, once they all agree.
+    fn observe(&mut self, newest: &str, agreed: bool, now: Instant) -> Option<Duration> {
+        if agreed {
+            self.since = None;
+            return None;
+        }
+        match &self.since {
+            Some((p, at)) if p == newest => Some(now.saturating_duration_since(*at)),
+            _ => {
+                self.since = Some((newest.to_string(), now));
+                Some(Duration::ZERO)
+            }
+        }
+    }
 }
 
 impl Sentinels {
@@ -82,6 +117,7 @@ impl Sentinels {
             service: service_name.clone(),
             clients,
             configs,
+            disagreement: Arc::default(),
         }))
     }
 }
@@ -175,10 +211,22 @@ impl Store {
         if view.failover_in_progress {
             return PrimaryCheck::Wait(format!("a sentinel runs a failover (primary {primary})"));
         }
-        if !view.agreed {
-            return PrimaryCheck::Wait(format!(
-                "the sentinels do not all name the primary yet (newest: {primary})"
-            ));
+        let disagreed = self.sentinels.as_ref().and_then(|s| {
+            let mut d = s.disagreement.lock().unwrap_or_else(|p| p.into_inner());
+            d.observe(&primary, view.agreed, Instant::now())
+        });
+        match disagreed {
+            Some(for_) if for_ < STALE_SENTINEL_GRACE => {
+                return PrimaryCheck::Wait(format!(
+                    "the sentinels do not all name the primary yet (newest: {primary})"
+                ));
+            }
+            Some(for_) => tracing::warn!(
+                %primary,
+                disagreeing_s = for_.as_secs(),
+                "some sentinel still names another primary; following the newest configuration"
+            ),
+            None => {}
         }
         let servers = self.connected_servers();
         if servers != [primary.clone()] {
@@ -357,6 +405,22 @@ mod tests {
         assert_eq!(f.get("ip").map(String::as_str), Some("127.0.0.1"));
         assert_eq!(f.get("port").map(String::as_str), Some("6380"));
         assert!(f["flags"].contains("failover_in_progress"));
+    }
+
+    /// A sentinel that never learns the new primary holds a term back for the grace only:
+    /// the clock of a disagreement restarts when the newest primary changes, and stops when
+    /// they agree.
+    #[test]
+    fn a_disagreement_is_timed_per_newest_primary_and_forgotten_on_agreement() {
+        let t0 = Instant::now();
+        let s = |n| t0 + Duration::from_secs(n);
+        let mut d = Disagreement::default();
+        assert_eq!(d.observe("new:2", false, s(0)), Some(Duration::ZERO));
+        assert_eq!(d.observe("new:2", false, s(25)), Some(Duration::from_secs(25)));
+        assert!(d.observe("new:2", false, s(25)).unwrap() >= STALE_SENTINEL_GRACE);
+        assert_eq!(d.observe("newer:3", false, s(26)), Some(Duration::ZERO));
+        assert_eq!(d.observe("newer:3", true, s(27)), None);
+        assert_eq!(d.observe("newer:3", false, s(28)), Some(Duration::ZERO));
     }
 
     fn answers(a: &[(&str, u64)]) -> Vec<(String, u64)> {
