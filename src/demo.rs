@@ -60,6 +60,8 @@ pub struct DemoSummary {
     pub delivered: u64,
     /// Rows in the dead-letter streams.
     pub dead_lettered: u64,
+    /// Rows still waiting (due, in backoff, parked or claimed) when the run ended.
+    pub pending: u64,
     /// Rows neither delivered, dead-lettered nor pending: must be 0.
     pub lost: u64,
     /// 2xx receipts beyond the first per row (at-least-once duplicates).
@@ -170,11 +172,11 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
     let elapsed = started.elapsed();
     progress.finish_and_clear();
 
-    let (summary, pending) = summarise(&worker, &receiver, &tenants, &sent, elapsed).await?;
+    let summary = summarise(&worker, &receiver, &tenants, &sent, elapsed).await?;
     let text = format!(
         "committed {} hooks → {} rows: {} delivered, {} dead-lettered, {} pending, {} lost, {} duplicates, {} byte mismatches\n\
          {:.0} deliveries/s; commit → delivery p50 {:.1} ms, p99 {:.1} ms ({} requests seen by the receiver)",
-        summary.committed, summary.rows, summary.delivered, summary.dead_lettered, pending, summary.lost, summary.duplicates, summary.mismatched,
+        summary.committed, summary.rows, summary.delivered, summary.dead_lettered, summary.pending, summary.lost, summary.duplicates, summary.mismatched,
         summary.deliveries_per_sec, summary.p50_ms, summary.p99_ms, receiver.count()
     );
     // The summary first, also with --console (which then serves until Ctrl-C).
@@ -242,7 +244,12 @@ fn redis_for(args: &DemoArgs) -> Result<(String, Option<RedisServer>), Error> {
     if let Some(u) = &args.redis_url {
         return Ok((u.clone(), None));
     }
-    match RedisServer::start() {
+    // Its Redis dies with the demo, even when the demo's pid alone is killed.
+    let options = crate::testkit::RedisOptions {
+        die_with_parent: true,
+        ..Default::default()
+    };
+    match RedisServer::start_with(options) {
         Ok(r) => Ok((r.url(), Some(r))),
         Err(e @ TestkitError::RedisNotFound) => Err(Error::Unavailable(e.to_string())),
         Err(e) => Err(Error::Other(e.to_string())),
@@ -405,15 +412,14 @@ async fn wait_settled(
     }
 }
 
-/// The summary, from what the receiver got and what Redis still holds; with the rows still
-/// pending.
+/// The summary, from what the receiver got and what Redis still holds.
 async fn summarise(
     worker: &Worker,
     receiver: &Receiver,
     tenants: &[String],
     sent: &Sent,
     elapsed: Duration,
-) -> Result<(DemoSummary, u64), Error> {
+) -> Result<DemoSummary, Error> {
     let hook_of = |delivery: &str| -> Option<u64> { delivery.split('.').next()?.parse().ok() };
     let mut first_ok: HashMap<String, Instant> = HashMap::new();
     let mut ok_receipts = 0u64;
@@ -455,6 +461,7 @@ async fn summarise(
         rows,
         delivered,
         dead_lettered: dead,
+        pending,
         lost: rows.saturating_sub(delivered + dead + pending),
         duplicates: ok_receipts - delivered,
         mismatched,
@@ -462,7 +469,7 @@ async fn summarise(
         p50_ms: (percentile(&lat, 0.50) * 100.0).round() / 100.0,
         p99_ms: (percentile(&lat, 0.99) * 100.0).round() / 100.0,
     };
-    Ok((summary, pending))
+    Ok(summary)
 }
 
 fn receiver_delivered(r: &Receiver) -> u64 {

@@ -647,10 +647,65 @@ fn the_demo_on_the_real_payloads_exits_0_with_nothing_lost_or_mismatched() {
     assert_eq!(summary["committed"], 270);
     assert_eq!(summary["rows"], 540);
     assert_eq!(summary["lost"], 0);
+    assert_eq!(summary["pending"], 0);
     assert_eq!(summary["mismatched"], 0);
     assert_eq!(
         summary["delivered"].as_u64().unwrap() + summary["dead_lettered"].as_u64().unwrap(),
         540,
         "{summary}"
     );
+}
+
+/// Issue 27: the demo's own `redis-server` does not outlive a demo killed by its pid alone
+/// (`kill -9`, no cleanup runs): it dies with the demo.
+#[test]
+fn the_demos_redis_dies_with_a_demo_killed_by_its_pid() {
+    let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .args(["demo", "--hooks", "1000000"])
+        .env("ANKUSA_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("ankusa demo runs");
+    let pid = demo.id();
+    // The demo's children, from every thread's list.
+    let children = || -> Vec<u32> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Vec::new();
+        };
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    };
+    let is_redis = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.starts_with("redis-server"))
+    };
+    let deadline = std::time::Instant::now() + LIVENESS;
+    let redis = loop {
+        if let Some(r) = children().into_iter().find(|p| is_redis(*p)) {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the demo started no redis-server");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    demo.kill().expect("kill -9 the demo");
+    demo.wait().expect("the demo is reaped");
+    let deadline = std::time::Instant::now() + LIVENESS;
+    // Gone, or a zombie nobody reaps yet (its parent is dead): state `Z` in /proc.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{redis}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+    };
+    while alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server {redis} outlived the demo killed by its pid"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

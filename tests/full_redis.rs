@@ -35,6 +35,7 @@ async fn ingest(admin: &str, tenant: &str, source: &str, body: Vec<u8>) -> (u16,
 fn small_redis(mb: u32) -> RedisOptions {
     RedisOptions {
         appendonly: false,
+        die_with_parent: false,
         extra_args: vec!["--maxmemory".into(), format!("{mb}mb")],
     }
 }

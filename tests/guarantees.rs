@@ -404,6 +404,7 @@ async fn a_full_redis_is_drained_by_a_leader_elected_on_it_and_failing_writes_tu
 async fn the_eviction_policy_is_read_without_config_and_rechecked_while_running() {
     let renamed = |policy: &str, config_as: &str| ankusa::testkit::RedisOptions {
         appendonly: false,
+        die_with_parent: false,
         extra_args: vec![
             "--maxmemory-policy".into(),
             policy.into(),

@@ -51,6 +51,11 @@ pub struct RedisOptions {
     pub appendonly: bool,
     /// Further `--name value` arguments, appended after ours so they can override them.
     pub extra_args: Vec<String>,
+    /// The server gets SIGTERM when the thread that started it ends (Linux
+    /// `PR_SET_PDEATHSIG`), so it never outlives a process killed without its cleanup (the
+    /// demo's own Redis, when only the demo's pid is signalled). Off by default: a test
+    /// that starts it on a short-lived thread would lose it with that thread.
+    pub die_with_parent: bool,
 }
 
 /// The certificate files of a TLS-only server ([`RedisServer::start_tls`]), PEM.
@@ -296,6 +301,23 @@ impl RedisServer {
             command.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
             command.args(["--appendonly", "no"]);
+        }
+        if self.options.die_with_parent {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only async-signal-safe calls (prctl, getppid, kill) between fork and
+            // exec.
+            unsafe {
+                command.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // The parent may have ended before the prctl: nothing would signal us.
+                    if libc::getppid() == 1 {
+                        libc::kill(libc::getpid(), libc::SIGTERM);
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = command
             .args(&self.options.extra_args)
