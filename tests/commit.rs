@@ -411,7 +411,10 @@ async fn two_histories_forked_from_one_point_issue_different_hook_ids() {
     )
     .await;
     env.http_source("acme", "orders", &["a"]).await;
-    assert_eq!(eval_commit(&env, "acme", "orders", 64, &[("one", "")])[..2], ["ok", "1"]);
+    assert_eq!(
+        eval_commit(&env, "acme", "orders", 64, &[("one", "")])[..2],
+        ["ok", "1"]
+    );
 
     let replica = ankusa::testkit::RedisServer::start().expect("replica starts");
     let port = env.redis.port().to_string();
@@ -451,7 +454,10 @@ async fn two_histories_forked_from_one_point_issue_different_hook_ids() {
     let (old, new) = (commit_on(&env.redis, "lost"), commit_on(&replica, "kept"));
     for id in [old, new] {
         assert!(id > 1 + (1 << 24), "id {id} did not jump past 2^24");
-        assert!(id <= 1 + (1 << 24) + (1 << 26), "id {id} jumped past 2^24 + 2^26");
+        assert!(
+            id <= 1 + (1 << 24) + (1 << 26),
+            "id {id} jumped past 2^24 + 2^26"
+        );
     }
     assert_ne!(old, new, "both sides of the fork issued hook id {old}");
 }

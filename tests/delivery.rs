@@ -683,14 +683,18 @@ fn the_demos_redis_dies_with_a_demo_killed_by_its_pid() {
             .collect()
     };
     let is_redis = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.starts_with("redis-server"))
+        std::fs::read_to_string(format!("/proc/{p}/comm"))
+            .is_ok_and(|c| c.starts_with("redis-server"))
     };
     let deadline = std::time::Instant::now() + LIVENESS;
     let redis = loop {
         if let Some(r) = children().into_iter().find(|p| is_redis(*p)) {
             break r;
         }
-        assert!(std::time::Instant::now() < deadline, "the demo started no redis-server");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the demo started no redis-server"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     demo.kill().expect("kill -9 the demo");
@@ -698,8 +702,11 @@ fn the_demos_redis_dies_with_a_demo_killed_by_its_pid() {
     let deadline = std::time::Instant::now() + LIVENESS;
     // Gone, or a zombie nobody reaps yet (its parent is dead): state `Z` in /proc.
     let alive = || {
-        std::fs::read_to_string(format!("/proc/{redis}/stat"))
-            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+        std::fs::read_to_string(format!("/proc/{redis}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
     };
     while alive() {
         assert!(

@@ -398,9 +398,14 @@ async fn a_sentinel_naming_another_primary_for_good_delays_leadership_by_the_gra
     let spec = SourceSpec {
         sinks: vec![sink(&receiver, "a")],
     };
-    store.put_source("acme", "src", &spec).await.expect("source");
+    store
+        .put_source("acme", "src", &spec)
+        .await
+        .expect("source");
     let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
-    let hooks: Vec<Hook> = (0..5).map(|i| Hook::new(format!("{{\"n\":{i}}}"))).collect();
+    let hooks: Vec<Hook> = (0..5)
+        .map(|i| Hook::new(format!("{{\"n\":{i}}}")))
+        .collect();
     producer
         .commit_many("acme", "src", &hooks)
         .await

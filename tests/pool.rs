@@ -605,7 +605,10 @@ async fn a_breaker_opened_by_a_leader_hours_ahead_is_kept_on_redis_clock() {
     // Not `wait_idle`: rows parked behind the restored breaker are not due, so idle.
     let delivered = || async { env.store.totals().await.map_or(0, |t| t.delivered) };
     assert!(
-        poll_until(LIVENESS, || async { delivered().await == hooks.len() as u64 }).await,
+        poll_until(LIVENESS, || async {
+            delivered().await == hooks.len() as u64
+        })
+        .await,
         "{} of {} delivered after the right-clock leader took over: {:?}\n{}",
         delivered().await,
         hooks.len(),

@@ -416,7 +416,10 @@ mod tests {
         let s = |n| t0 + Duration::from_secs(n);
         let mut d = Disagreement::default();
         assert_eq!(d.observe("new:2", false, s(0)), Some(Duration::ZERO));
-        assert_eq!(d.observe("new:2", false, s(25)), Some(Duration::from_secs(25)));
+        assert_eq!(
+            d.observe("new:2", false, s(25)),
+            Some(Duration::from_secs(25))
+        );
         assert!(d.observe("new:2", false, s(25)).unwrap() >= STALE_SENTINEL_GRACE);
         assert_eq!(d.observe("newer:3", false, s(26)), Some(Duration::ZERO));
         assert_eq!(d.observe("newer:3", true, s(27)), None);

@@ -303,21 +303,7 @@ impl RedisServer {
             command.args(["--appendonly", "no"]);
         }
         if self.options.die_with_parent {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: only async-signal-safe calls (prctl, getppid, kill) between fork and
-            // exec.
-            unsafe {
-                command.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // The parent may have ended before the prctl: nothing would signal us.
-                    if libc::getppid() == 1 {
-                        libc::kill(libc::getpid(), libc::SIGTERM);
-                    }
-                    Ok(())
-                });
-            }
+            die_with_parent(&mut command);
         }
         let child = command
             .args(&self.options.extra_args)
@@ -438,6 +424,26 @@ pub(super) fn free_port() -> Result<u16, TestkitError> {
         .local_addr()
         .map_err(TestkitError::io("read a bound port"))?;
     Ok(addr.port())
+}
+
+/// Make the process `command` spawns get SIGTERM when the thread that spawned it ends
+/// (Linux `PR_SET_PDEATHSIG`), or at once when its parent is already gone.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls (prctl, getppid, kill) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have ended before the prctl: nothing would signal us.
+            if libc::getppid() == 1 {
+                libc::kill(libc::getpid(), libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Sends `sig` to a child that has not been reaped yet (so its pid is still its own).
