@@ -656,3 +656,45 @@ async fn p1_data_committed_by_the_binary_before_partitions_is_delivered_once() {
     assert_eq!((t.dead_lettered, t.dropped), (0, 0), "{t:?}");
     worker.shutdown().await;
 }
+
+/// Issue 28: the partitions one worker leads share its byte window, also while their claims
+/// are in flight together. Four tenants, one per partition, each 100 hooks of 64 KiB to a
+/// sink that never answers, `max_inflight_bytes` = 1 MiB: the bytes the worker holds claimed
+/// never pass 1 MiB plus one hook, over several windows' worth of attempts. Before, each
+/// partition's claim was given the whole room left (1.5–3.1× the window held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_partitions_led_by_one_worker_never_hold_more_than_one_byte_window() {
+    const HOOK: u64 = 64 << 10;
+    const WINDOW: u64 = 1 << 20;
+    let env = Env::tuned(|c| {
+        four(c);
+        c.dispatch.max_inflight_bytes = WINDOW;
+        c.dispatch.attempt_timeout_ms = 300;
+        c.dispatch.breaker_failures = 0;
+    })
+    .await;
+    env.receiver.set("/hang", Behavior::Hang);
+    let tenants = spread::tenants_covering(P, P as usize);
+    let body = vec![b'x'; HOOK as usize];
+    for t in &tenants {
+        env.http_source(t, "big", &["/hang"]).await;
+        let hooks: Vec<Hook> = (0..100).map(|_| Hook::new(body.clone())).collect();
+        env.producer.commit_many(t, "big", &hooks).await.unwrap();
+    }
+    let worker = start(&env, "w").await;
+    let state = worker.watch_state();
+    let mut max_held = 0u64;
+    let deadline = std::time::Instant::now() + LIVENESS;
+    // Three windows' worth of attempts (16 rows each) have timed out and been claimed again.
+    while env.receiver.requests_for("/hang").len() < 48 {
+        assert!(std::time::Instant::now() < deadline, "attempts stalled");
+        max_held = max_held.max(state.borrow().claimed_bytes);
+        tokio::time::sleep(Duration::from_millis(2)).await; // a sample, not a wait
+    }
+    assert!(max_held >= HOOK, "rows were claimed at all");
+    assert!(
+        max_held <= WINDOW + HOOK,
+        "the four partitions held {max_held} bytes, over the window of {WINDOW}"
+    );
+    worker.shutdown().await;
+}

@@ -20,6 +20,11 @@ impl Session {
         if page == 0 {
             return; // an outcome settling frees room and asks again
         }
+        // The room is taken before the claim is sent, so the other partitions this worker
+        // leads cannot claim it too (issue 28); `claimed` gives back what was not used.
+        let Some((page, bytes)) = self.slots.reserve_claim(page) else {
+            return; // another session's claim holds the room: its answer frees it
+        };
         self.claim_wanted = false;
         self.claiming = true;
         let rooms = self.slots.tenant_rooms(page);
@@ -34,7 +39,6 @@ impl Session {
             .map(|(t, r)| (t.to_string(), *r))
             .collect();
         let default_room = self.slots.default_room();
-        let bytes = self.slots.byte_rooms();
         let store = self.ctx.store.clone();
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();

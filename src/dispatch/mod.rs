@@ -577,6 +577,7 @@ impl Session {
                 None => self.queue_job(job),
             }
         }
+        self.slots.end_claim();
         self.pack_scan();
         let poll = Duration::from_millis(self.cfg.dispatch.poll_ms);
         match self::core::next_claim(&p.claim, got, p.page, poll) {
@@ -612,6 +613,7 @@ impl Session {
         // observed is settled while its row is still claimed under this term, so no
         // attempt is forgotten and no lost ok becomes a duplicate (issue 17.7).
         self.claiming = false;
+        self.slots.end_claim();
         warn!(error = %e, "claim failed; winding the term down so a new epoch requeues its claims");
         if self.store_failed.is_none() {
             self.store_failed = Some(e.to_string());

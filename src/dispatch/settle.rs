@@ -202,6 +202,7 @@ impl Session {
                 for im in p.immediate {
                     self.push_immediate(im);
                 }
+                self.slots.end_claim();
                 continue;
             }
             if let Some(end) = self.handle(ev) {

@@ -99,6 +99,10 @@ pub struct Slots<J: Slotted> {
     wants_slots: bool,
     /// Whether this session is counted in [`SharedWindow::wanting_rows`].
     wants_rows: bool,
+    /// Rows the claim in flight reserved and its holds have not used yet.
+    reserved_rows: usize,
+    /// Bytes the claim in flight reserved and its holds have not used yet.
+    reserved_bytes: u64,
 }
 
 impl<J: Slotted> Slots<J> {
@@ -125,6 +129,8 @@ impl<J: Slotted> Slots<J> {
             cfg: cfg.clone(),
             wants_slots: false,
             wants_rows: false,
+            reserved_rows: 0,
+            reserved_bytes: 0,
         }
     }
 
@@ -157,10 +163,17 @@ impl<J: Slotted> Slots<J> {
     pub fn shared(&self) -> &Arc<SharedWindow> {
         &self.shared
     }
-    /// Whether the process's global window is full (rows or bytes), for `pressure()` (R21).
+    /// Whether the process's global window is full (rows or bytes held), for `pressure()`
+    /// (R21).
     pub fn window_full(&self) -> bool {
         self.shared.rows() >= self.global.max_inflight
             || self.shared.bytes() >= self.global.max_inflight_bytes
+    }
+
+    /// Whether no room is left for a claim: held and reserved rows or bytes at the window.
+    fn no_room(&self) -> bool {
+        self.shared.taken_rows() >= self.global.max_inflight
+            || self.shared.taken_bytes() >= self.global.max_inflight_bytes
     }
 
     /// Rows the next claim may take at most, given the global window, `batch`, and this
@@ -168,12 +181,12 @@ impl<J: Slotted> Slots<J> {
     /// 0 marks this session waiting until a later call finds room.
     pub fn claim_room(&mut self) -> usize {
         let others = self.shared.wanting_rows() - usize::from(self.wants_rows);
-        let mut room = if self.window_full() {
+        let mut room = if self.no_room() {
             0
         } else {
             self.global
                 .max_inflight
-                .saturating_sub(self.shared.rows())
+                .saturating_sub(self.shared.taken_rows())
                 .min(self.cfg.batch)
         };
         if others > 0 {
@@ -240,11 +253,79 @@ impl<J: Slotted> Slots<J> {
             global: self
                 .global
                 .max_inflight_bytes
-                .saturating_sub(self.shared.bytes()),
-            alone: self.shared.rows() == 0,
+                .saturating_sub(self.shared.taken_bytes()),
+            alone: self.shared.taken_rows() == 0,
             default_tenant,
             tenants,
         }
+    }
+
+    /// Reserve room for a claim of up to `page` rows before it is sent (issue 28): up to
+    /// `page` of the rows left in the window and all the byte room left, taken atomically
+    /// from the process's window, so concurrent claims of other sessions cannot take the
+    /// same room. Returns the rows granted and the byte rooms the claim must respect
+    /// (`alone` when nothing at all was held or reserved: one hook larger than the window
+    /// may then go); `None` when no row or no byte is left (the session then waits for
+    /// room freed, as [`Slots::claim_room`] makes it). Holds of the claim's rows draw on
+    /// the reservation; [`Slots::end_claim`] gives back what they did not use.
+    pub fn reserve_claim(&mut self, page: usize) -> Option<(usize, crate::store::ByteRooms)> {
+        self.end_claim();
+        let max_rows = self.global.max_inflight;
+        let prev_rows = self
+            .shared
+            .rows
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let grant = page.min(max_rows.saturating_sub(cur));
+                (grant > 0).then_some(cur + grant)
+            });
+        let Ok(prev_rows) = prev_rows else {
+            self.shared.starve();
+            return None;
+        };
+        let rows = page.min(max_rows - prev_rows);
+        let max_bytes = self.global.max_inflight_bytes;
+        let prev_bytes = self
+            .shared
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                Some(cur.max(max_bytes))
+            })
+            .unwrap_or(max_bytes);
+        let bytes = max_bytes.saturating_sub(prev_bytes);
+        self.reserved_rows = rows;
+        self.reserved_bytes = bytes;
+        self.shared.reserved_rows.fetch_add(rows, Ordering::Relaxed);
+        self.shared
+            .reserved_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        let alone = prev_rows == 0 && prev_bytes == 0;
+        if bytes == 0 && !alone {
+            self.end_claim();
+            self.shared.starve();
+            return None;
+        }
+        let mut rooms = self.byte_rooms();
+        rooms.global = bytes;
+        rooms.alone = alone;
+        Some((rows, rooms))
+    }
+
+    /// The claim's answer is handled (or it failed): give back the room its rows did not
+    /// use, and tell waiting sessions.
+    pub fn end_claim(&mut self) {
+        let (rows, bytes) = (self.reserved_rows, self.reserved_bytes);
+        if rows == 0 && bytes == 0 {
+            return;
+        }
+        self.reserved_rows = 0;
+        self.reserved_bytes = 0;
+        self.shared.reserved_rows.fetch_sub(rows, Ordering::Relaxed);
+        self.shared
+            .reserved_bytes
+            .fetch_sub(bytes, Ordering::Relaxed);
+        self.shared.rows.fetch_sub(rows, Ordering::Relaxed);
+        self.shared.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.shared.notify();
     }
 
     /// The room a tenant with nothing in flight has.
@@ -274,12 +355,25 @@ impl<J: Slotted> Slots<J> {
         self.tenants.get_mut(tenant).expect("inserted above")
     }
 
-    /// Count a claimed row against the windows (until [`Slots::settled`]).
+    /// Count a claimed row against the windows (until [`Slots::settled`]), first from the
+    /// room its claim reserved ([`Slots::reserve_claim`]).
     pub fn hold(&mut self, tenant: &str, bytes: u64) {
         self.rows += 1;
         self.bytes += bytes;
-        self.shared.rows.fetch_add(1, Ordering::Relaxed);
-        self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if self.reserved_rows > 0 {
+            self.reserved_rows -= 1;
+            self.shared.reserved_rows.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.shared.rows.fetch_add(1, Ordering::Relaxed);
+        }
+        let from_reserved = bytes.min(self.reserved_bytes);
+        self.reserved_bytes -= from_reserved;
+        self.shared
+            .reserved_bytes
+            .fetch_sub(from_reserved, Ordering::Relaxed);
+        self.shared
+            .bytes
+            .fetch_add(bytes - from_reserved, Ordering::Relaxed);
         let t = self.tenant_mut(tenant);
         t.rows += 1;
         t.bytes += bytes;
@@ -491,6 +585,7 @@ impl<J: Slotted> Drop for Slots<J> {
     /// A session that ends gives its room back to the process (its rows are requeued by
     /// the next term, its attempts were aborted).
     fn drop(&mut self) {
+        self.end_claim();
         self.shared.rows.fetch_sub(self.rows, Ordering::Relaxed);
         self.shared.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
         self.shared
@@ -675,6 +770,50 @@ mod tests {
     fn push(s: &mut Slots<J>, j: J) {
         s.hold(&j.tenant.clone(), 10);
         s.push(j);
+    }
+
+    /// Issue 28: the claims of two sessions of one process in flight together never take
+    /// more than the window between them: the first reserves the byte room left, the
+    /// second finds none until the first's answer is handled and its unused room is back.
+    #[test]
+    fn concurrent_claims_of_two_sessions_share_one_byte_window() {
+        let shared = Arc::new(SharedWindow::default());
+        let window = DispatchConfig {
+            max_inflight: 100,
+            max_inflight_bytes: 1_000,
+            batch: 60,
+            ..DispatchConfig::default()
+        };
+        let mut a: Slots<J> = Slots::with_shared(&window, shared.clone());
+        let mut b: Slots<J> = Slots::with_shared(&window, shared.clone());
+        let (rows, rooms) = a.reserve_claim(60).expect("room");
+        assert_eq!((rows, rooms.global, rooms.alone), (60, 1_000, true));
+        let freed = shared.freed();
+        assert_eq!(b.claim_room(), 0, "a's claim in flight holds the byte room");
+        assert!(b.reserve_claim(60).is_none());
+        assert_eq!(
+            (shared.rows(), shared.bytes()),
+            (0, 0),
+            "reserved is not held"
+        );
+        // a's claim took 3 rows of 300 bytes: the rest goes back, b is told.
+        for _ in 0..3 {
+            a.hold("t", 300);
+        }
+        a.end_claim();
+        assert!(freed.has_changed().unwrap_or(false));
+        assert_eq!((shared.rows(), shared.bytes()), (3, 900));
+        let (rows, rooms) = b.reserve_claim(60).expect("room again");
+        assert_eq!((rows, rooms.global, rooms.alone), (60, 100, false));
+        // A hook over the room b reserved still counts in full: the window is what is held.
+        b.hold("u", 250);
+        b.end_claim();
+        assert_eq!((shared.rows(), shared.bytes()), (4, 1_150));
+        assert!(a.reserve_claim(60).is_none(), "no byte room left");
+        drop(a);
+        drop(b);
+        assert_eq!((shared.rows(), shared.bytes()), (0, 0));
+        assert_eq!(shared.taken_rows(), 0);
     }
 
     #[test]

@@ -13,14 +13,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// itself included)`; uncontended, a session may use the whole cap. A session that found
 /// no room marks the window starved, and the next room freed by any session (or a session
 /// that stops waiting) signals [`SharedWindow::freed`] so it asks again.
-/// Attempt slots are taken atomically, so `dispatch.concurrency` is never exceeded; the
-/// row and byte windows are checked when a claim is sent and held when it returns, so
-/// claims of several partitions in flight together can pass them by up to one claim page
-/// each (`dispatch.batch`).
+/// Attempt slots are taken atomically, so `dispatch.concurrency` is never exceeded; a claim
+/// reserves its rows and the byte room left before it is sent (issue 28: claims of several
+/// partitions in flight together each took the whole room, 1.5–3.1× the byte window with
+/// four partitions), its rows' holds draw on that reservation, and what they did not use
+/// goes back when the claim's answer is handled. The counters include reservations; the
+/// getters ([`SharedWindow::rows`], [`SharedWindow::bytes`]) report what is held.
 #[derive(Debug)]
 pub struct SharedWindow {
+    /// Rows held plus rows reserved by claims in flight.
     pub(super) rows: AtomicUsize,
+    /// Bytes held plus bytes reserved by claims in flight.
     pub(super) bytes: AtomicU64,
+    /// The reserved part of `rows`.
+    pub(super) reserved_rows: AtomicUsize,
+    /// The reserved part of `bytes`.
+    pub(super) reserved_bytes: AtomicU64,
     pub(super) running: AtomicUsize,
     /// Sessions denied an attempt slot with jobs queued, not yet served.
     pub(super) wanting_slots: AtomicUsize,
@@ -35,6 +43,8 @@ impl Default for SharedWindow {
         SharedWindow {
             rows: AtomicUsize::new(0),
             bytes: AtomicU64::new(0),
+            reserved_rows: AtomicUsize::new(0),
+            reserved_bytes: AtomicU64::new(0),
             running: AtomicUsize::new(0),
             wanting_slots: AtomicUsize::new(0),
             wanting_rows: AtomicUsize::new(0),
@@ -45,12 +55,24 @@ impl Default for SharedWindow {
 }
 
 impl SharedWindow {
-    /// Rows held by every session of the process.
+    /// Rows held by every session of the process (claimed, not yet settled).
     pub fn rows(&self) -> usize {
-        self.rows.load(Ordering::Relaxed)
+        self.rows
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.reserved_rows.load(Ordering::Relaxed))
     }
     /// Bytes held by every session of the process.
     pub fn bytes(&self) -> u64 {
+        self.bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.reserved_bytes.load(Ordering::Relaxed))
+    }
+    /// Rows held or reserved: what the row window's room is counted against.
+    pub(super) fn taken_rows(&self) -> usize {
+        self.rows.load(Ordering::Relaxed)
+    }
+    /// Bytes held or reserved: what the byte window's room is counted against.
+    pub(super) fn taken_bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
     /// Attempts running in every session of the process.
@@ -79,6 +101,12 @@ impl SharedWindow {
     }
     pub(super) fn starve(&self) {
         self.starved.store(true, Ordering::Relaxed);
+    }
+    /// Wake every session waiting for room, starved or about to be: a claim's reservation
+    /// going back may race a session that is just finding no room.
+    pub(super) fn notify(&self) {
+        self.starved.store(false, Ordering::Relaxed);
+        self.freed.send_replace(());
     }
     pub(super) fn release(&self) {
         if self.starved.swap(false, Ordering::Relaxed) {
