@@ -318,6 +318,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Rows claimed.",
     },
     Metric {
+        name: "ankusa_rows_unmatched_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Rows dropped at binding: their sink entry's filter, edited after the commit, no longer takes their hook.",
+    },
+    Metric {
         name: "ankusa_claim_page_rows",
         kind: Kind::Gauge,
         unit: None,

@@ -461,3 +461,57 @@ async fn an_entry_failing_for_disable_after_ms_is_disabled_dead_lettered_announc
     assert!(env.dead_letters("acme").await.is_empty());
     worker.shutdown().await;
 }
+
+/// Issue 28: a filter applies as it is when a row is bound, not only at commit. Rows already
+/// waiting when the entry's filter is narrowed are dropped if it no longer takes their hook:
+/// not delivered, never dead-lettered, counted as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_narrowed_after_the_commit_drops_the_waiting_rows_it_no_longer_takes() {
+    let env = Env::new().await;
+    let spec = |patterns: &[&str]| SourceSpec {
+        sinks: vec![filtered(&env, "f", patterns)],
+    };
+    env.store
+        .put_source("acme", "s", &spec(&["push", "issues"]))
+        .await
+        .unwrap();
+    let hooks: Vec<Hook> = ["push", "issues", "push", "issues", "issues"]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Hook::new(format!("{{\"n\":{i}}}")).event_type(*t))
+        .collect();
+    env.producer.commit_many("acme", "s", &hooks).await.unwrap();
+    assert_eq!(
+        due_rows(&env, "acme").len(),
+        5,
+        "a row for each hook at commit"
+    );
+    // Narrowed before any worker runs: the five rows are waiting.
+    env.store
+        .put_source("acme", "s", &spec(&["push"]))
+        .await
+        .unwrap();
+    let worker = env.worker().await;
+    let settled = || async {
+        let t = env.store.totals().await.unwrap();
+        t.delivered + t.dropped + t.dead_lettered
+    };
+    assert!(
+        common::procs::poll_until(LIVENESS, || async { settled().await == 5 }).await,
+        "rows not settled: {:?}",
+        env.store.totals().await
+    );
+    let t = env.store.totals().await.unwrap();
+    assert_eq!(
+        (t.delivered, t.dropped, t.dead_lettered),
+        (2, 3, 0),
+        "{t:?}"
+    );
+    let got = env.receiver.requests_for("f");
+    assert_eq!(got.len(), 2);
+    assert!(got
+        .iter()
+        .all(|r| r.header("ankusa-event-type") == Some("push")));
+    assert!(ankusa::dlq::tenants(&env.store).await.unwrap().is_empty());
+    worker.shutdown().await;
+}

@@ -256,6 +256,15 @@ impl Binder {
             // Disabled after prolonged failure (P9): replayable once enabled again.
             return Err(dead(DeadReason::SinkDisabled(index)));
         }
+        if let Some(filter) = &spec_entry.filter {
+            // The filter as it is now, as every per-entry option (issue 28): one edited
+            // after the commit, or the one of the entry a reordered row falls back to,
+            // refuses a hook its row was made for. Dropped, never dead-lettered.
+            if !filter.matches(hook.event_type.as_deref()) {
+                metrics::counter!("ankusa_rows_unmatched_total").increment(1);
+                return Err(SettleOp::Unmatched);
+            }
+        }
         let entry_id = (source_id.0, source_id.1, index);
         let target = self
             .targets

@@ -101,6 +101,7 @@ pub(super) fn outcome_label(op: &SettleOp) -> &'static str {
         SettleOp::Park { .. } => "parked",
         SettleOp::DeadLetter { .. } => "dead_lettered",
         SettleOp::Drop => "dropped",
+        SettleOp::Unmatched => "unmatched",
     }
 }
 

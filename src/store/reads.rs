@@ -12,7 +12,8 @@ pub struct Totals {
     pub delivered: u64,
     /// Rows dead-lettered.
     pub dead_lettered: u64,
-    /// Rows dropped because their hook was gone.
+    /// Rows dropped: their hook was gone, or their sink entry's filter, edited after the
+    /// commit, no longer takes their hook.
     pub dropped: u64,
     /// Hooks committed with a delivery time ahead (`deliver_at`, a delay).
     pub scheduled: u64,

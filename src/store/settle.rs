@@ -28,6 +28,10 @@ pub enum SettleOp {
     },
     /// The hook is gone: nothing to deliver; not counted as a dead letter.
     Drop,
+    /// The row's sink entry no longer takes its hook: its filter, edited after the commit,
+    /// refuses the hook's event type (issue 28). Removed as a dropped row is (counted in
+    /// `dropped`), never dead-lettered: the filter decided, nothing failed.
+    Unmatched,
 }
 
 /// One row's outcome.
@@ -123,7 +127,7 @@ impl Store {
                 SettleOp::Retry { delay_ms, error } => ("R", (*delay_ms as i64).into(), error),
                 SettleOp::Park { delay_ms } => ("P", (*delay_ms as i64).into(), ""),
                 SettleOp::DeadLetter { reason, error } => ("X", reason.to_string().into(), error),
-                SettleOp::Drop => ("G", "".into(), ""),
+                SettleOp::Drop | SettleOp::Unmatched => ("G", "".into(), ""),
             };
             args.extend([
                 op.into(),

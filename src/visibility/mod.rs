@@ -442,8 +442,8 @@ pub struct Resent {
 /// (kept) or dead-lettered hook again as a new hook of its source, for sink entry `sink` or
 /// all of them; the resent rows' dead letters are deleted ([`Resent::settled_dead_letters`]). Errors: `not_found` (the hook is gone: delivered longer ago than
 /// `history.max_age_ms`, trimmed, or history off), `bad_request` (a chosen row is still
-/// due, claimed or in its lane: it will be delivered anyway; or no such sink entry),
-/// `unknown_source`.
+/// due, claimed or in its lane: it will be delivered anyway; no such sink entry; or the
+/// entry `sink`'s filter does not take the hook's event type), `unknown_source`.
 pub async fn resend(
     store: &Store,
     tenant: &str,
@@ -483,8 +483,26 @@ pub async fn resend(
             )));
         }
     }
-    // The same event type, so the entries' filters take the resent hook as they took it (a
-    // resend to one entry makes that entry's row whatever its filter says).
+    // A resend to one entry whose filter refuses the hook would make a row the binding
+    // drops (filters apply as they are now, issue 28): say so instead.
+    if let Some(s) = sink {
+        let entry = store
+            .get_source(tenant, &h.source)
+            .await?
+            .and_then(|spec| spec.sinks.get(s as usize).cloned());
+        if let Some(filter) = entry.and_then(|e| e.filter) {
+            if !filter.matches(h.event_type.as_deref()) {
+                return Err(Error::BadRequest(format!(
+                    "sink entry {s} of {tenant}/{} does not take event type {:?} (its filter: {:?}); \
+                     change the filter to resend this hook to it",
+                    h.source,
+                    h.event_type.as_deref().unwrap_or(""),
+                    filter.event_types
+                )));
+            }
+        }
+    }
+    // The same event type, so the entries' filters take the resent hook as they took it.
     let opts = CommitOptions {
         only_sink: sink,
         event_types: h
