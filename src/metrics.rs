@@ -409,6 +409,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Operational events POSTed to operator.events_url, by result (ok, failed).",
     },
     Metric {
+        name: "ankusa_operational_events_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Operational events the leader emitted, by type (breaker_opened, breaker_closed, row_dead_lettered).",
+    },
+    Metric {
         name: "ankusa_lane_members",
         kind: Kind::Gauge,
         unit: None,

@@ -260,3 +260,85 @@ async fn a_new_leader_starts_an_open_breaker_open_and_sends_one_probe() {
     assert_eq!(env.store.totals().await.unwrap().delivered, 0);
     worker.abort();
 }
+
+/// Issue 28: a breaker's transitions and dead letters are operational events in the
+/// partition's `events` stream: `breaker_opened` (with the last error) when three failures
+/// open it, `breaker_closed` when the probe is answered; `row_dead_lettered` for a row out of
+/// attempts — one per sink entry per minute, carrying the hook, its event type and the start
+/// of its body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_transitions_and_dead_letters_are_operational_events() {
+    use ankusa::model::{EntryRetry, SinkEntry};
+    let env = Env::with(Default::default(), breaker_env(500, 2_000)).await;
+    env.receiver.set(
+        "e",
+        Behavior::Sequence(vec![
+            Reply::status(503),
+            Reply::status(503),
+            Reply::status(503),
+        ]),
+    );
+    env.http_source("acme", "s", &["e"]).await;
+    env.receiver.set("d", Behavior::Status(500));
+    let once = SinkEntry {
+        retry: Some(EntryRetry {
+            max_attempts: Some(1),
+            ..Default::default()
+        }),
+        ..env.http_sink("d")
+    };
+    env.put_source("acme", "dead", vec![once]).await;
+    env.commit_n("acme", "s", 5).await;
+    let dead: Vec<u64> = {
+        let hooks: Vec<ankusa::Hook> = (0..3)
+            .map(|i| ankusa::Hook::new(format!("{{\"order\":{i}}}")).event_type("order.created"))
+            .collect();
+        let (_, ids) = env
+            .producer
+            .commit_ids("acme", "dead", &hooks)
+            .await
+            .unwrap();
+        ids
+    };
+    let worker = env.worker().await;
+    let events = || async { env.store.sink_events(100).await.unwrap() };
+    let of = |evs: &[ankusa::store::SinkEvent], kind: &str, source: &str| {
+        evs.iter()
+            .filter(|e| e.kind == kind && e.source == source)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        common::procs::poll_until(LIVENESS, || async {
+            let evs = events().await;
+            !of(&evs, "breaker_closed", "s").is_empty()
+                && env.store.totals().await.unwrap().dead_lettered == 3
+        })
+        .await,
+        "events: {:#?}",
+        events().await
+    );
+    let evs = events().await;
+    let opened = of(&evs, "breaker_opened", "s");
+    assert_eq!(opened.len(), 1, "{evs:#?}");
+    assert_eq!((opened[0].tenant.as_str(), opened[0].sink), ("acme", 0));
+    assert!(
+        opened[0].reason.contains("http 503"),
+        "{:?}",
+        opened[0].reason
+    );
+    assert!(opened[0].id < of(&evs, "breaker_closed", "s")[0].id);
+    let dl = of(&evs, "row_dead_lettered", "dead");
+    assert_eq!(dl.len(), 1, "one per entry per minute: {evs:#?}");
+    let e = &dl[0];
+    assert!(dead.contains(&e.hook.expect("hook")), "{e:?}");
+    assert_eq!(e.event_type.as_deref(), Some("order.created"));
+    assert!(e
+        .body_prefix
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("{\"order\":"));
+    assert_eq!((e.attempts, e.suppressed), (Some(1), Some(0)));
+    assert!(e.reason.starts_with("max_attempts(http)"), "{:?}", e.reason);
+    worker.shutdown().await;
+}

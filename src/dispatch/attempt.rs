@@ -120,6 +120,26 @@ impl Session {
             Some(breaker::Transition::Opened(d)) => {
                 warn!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, open_ms = d.as_millis() as u64, "breaker opened");
                 metrics::counter!("ankusa_breaker_transitions_total", "to" => "open").increment(1);
+                let last = match result {
+                    Err(AttemptError::Retry { error, .. }) => error.clone(),
+                    Err(AttemptError::Timeout(t)) => {
+                        format!("attempt_timeout({}ms)", t.as_millis())
+                    }
+                    _ => String::new(),
+                };
+                let why = if job.probe {
+                    format!(
+                        "the probe failed; open for {} ms; last error: {last}",
+                        d.as_millis()
+                    )
+                } else {
+                    format!(
+                        "{} consecutive failures; open for {} ms; last error: {last}",
+                        settings.failures,
+                        d.as_millis()
+                    )
+                };
+                self.breaker_event(job, "breaker_opened", truncate(why, 512));
                 for queued in self.slots.take_key(&job.tenant, &job.key) {
                     self.park(queued, d);
                 }
@@ -131,6 +151,7 @@ impl Session {
                 info!(tenant = %job.key.tenant, source = %job.key.source, sink = job.key.index, "breaker closed");
                 metrics::counter!("ankusa_breaker_transitions_total", "to" => "closed")
                     .increment(1);
+                self.breaker_event(job, "breaker_closed", "the probe was answered".into());
             }
             None => {}
         }
@@ -211,6 +232,9 @@ impl Session {
                 info!(status = record.status, error = %e, next_attempt_ms = record.next_attempt_ms,
                     reason = record.reason.as_deref(), "attempt failed")
             });
+        }
+        if let SettleOp::DeadLetter { reason, error } = &op {
+            self.dead_letter_event(&job, attempts, reason, error);
         }
         let hook = job.hook_id;
         self.push_outcome(

@@ -21,6 +21,7 @@ mod attempt;
 mod batched;
 mod claim;
 mod core;
+mod events;
 mod policy;
 mod settle;
 
@@ -306,6 +307,8 @@ struct Session {
     batched: batched::Batched,
     /// A claim failed in a way that leaves its rows uncertain: the term winds down.
     store_failed: Option<String>,
+    /// Each sink key's last `row_dead_lettered` event ([`events::dead_letter_due`]).
+    dead_letter_events: HashMap<SinkKey, Option<events::Announced>>,
 }
 
 /// A sink key as stored with its breaker snapshot: `tenant\nsource\nindex\nmodule` (ids and
@@ -408,6 +411,7 @@ pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
         settle_page: Arc::new(settle_page.into()),
         batched,
         store_failed: None,
+        dead_letter_events: HashMap::new(),
         ctx,
     };
     let end = s.run(&mut rx).await;

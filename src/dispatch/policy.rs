@@ -214,7 +214,7 @@ impl Session {
 /// `operator.signing_secret` when set (Standard Webhooks, `webhook-id` = the event id),
 /// under the http sink's guards; up to 5 attempts, 1 s apart doubling. A failure is logged:
 /// the event stays in the `events` stream either way.
-async fn post_event(
+pub(super) async fn post_event(
     sinks: &Sinks,
     operator: &crate::config::OperatorConfig,
     event: &crate::store::SinkEvent,

@@ -125,6 +125,9 @@ impl Session {
     /// `job`'s outcome without an attempt made (parked, handed back, dead-lettered unsent):
     /// its attempts and first attempt as claimed, holding its hook's bytes.
     pub(super) fn push_job(&mut self, job: Job, op: SettleOp) {
+        if let SettleOp::DeadLetter { reason, error } = &op {
+            self.dead_letter_event(&job, job.attempts, reason, error);
+        }
         let first = job.first_attempt_ms.unwrap_or(job.claim_ms);
         self.push_outcome(
             job.tenant,

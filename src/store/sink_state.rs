@@ -6,11 +6,14 @@ use crate::model::Disabled;
 
 /// An operational event, as appended to the `events` stream and POSTed to
 /// `operator.events_url`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct SinkEvent {
     /// The stream entry id (`<ms>-<n>`), also the POST's `webhook-id`.
     pub id: String,
-    /// `sink_disabled` or `sink_enabled`.
+    /// `sink_disabled`, `sink_enabled`, `breaker_opened`, `breaker_closed` or
+    /// `row_dead_lettered`.
     #[serde(rename = "type")]
     pub kind: String,
     /// Tenant id.
@@ -21,17 +24,35 @@ pub struct SinkEvent {
     pub sink: u32,
     /// The entry's module.
     pub module: String,
-    /// Why (`failing for 3012 ms since …: http 500`), empty for an enable.
+    /// Why (`failing for 3012 ms since …: http 500`, `3 consecutive failures; open for
+    /// 2000 ms; last error: http 503`, `max_attempts(http): http 500`), empty for an enable.
     pub reason: String,
     /// When, Unix ms.
     pub at_ms: i64,
+    /// `row_dead_lettered`: the hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<u64>,
+    /// `row_dead_lettered`: the attempts made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// `row_dead_lettered`: the hook's event type, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+    /// `row_dead_lettered`: the first 256 bytes of the hook's body as text (invalid UTF-8
+    /// replaced by U+FFFD). Content the producer sent: escape it where it is shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_prefix: Option<String>,
+    /// `row_dead_lettered`: dead letters of the same sink entry since the previous such
+    /// event that had none of their own (one event per entry per minute at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppressed: Option<u64>,
 }
 
 /// What [`Store::set_sink_disabled`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkStateChange {
     /// The entry changed state; the event was appended.
-    Changed(SinkEvent),
+    Changed(Box<SinkEvent>),
     /// Nothing to do: the entry is already in that state, or it is no longer the entry asked
     /// for (another module at that index: the source was edited).
     Unchanged,
@@ -106,6 +127,7 @@ impl Store {
                     .map(|d| d.reason.clone())
                     .unwrap_or_default(),
                 at_ms,
+                ..SinkEvent::default()
             };
             entry.disabled = disabled.clone();
             let json = serde_json::to_string(&spec)
@@ -139,7 +161,10 @@ impl Store {
                     if id.is_empty() {
                         return Err(StoreError::protocol("sink_state", "no event id").into());
                     }
-                    return Ok(SinkStateChange::Changed(SinkEvent { id, ..event }));
+                    return Ok(SinkStateChange::Changed(Box::new(SinkEvent {
+                        id,
+                        ..event
+                    })));
                 }
                 "changed" => continue,
                 "fenced" => return Err(StoreError::Fenced.into()),
@@ -156,6 +181,35 @@ impl Store {
         Err(crate::Error::Unavailable(format!(
             "{tenant}/{source} kept changing while entry {index} was being updated"
         )))
+    }
+
+    /// Append an operational event the leader observed (a breaker's transition, a dead
+    /// letter; issue 28) to the `events` stream, trimmed to about `max_len`; returns its id.
+    /// Not fenced: it records what happened, it moves no row.
+    pub async fn append_event(&self, e: &SinkEvent, max_len: u64) -> Result<String, StoreError> {
+        let mut fields: Vec<(&str, String)> = vec![
+            ("type", e.kind.clone()),
+            ("tenant", e.tenant.clone()),
+            ("source", e.source.clone()),
+            ("sink", e.sink.to_string()),
+            ("module", e.module.clone()),
+            ("reason", e.reason.clone()),
+            ("at", e.at_ms.to_string()),
+        ];
+        let optional = [
+            ("hook", e.hook.map(|h| h.to_string())),
+            ("attempts", e.attempts.map(|a| a.to_string())),
+            ("et", e.event_type.clone()),
+            ("body", e.body_prefix.clone()),
+            ("suppressed", e.suppressed.map(|s| s.to_string())),
+        ];
+        fields.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v?))));
+        let cap = ("MAXLEN", "~", max_len.max(1) as i64);
+        let id: String = self
+            .client()
+            .xadd(self.ks.events(), false, cap, "*", fields)
+            .await?;
+        Ok(id)
     }
 
     /// The last `count` operational events, oldest first.
@@ -187,6 +241,11 @@ impl Store {
                     module: g("module"),
                     reason: g("reason"),
                     at_ms: g("at").parse().unwrap_or(0),
+                    hook: f.get("hook").and_then(|h| h.parse().ok()),
+                    attempts: f.get("attempts").and_then(|a| a.parse().ok()),
+                    event_type: f.get("et").cloned(),
+                    body_prefix: f.get("body").cloned(),
+                    suppressed: f.get("suppressed").and_then(|s| s.parse().ok()),
                 });
             }
         }
