@@ -106,11 +106,16 @@ async fn overview(UiCtx(ctx): UiCtx) -> Page {
             section aria-labelledby="h-events" {
                 h2 id="h-events" { "Recent operational events" }
                 @let evs = events["events"].as_array().cloned().unwrap_or_default();
-                @if evs.is_empty() { p.empty { "No sink entry was disabled or enabled lately." } }
+                @if evs.is_empty() { p.empty { "No operational event lately (a sink entry disabled or enabled, a breaker opened or closed, a row dead-lettered)." } }
                 ul { @for e in evs.iter().rev().take(20) {
+                    @let tenant = enc(e["tenant"].as_str().unwrap_or(""));
                     li { (time_of(&e["at_ms"])) " " (badge(e["type"].as_str().unwrap_or(""))) " "
-                        a href={ "/ui/tenants/" (enc(e["tenant"].as_str().unwrap_or(""))) } { (text(&e["tenant"])) }
-                        "/" (text(&e["source"])) "#" (text(&e["sink"])) " " (text(&e["reason"])) }
+                        a href={ "/ui/tenants/" (tenant) } { (text(&e["tenant"])) }
+                        "/" (text(&e["source"])) "#" (text(&e["sink"])) " "
+                        @if let Some(hook) = e["hook"].as_u64() {
+                            a href={ "/ui/tenants/" (tenant) "/hooks/" (hook) } { "hook " (hook) } " "
+                        }
+                        (text(&e["reason"])) }
                 } }
             }
         }
