@@ -73,6 +73,68 @@ fn insert(dict: &mut Dict, key: &str, value: Value) {
     }
 }
 
+/// The most unknown keys one config check names.
+const UNKNOWN_KEYS_MAX: usize = 32;
+
+/// `first` and, when it names an unknown key, the errors found after taking that key out
+/// of the merged config, again and again: serde stops at the first unknown key, and a user
+/// who fixes one typo at a time would run the check once per typo (issue 27). Up to
+/// [`UNKNOWN_KEYS_MAX`] unknown keys, then the first other error if any; each error keeps
+/// the source (file or environment) of its key.
+pub(super) fn every_unknown_key(figment: &Figment, first: figment::Error) -> figment::Error {
+    use figment::error::Kind;
+    let mut found = vec![first.clone()];
+    let mut last = first;
+    let Ok(mut merged) = figment.extract::<Dict>() else {
+        return last;
+    };
+    for _ in 0..UNKNOWN_KEYS_MAX {
+        let Kind::UnknownField(field, _) = &last.kind else {
+            break;
+        };
+        let mut path = last.path.clone();
+        if path.last() != Some(field) {
+            path.push(field.clone());
+        }
+        if !remove(&mut merged, &path) {
+            break;
+        }
+        let again = Figment::from(figment::providers::Serialized::defaults(merged.clone()));
+        match again.extract::<Config>() {
+            Ok(_) => break,
+            Err(e) => {
+                let mut e = e;
+                // The key's own source, not the re-built layer.
+                let mut key = e.path.clone();
+                if let Kind::UnknownField(f, _) = &e.kind {
+                    if key.last() != Some(f) {
+                        key.push(f.clone());
+                    }
+                }
+                e.metadata = figment.find_metadata(&key.join(".")).cloned();
+                found.push(e.clone());
+                last = e;
+            }
+        }
+    }
+    // A chain iterates from the error chained last: chain the last found first.
+    let mut errors = found.into_iter().rev();
+    let head = errors.next().unwrap_or(last);
+    errors.fold(head, |chain, e| chain.chain(e))
+}
+
+/// Remove the key at `path` from `dict`; whether it was there.
+fn remove(dict: &mut Dict, path: &[String]) -> bool {
+    match path {
+        [] => false,
+        [key] => dict.remove(key).is_some(),
+        [head, rest @ ..] => match dict.get_mut(head) {
+            Some(Value::Dict(_, inner)) => remove(inner, rest),
+            _ => false,
+        },
+    }
+}
+
 /// Renders figment errors one per line, each naming its dotted key path and, if it came from
 /// one, the file or the environment.
 pub(super) fn parse_error(err: figment::Error) -> ConfigError {

@@ -228,7 +228,9 @@ impl Config {
     }
 
     fn extract(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment.extract().map_err(parse_error)?;
+        let config: Config = figment
+            .extract()
+            .map_err(|e| parse_error(env::every_unknown_key(&figment, e)))?;
         config.validate()?;
         Ok(config)
     }

@@ -102,6 +102,25 @@ fn an_unknown_key_is_rejected_naming_its_path() {
     );
 }
 
+/// Issue 27: every unknown key is named at once, not only the first, each with its path.
+#[test]
+fn every_unknown_key_is_named_in_one_check() {
+    let message = parse_message(Config::from_toml_str(
+        "[dispatch]\nconcurency = 8\nbatch = 10\n[retry]\nmax_backof_ms = 5\n[dispatch.tenants.acme]\nmax_infight = 5\n",
+    ));
+    for key in [
+        "dispatch.concurency",
+        "retry.max_backof_ms",
+        "dispatch.tenants.acme.max_infight",
+    ] {
+        assert!(
+            message.contains(&format!("at {key}")),
+            "{key} not named:\n{message}"
+        );
+    }
+    assert_eq!(message.lines().count(), 3, "{message}");
+}
+
 #[test]
 fn an_unknown_key_inside_a_tenant_is_rejected_naming_its_path() {
     let message = parse_message(Config::from_toml_str(
