@@ -83,8 +83,9 @@ impl Session {
         self.emit_event(event, kind);
     }
 
-    /// `row_dead_lettered` for `job`, unless its key announced one within
-    /// [`DEAD_LETTER_EVENT_EVERY`] (then it is counted for the next).
+    /// `row_dead_lettered` for `job` when its delivery failed (max attempts, retry horizon,
+    /// a permanent answer), unless its key announced one within [`DEAD_LETTER_EVENT_EVERY`]
+    /// (then it is counted for the next).
     /// `attempts`: the attempts made, this one included.
     pub(super) fn dead_letter_event(
         &mut self,
@@ -93,6 +94,14 @@ impl Session {
         reason: &DeadReason,
         error: &str,
     ) {
+        // A delivery that failed; not one the operator's own edit ended (sink_disabled,
+        // source_gone, sink_gone) or a malformed row.
+        if !matches!(
+            reason,
+            DeadReason::MaxAttempts(_) | DeadReason::RetryHorizon(_) | DeadReason::Permanent(_)
+        ) {
+            return;
+        }
         let last = self.dead_letter_events.entry(job.key.clone()).or_default();
         let Some(suppressed) = dead_letter_due(last, Instant::now(), DEAD_LETTER_EVENT_EVERY)
         else {
