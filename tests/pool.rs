@@ -530,21 +530,6 @@ async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due()
     check_exact(&env, &hooks, 1, 0).await;
 }
 
-/// libfaketime's preload library. The `faketime` wrapper forks and waits, so stopping it
-/// would leave the worker running: the worker preloads the library itself and is the child
-/// a test stops.
-fn libfaketime() -> &'static str {
-    [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/faketime/libfaketimeMT.so.1",
-        "/usr/local/lib/faketime/libfaketimeMT.so.1",
-    ]
-    .into_iter()
-    .find(|p| std::path::Path::new(p).exists())
-    .expect("this test needs libfaketime (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)")
-}
-
 /// Issue 24: a leader whose wall clock runs 6 h ahead opens a breaker; the snapshot it leaves
 /// for the next term is on Redis's clock (it ends within the open period of Redis `TIME`),
 /// and a successor with a right clock probes when that period is over and delivers every

@@ -39,7 +39,7 @@ use ankusa::model::{SinkEntry, SourceSpec};
 use ankusa::store::Store;
 use ankusa::testkit::{Behavior, Receiver, ReceiverOptions, RedisOptions, RedisSentinel, Reply};
 use ankusa::{Hook, Producer};
-use common::procs::{eventually, is_leader, spawn_worker};
+use common::procs::{eventually, is_leader, libfaketime, spawn_worker};
 use common::{sha256_hex, test_config, WorkerProcess};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -98,20 +98,6 @@ fn seed_and_secs() -> (u64, u64) {
         .map(|v| v.parse().expect("ANKUSA_SOAK_SEED is an unsigned integer"))
         .unwrap_or_else(rand::random);
     (seed, secs)
-}
-
-/// libfaketime's preload library, for a worker whose clock is skewed. The `faketime`
-/// wrapper is not used: it forks and waits, so killing it would leave the worker running.
-fn libfaketime() -> &'static str {
-    [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/faketime/libfaketimeMT.so.1",
-        "/usr/local/lib/faketime/libfaketimeMT.so.1",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists())
-    .expect("the soak needs libfaketime (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)")
 }
 
 /// The worker processes, restarted as the nemesis kills them.

@@ -50,6 +50,20 @@ pub(super) fn body_prefix(body: &[u8]) -> String {
     String::from_utf8_lossy(cut).into_owned()
 }
 
+/// An event of `kind` about `job`'s sink key, at Redis' time.
+fn key_event(job: &Job, kind: &str, reason: String) -> SinkEvent {
+    SinkEvent {
+        kind: kind.into(),
+        tenant: job.key.tenant.to_string(),
+        source: job.key.source.to_string(),
+        sink: job.key.index,
+        module: job.key.module.to_string(),
+        reason,
+        at_ms: job.redis_now_ms(),
+        ..SinkEvent::default()
+    }
+}
+
 impl Session {
     /// Append `event` to the `events` stream and POST it to `operator.events_url`, in the
     /// background; a failure is logged (an event is information, never a reason to stop).
@@ -70,17 +84,7 @@ impl Session {
 
     /// `breaker_opened` or `breaker_closed` for `job`'s key.
     pub(super) fn breaker_event(&self, job: &Job, kind: &'static str, reason: String) {
-        let event = SinkEvent {
-            kind: kind.into(),
-            tenant: job.key.tenant.to_string(),
-            source: job.key.source.to_string(),
-            sink: job.key.index,
-            module: job.key.module.to_string(),
-            reason,
-            at_ms: job.redis_now_ms(),
-            ..SinkEvent::default()
-        };
-        self.emit_event(event, kind);
+        self.emit_event(key_event(job, kind, reason), kind);
     }
 
     /// `row_dead_lettered` for `job` when its delivery failed (max attempts, retry horizon,
@@ -113,19 +117,12 @@ impl Session {
             truncate(format!("{reason}: {error}"), 512)
         };
         let event = SinkEvent {
-            kind: "row_dead_lettered".into(),
-            tenant: job.key.tenant.to_string(),
-            source: job.key.source.to_string(),
-            sink: job.key.index,
-            module: job.key.module.to_string(),
-            reason,
-            at_ms: job.redis_now_ms(),
             hook: Some(job.hook_id),
             attempts: Some(attempts),
             event_type: job.hook.event_type.clone(),
             body_prefix: Some(body_prefix(&job.hook.body)),
             suppressed: Some(suppressed),
-            ..SinkEvent::default()
+            ..key_event(job, "row_dead_lettered", reason)
         };
         self.emit_event(event, "row_dead_lettered");
     }

@@ -329,3 +329,19 @@ pub async fn lease_node(env: &Env) -> Option<String> {
         .flatten()
         .map(|(t, _)| token_node(&t).to_string())
 }
+
+/// libfaketime's preload library, for a worker whose wall clock is skewed (`LD_PRELOAD` with
+/// `FAKETIME`). The `faketime` wrapper is not used: it forks and waits, so stopping it would
+/// leave the worker running; the worker preloads the library itself and is the child a test
+/// stops.
+pub fn libfaketime() -> &'static str {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("this test needs libfaketime (Debian/Ubuntu: apt-get install -y faketime; .ci/run installs it)")
+}
