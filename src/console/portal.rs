@@ -213,29 +213,59 @@ async fn add(PortalCtx(ctx): PortalCtx, body: Bytes) -> Page {
     done(&format!("Endpoint added to {source}"))
 }
 
+/// Which entries a portal form may change.
+#[derive(Clone, Copy, PartialEq)]
+enum Entries {
+    /// Any entry.
+    Any,
+    /// Only an `http` one (its URL and signing secrets are the tenant's to edit).
+    Http,
+}
+
+/// A form POST that changes entry `i` of `source`: the CSRF check, the source as it is now,
+/// `change` on the entry (`404` when there is no such entry of the `which` kind), then the
+/// source written back; answers what `change` answered.
+async fn change_entry<T>(
+    ctx: &Ctx,
+    source: &str,
+    i: usize,
+    body: &[u8],
+    which: Entries,
+    change: impl FnOnce(&mut Value, &HashMap<String, String>) -> T,
+) -> Result<T, Refusal> {
+    let f = form(body);
+    check_csrf(ctx, &f)?;
+    let mut spec = spec_of(ctx, source).await?;
+    let Some(e) = spec["sinks"]
+        .get_mut(i)
+        .filter(|e| which == Entries::Any || e["module"] == "http")
+    else {
+        return Err(Refusal::Status(StatusCode::NOT_FOUND, "not found".into()));
+    };
+    let out = change(e, &f);
+    put_spec(ctx, source, spec).await?;
+    Ok(out)
+}
+
 async fn edit(
     PortalCtx(ctx): PortalCtx,
     Path((source, i)): Path<(String, usize)>,
     body: Bytes,
 ) -> Page {
-    let f = form(&body);
-    check_csrf(&ctx, &f)?;
-    let mut spec = spec_of(&ctx, &source).await?;
-    let Some(e) = spec["sinks"].get_mut(i).filter(|e| e["module"] == "http") else {
-        return Err(Refusal::Status(StatusCode::NOT_FOUND, "not found".into()));
-    };
-    e["opts"]["url"] = Value::String(f.get("url").map_or("", |s| s.trim()).into());
-    let filter = filter_of(f.get("event_types").map_or("", String::as_str));
-    match e.as_object_mut() {
-        Some(o) if filter.is_null() => {
-            o.remove("filter");
+    change_entry(&ctx, &source, i, &body, Entries::Http, |e, f| {
+        e["opts"]["url"] = Value::String(f.get("url").map_or("", |s| s.trim()).into());
+        let filter = filter_of(f.get("event_types").map_or("", String::as_str));
+        match e.as_object_mut() {
+            Some(o) if filter.is_null() => {
+                o.remove("filter");
+            }
+            Some(o) => {
+                o.insert("filter".into(), filter);
+            }
+            None => {}
         }
-        Some(o) => {
-            o.insert("filter".into(), filter);
-        }
-        None => {}
-    }
-    put_spec(&ctx, &source, spec).await?;
+    })
+    .await?;
     done(&format!("Endpoint #{i} of {source} saved"))
 }
 
@@ -244,14 +274,10 @@ async fn disable(
     Path((source, i)): Path<(String, usize)>,
     body: Bytes,
 ) -> Page {
-    let f = form(&body);
-    check_csrf(&ctx, &f)?;
-    let mut spec = spec_of(&ctx, &source).await?;
-    let Some(e) = spec["sinks"].get_mut(i) else {
-        return Err(Refusal::Status(StatusCode::NOT_FOUND, "not found".into()));
-    };
-    e["disabled"] = json!({"at_ms": super::now_ms(), "reason": "disabled in the portal"});
-    put_spec(&ctx, &source, spec).await?;
+    change_entry(&ctx, &source, i, &body, Entries::Any, |e, _| {
+        e["disabled"] = json!({"at_ms": super::now_ms(), "reason": "disabled in the portal"});
+    })
+    .await?;
     done(&format!("Endpoint #{i} of {source} disabled"))
 }
 
@@ -288,17 +314,13 @@ async fn rotate(
     Path((source, i)): Path<(String, usize)>,
     body: Bytes,
 ) -> Page {
-    let f = form(&body);
-    check_csrf(&ctx, &f)?;
-    let mut spec = spec_of(&ctx, &source).await?;
-    let Some(e) = spec["sinks"].get_mut(i).filter(|e| e["module"] == "http") else {
-        return Err(Refusal::Status(StatusCode::NOT_FOUND, "not found".into()));
-    };
     let secret = new_secret();
-    let mut list = vec![Value::String(secret.clone())];
-    list.extend(secrets(e).into_iter().take(1));
-    e["opts"]["signing_secret"] = Value::Array(list);
-    put_spec(&ctx, &source, spec).await?;
+    change_entry(&ctx, &source, i, &body, Entries::Http, |e, _| {
+        let mut list = vec![Value::String(secret.clone())];
+        list.extend(secrets(e).into_iter().take(1));
+        e["opts"]["signing_secret"] = Value::Array(list);
+    })
+    .await?;
     let main = m! {
         p.notice role="status" { "The signing secret of endpoint #" (i) " of " code { (source) } " was rotated." }
         p { "The new secret, shown this once: copy it into your receiver now." }
@@ -316,15 +338,11 @@ async fn retire(
     Path((source, i)): Path<(String, usize)>,
     body: Bytes,
 ) -> Page {
-    let f = form(&body);
-    check_csrf(&ctx, &f)?;
-    let mut spec = spec_of(&ctx, &source).await?;
-    let Some(e) = spec["sinks"].get_mut(i).filter(|e| e["module"] == "http") else {
-        return Err(Refusal::Status(StatusCode::NOT_FOUND, "not found".into()));
-    };
-    let newest: Vec<Value> = secrets(e).into_iter().take(1).collect();
-    e["opts"]["signing_secret"] = Value::Array(newest);
-    put_spec(&ctx, &source, spec).await?;
+    change_entry(&ctx, &source, i, &body, Entries::Http, |e, _| {
+        let newest: Vec<Value> = secrets(e).into_iter().take(1).collect();
+        e["opts"]["signing_secret"] = Value::Array(newest);
+    })
+    .await?;
     done(&format!(
         "The previous signing secret of endpoint #{i} of {source} is retired"
     ))
