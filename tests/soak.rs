@@ -68,6 +68,8 @@ const ORDERED: &[&str] = &["o"];
 /// reach, and for a lane hook its lane and position.
 #[derive(Debug, Clone)]
 struct Ack {
+    /// When it was acknowledged, seconds since the soak began ([`t`]).
+    at: f64,
     id: u64,
     sha: String,
     paths: &'static [&'static str],
@@ -75,6 +77,14 @@ struct Ack {
 }
 
 type Acks = Arc<Mutex<Vec<Ack>>>;
+
+/// When the soak began, for the timeline its failure report prints.
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Seconds since the soak began.
+fn t() -> f64 {
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
 
 /// One request the receiver saw, reduced to what the checker reads.
 #[derive(Debug, Clone)]
@@ -203,6 +213,7 @@ async fn rust_fan(producer: Producer, acks: Acks, stop: Arc<AtomicBool>) -> (usi
                 let mut a = acks.lock().unwrap();
                 for (i, h) in hooks.iter().enumerate() {
                     a.push(Ack {
+                        at: t(),
                         id: r.first_hook + i as u64,
                         sha: sha256_hex(&h.body),
                         paths: FAN,
@@ -239,6 +250,7 @@ async fn rust_lanes(producer: Producer, acks: Acks, stop: Arc<AtomicBool>) -> (u
                 let mut a = acks.lock().unwrap();
                 for (l, h) in hooks.iter().enumerate() {
                     a.push(Ack {
+                        at: t(),
                         id: r.first_hook + l as u64,
                         sha: sha256_hex(&h.body),
                         paths: ORDERED,
@@ -293,6 +305,7 @@ async fn ingest(
                 };
                 let id = v["hook_id"].as_u64().expect("a 202 names its hook_id");
                 acks.lock().unwrap().push(Ack {
+                    at: t(),
                     id,
                     sha: sha256_hex(body.as_bytes()),
                     paths: FAN,
@@ -361,6 +374,7 @@ struct Injected {
 
 impl Injected {
     fn add(&mut self, kind: &'static str, disruptive: bool) {
+        eprintln!("soak: +{:.1}s {kind}", t());
         *self.by_kind.entry(kind).or_insert(0) += 1;
         if disruptive {
             self.disruptive += 1;
@@ -582,6 +596,7 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
     println!("soak: seed {seed}, {secs} s of faults (ANKUSA_SOAK_SEED={seed} ANKUSA_SOAK_SECS={secs} replays it)");
     eprintln!("soak: seed {seed}, {secs} s of faults");
     let started = Instant::now();
+    t(); // the timeline starts here
     let mut rng = StdRng::seed_from_u64(seed);
     let mut d = RedisSentinel::start_opts(
         3,
@@ -737,6 +752,7 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
         py_tries += 1;
         match (v["id"].as_u64(), v["sha"].as_str()) {
             (Some(id), Some(sha)) => acks.lock().unwrap().push(Ack {
+                at: t(),
                 id,
                 sha: sha.to_string(),
                 paths: FAN,
@@ -816,6 +832,7 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
     // after how many attempts) or gone. A backlog and a loss look alike from the receiver.
     let mut where_lost = String::new();
     for (id, _, path) in lost.iter().take(5) {
+        let mut errors = Vec::new();
         for tenant in ["acme", "beta"] {
             match ankusa::visibility::show_hook(&store, tenant, *id).await {
                 Ok(v) => {
@@ -823,14 +840,40 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
                         "hook {id} ({tenant}, wanted at {path}): rows {:?}\n",
                         v.rows
                     ));
+                    errors.clear();
                     break;
                 }
-                Err(e) if tenant == "beta" => {
-                    where_lost.push_str(&format!("hook {id} (wanted at {path}): {e}\n"));
-                }
-                Err(_) => {}
+                Err(e) => errors.push(format!("{tenant}: {e}")),
             }
         }
+        if !errors.is_empty() {
+            where_lost.push_str(&format!(
+                "hook {id} (wanted at {path}): {}\n",
+                errors.join("; ")
+            ));
+        }
+    }
+    if !lost.is_empty() {
+        let (lo, hi) = lost
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), k| (lo.min(k.0), hi.max(k.0)));
+        let paths: BTreeMap<&str, usize> = lost.iter().fold(BTreeMap::new(), |mut m, k| {
+            *m.entry(k.2.as_str()).or_insert(0) += 1;
+            m
+        });
+        let lost_ids: HashSet<u64> = lost.iter().map(|k| k.0).collect();
+        let times = acks
+            .iter()
+            .filter(|a| lost_ids.contains(&a.id))
+            .fold((f64::MAX, 0f64), |(l, h), a| (l.min(a.at), h.max(a.at)));
+        where_lost.push_str(&format!(
+            "lost hook ids {lo}..={hi}, by sink {paths:?}, acknowledged at +{:.1}s..+{:.1}s \
+             (faults: the `soak: +…s` lines above); committed hook id range {:?}\n",
+            times.0,
+            times.1,
+            acks.iter()
+                .fold((u64::MAX, 0), |(l, h), a| (l.min(a.id), h.max(a.id)))
+        ));
     }
     let acked_dead: HashSet<u64> = acks
         .iter()

@@ -68,7 +68,7 @@ pub use lease::{token_node, LeaseAcquire};
 pub use memory::{KeptTrim, TenantBytes};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use partitions::{LiveWorker, WorkersSeen};
-pub use primary::{PrimaryCheck, SentinelView, STALE_SENTINEL_GRACE};
+pub use primary::{PrimaryCheck, SentinelView, REPLICA_ATTACH_GRACE, STALE_SENTINEL_GRACE};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{Outcome, SettleOp, Settled};

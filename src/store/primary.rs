@@ -41,6 +41,13 @@ const POLL: Duration = Duration::from_secs(1);
 /// every term back for good (issue 24). The term still starts only on the server the
 /// newest configuration names, and only when it says `ROLE` master.
 pub const STALE_SENTINEL_GRACE: Duration = Duration::from_secs(20);
+/// How long a term waits for the replicas the sentinels know (and do not think down) to
+/// attach to the primary before it starts without them. A term counts the replicas attached
+/// when it starts and its commits wait for that many (`WAIT`): one started on a primary that
+/// just restarted, before its replica is back, would acknowledge commits nobody has, and a
+/// failover then loses them (issue 24, found by the soak). A replica that never attaches
+/// (broken, or its link refused) would otherwise hold every term back for good.
+pub const REPLICA_ATTACH_GRACE: Duration = Duration::from_secs(30);
 
 /// The sentinels of a `redis-sentinel://` store: one client each, and the service name.
 #[derive(Clone)]
@@ -51,6 +58,8 @@ pub(super) struct Sentinels {
     configs: Vec<Config>,
     /// How long the sentinels have disagreed ([`Disagreement`]).
     disagreement: Arc<std::sync::Mutex<Disagreement>>,
+    /// How long the primary has had fewer replicas attached than the sentinels know.
+    short_of_replicas: Arc<std::sync::Mutex<Disagreement>>,
 }
 
 /// Since when the sentinels have disagreed on the primary, with the same newest one named.
@@ -118,6 +127,7 @@ impl Sentinels {
             clients,
             configs,
             disagreement: Arc::default(),
+            short_of_replicas: Arc::default(),
         }))
     }
 }
@@ -245,11 +255,88 @@ impl Store {
             Ok(Value::Array(a))
                 if a.first().and_then(Value::as_str).as_deref() == Some("master") =>
             {
-                PrimaryCheck::Confirmed
+                self.replicas_check(&primary).await
             }
             Ok(other) => PrimaryCheck::Wait(format!("{primary} answers ROLE {other:?}")),
             Err(e) => PrimaryCheck::Wait(format!("ROLE on {primary}: {e}")),
         }
+    }
+
+    /// The last step of [`Store::primary_check`]: the replicas the sentinels know and do not
+    /// think down are attached to `primary`, or have not attached within
+    /// [`REPLICA_ATTACH_GRACE`] (then the term starts with a warning). A check that cannot
+    /// read the numbers lets the term start, as before this step existed.
+    async fn replicas_check(&self, primary: &str) -> PrimaryCheck {
+        let Some(s) = self.sentinels.as_ref() else {
+            return PrimaryCheck::Confirmed;
+        };
+        let (Some(known), Ok(attached)) = (
+            self.sentinel_replicas().await,
+            self.attached_replicas().await,
+        ) else {
+            return PrimaryCheck::Confirmed;
+        };
+        let short = {
+            let mut d = s
+                .short_of_replicas
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            d.observe(primary, attached >= known, Instant::now())
+        };
+        match short {
+            None => PrimaryCheck::Confirmed,
+            Some(for_) if for_ < REPLICA_ATTACH_GRACE => PrimaryCheck::Wait(format!(
+                "{primary} has {attached} of the {known} replicas the sentinels know attached; \
+                 a term started now would acknowledge commits no replica has"
+            )),
+            Some(for_) => {
+                tracing::warn!(
+                    %primary, attached, known, waited_s = for_.as_secs(),
+                    "a replica the sentinels know has not attached; starting the term without it"
+                );
+                PrimaryCheck::Confirmed
+            }
+        }
+    }
+
+    /// Replicas of the service the first answering sentinel knows and does not think down
+    /// (`SENTINEL REPLICAS`, flags without `s_down`, `o_down` or `disconnected`).
+    async fn sentinel_replicas(&self) -> Option<usize> {
+        let s = self.sentinels.as_ref()?;
+        for c in &s.clients {
+            let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
+            let asked = c.custom::<Value, _>(cmd, vec!["REPLICAS", s.service.as_str()]);
+            let Ok(Ok(Value::Array(replicas))) =
+                tokio::time::timeout(SENTINEL_TIMEOUT, asked).await
+            else {
+                continue;
+            };
+            return Some(
+                replicas
+                    .into_iter()
+                    .map(master_fields)
+                    .filter(|f| {
+                        f.get("flags").is_some_and(|flags| {
+                            !flags
+                                .split(',')
+                                .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+                        })
+                    })
+                    .count(),
+            );
+        }
+        None
+    }
+
+    /// Replicas attached to the server this store reaches (`connected_slaves`).
+    async fn attached_replicas(&self) -> Result<usize, StoreError> {
+        let cmd = CustomCommand::new_static("INFO", ClusterHash::Random, false);
+        let info: String = self.client().custom(cmd, vec!["replication"]).await?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
     }
 
     /// Reconnect every connection of the pool: behind sentinels fred asks them for the
