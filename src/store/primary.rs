@@ -271,7 +271,7 @@ impl Store {
             return PrimaryCheck::Confirmed;
         };
         let (Some(known), Ok(attached)) = (
-            self.sentinel_replicas().await,
+            self.sentinel_replicas(primary).await,
             self.attached_replicas().await,
         ) else {
             return PrimaryCheck::Confirmed;
@@ -299,9 +299,13 @@ impl Store {
         }
     }
 
-    /// Replicas of the service the first answering sentinel knows and does not think down
-    /// (`SENTINEL REPLICAS`, flags without `s_down`, `o_down` or `disconnected`).
-    async fn sentinel_replicas(&self) -> Option<usize> {
+    /// Replicas of the service the first answering sentinel knows, does not think down
+    /// (`SENTINEL REPLICAS`, flags without `s_down`, `o_down` or `disconnected`) and that
+    /// report following `primary` (`role-reported` slave, `master-host:master-port`). Right
+    /// after a graceful failover the old primary is listed too while it still reports
+    /// itself master: it is not waited for (it attaches when the sentinels convert it, some
+    /// ten seconds later, and the term on the new primary does not wait that long).
+    async fn sentinel_replicas(&self, primary: &str) -> Option<usize> {
         let s = self.sentinels.as_ref()?;
         for c in &s.clients {
             let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
@@ -316,11 +320,17 @@ impl Store {
                     .into_iter()
                     .map(master_fields)
                     .filter(|f| {
-                        f.get("flags").is_some_and(|flags| {
+                        let alive = f.get("flags").is_some_and(|flags| {
                             !flags
                                 .split(',')
                                 .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
-                        })
+                        });
+                        let follows = f.get("role-reported").map(String::as_str) == Some("slave")
+                            && matches!(
+                                (f.get("master-host"), f.get("master-port")),
+                                (Some(h), Some(p)) if format!("{h}:{p}") == primary
+                            );
+                        alive && follows
                     })
                     .count(),
             );
