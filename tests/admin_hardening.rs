@@ -450,11 +450,24 @@ async fn connections_past_the_cap_and_heads_past_the_header_timeout_are_closed()
             }
         })
     };
-    // 20 connections are open: the 21st is closed at once, before the header timeout.
-    let mut extra = TcpStream::connect(&w.admin).unwrap();
+    // 20 connections are open: one more is closed at once, before the header timeout. The
+    // readiness probe's keep-alive connection may still hold a slot when the 20 connect and
+    // free it a moment later (its client was dropped; the close reaches the server
+    // asynchronously): a connection that takes that freed slot stays open, so up to three
+    // are tried, and one must be closed well before the header timeout could close it.
+    let mut took_a_freed_slot = Vec::new();
+    let mut refused_at = None;
+    for _ in 0..3 {
+        let mut extra = TcpStream::connect(&w.admin).unwrap();
+        if closed_by(&mut extra, Instant::now() + Duration::from_millis(1_500)) {
+            refused_at = Some(started.elapsed());
+            break;
+        }
+        took_a_freed_slot.push(extra);
+    }
     assert!(
-        closed_by(&mut extra, started + Duration::from_millis(8_000)),
-        "a connection past admin.max_connections stays open"
+        refused_at.is_some_and(|at| at < Duration::from_millis(8_000)),
+        "a connection past admin.max_connections stays open (closed at {refused_at:?})"
     );
     // Each held one, and the slowloris, is closed once the header timeout passes.
     for s in held.iter_mut().chain([&mut slow]) {
