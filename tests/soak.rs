@@ -586,6 +586,92 @@ async fn inject(
     }
 }
 
+/// One command through `redis-cli` to a loopback port (the servers and sentinels are
+/// restarted on the same ports, so a monitor thread needs only the ports).
+fn cli(port: u16, args: &[&str]) -> String {
+    std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--raw"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The deployment as the workers would find it, sampled every 250 ms until `stop`: each
+/// server's role, replicas, link, replication id, the term's `replicas` and the lease; each
+/// sentinel's master. A line is printed (`soak: mon +Ns …`) whenever that changes, with
+/// the hook sequence and replication offsets, so a loss can be placed on a timeline.
+fn monitor(
+    servers: Vec<u16>,
+    sentinels: Vec<u16>,
+    keys: (String, String, String),
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let field = |info: &str, name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                .unwrap_or("-")
+                .trim()
+                .to_string()
+        };
+        let mut last = String::new();
+        let mut last_print = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            let mut state = Vec::new();
+            let mut counters = Vec::new();
+            for &port in &servers {
+                let info = cli(port, &["INFO", "replication"]);
+                if info.is_empty() {
+                    state.push(format!("{port}:down"));
+                    continue;
+                }
+                let role = field(&info, "role");
+                let detail = if role == "master" {
+                    format!("slaves={}", field(&info, "connected_slaves"))
+                } else {
+                    format!(
+                        "of={} link={}",
+                        field(&info, "master_port"),
+                        field(&info, "master_link_status")
+                    )
+                };
+                let replid: String = field(&info, "master_replid").chars().take(6).collect();
+                state.push(format!(
+                    "{port}:{role} {detail} replid={replid} term_replicas={} lease={}",
+                    cli(port, &["HGET", &keys.1, "replicas"]),
+                    cli(port, &["GET", &keys.2]),
+                ));
+                counters.push(format!(
+                    "{port}: seq={} offset={}",
+                    cli(port, &["GET", &keys.0]),
+                    field(&info, "master_repl_offset")
+                ));
+            }
+            let named: Vec<String> = sentinels
+                .iter()
+                .map(|&p| {
+                    cli(p, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "ankusa"])
+                        .lines()
+                        .nth(1)
+                        .unwrap_or("?")
+                        .to_string()
+                })
+                .collect();
+            state.push(format!("sentinels name {}", named.join(",")));
+            let line = state.join(" | ");
+            if line != last || last_print.elapsed() > Duration::from_secs(5) {
+                eprintln!("soak: mon +{:.1}s {line} || {}", t(), counters.join(" "));
+                last = line;
+                last_print = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
+}
+
 /// Not in the default run yet (docs/operations.md "At-least-once, in numbers"): it still
 /// finds undelivered rows and reused `webhook-id`s; `--ignored` runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -685,6 +771,21 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
         .spawn()
         .expect("python3 runs");
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let sentinel_ports: Vec<u16> = sentinel_nodes(&d.url())
+        .split(',')
+        .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .collect();
+    let watching = Arc::new(AtomicBool::new(false));
+    let watcher = monitor(
+        d.servers().iter().map(|s| s.port()).collect(),
+        sentinel_ports,
+        (
+            store.keyspace().seq(),
+            store.keyspace().replication(),
+            store.keyspace().lease(),
+        ),
+        watching.clone(),
+    );
 
     // The nemesis: a fault, a pause, another fault…
     let mut injected = Injected::default();
@@ -820,6 +921,8 @@ async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
     if settled {
         idle.await;
     }
+    watching.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
     collect(&receiver, &seen);
     let seen = seen.lock().unwrap().clone();
     let dead = dead_hooks().await;
