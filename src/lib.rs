@@ -11,6 +11,7 @@
 //! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the sections, the operator's bounds on sources (`[limits]`, `[tenants.<id>]`) |
 //! | [`keyspace`] | every Redis key name, hash-tagged per partition (R26, R29) |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
+//! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers (P9) |
 //! | [`store`] | Redis pool, the `lua/` scripts and one typed wrapper file each |
 //! | [`producer`] | committing hooks (R1, R2) |
 //! | [`leader`] | lease, renewal, fencing epoch, standby (R25), one campaign per partition |
@@ -55,6 +56,7 @@ pub mod dispatch;
 pub mod dlq;
 pub mod error;
 mod fault;
+pub mod filter;
 pub mod health;
 pub mod keyspace;
 pub mod leader;

@@ -49,8 +49,9 @@ pub struct SinkEntry {
     /// empty key. `None` on an ordered entry: every hook of the entry is one lane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// Which hooks the entry receives, by event type (P9); `None`: every hook. A hook the
-    /// filter refuses makes no row for this entry at commit.
+    /// Which hooks the entry receives, by event type and content (P9, [`EventFilter`]);
+    /// `None`: every hook. A hook the filter refuses makes no row for this entry at commit,
+    /// and a row whose entry's filter, edited since, refuses its hook is dropped at binding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<EventFilter>,
     /// The entry's retry policy over the global `[retry]` (P9); `None`: the global one. Read
@@ -111,64 +112,7 @@ impl SinkEntry {
     }
 }
 
-/// The longest event type and filter pattern, bytes.
-pub const EVENT_TYPE_MAX_BYTES: usize = 128;
-
-/// Check an event type a producer sets: 1..=128 bytes of `[A-Za-z0-9_.:/-]` (no `*`).
-pub fn check_event_type(value: &str) -> Result<(), String> {
-    let ok = !value.is_empty()
-        && value.len() <= EVENT_TYPE_MAX_BYTES
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "event type {value:?}: must be 1..={EVENT_TYPE_MAX_BYTES} bytes of [A-Za-z0-9_.:/-]"
-        ))
-    }
-}
-
-/// An entry's event filter (P9).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventFilter {
-    /// Patterns, 1..=64: an exact event type (`push`), or `prefix.*`, which matches `prefix`
-    /// itself and every type starting with `prefix.` (`pull_request.*` matches
-    /// `pull_request` and `pull_request.opened`, not `pull_request_review`). A hook without
-    /// an event type matches no pattern.
-    pub event_types: Vec<String>,
-}
-
-impl EventFilter {
-    /// Check the patterns (the commit script matches them as written).
-    pub fn validate(&self) -> Result<(), String> {
-        if self.event_types.is_empty() || self.event_types.len() > 64 {
-            return Err("event_types: 1..=64 patterns".into());
-        }
-        for p in &self.event_types {
-            let exact = p.strip_suffix(".*").unwrap_or(p);
-            check_event_type(exact).map_err(|e| format!("event_types: {e}"))?;
-        }
-        Ok(())
-    }
-
-    /// Whether a hook of `event_type` (`None`: the hook has none) passes; the commit script's
-    /// `gate_ok` does the same.
-    pub fn matches(&self, event_type: Option<&str>) -> bool {
-        let Some(et) = event_type else { return false };
-        self.event_types.iter().any(|p| match p.strip_suffix(".*") {
-            Some(prefix) => {
-                et == prefix
-                    || (et.len() > prefix.len()
-                        && et.starts_with(prefix)
-                        && et.as_bytes()[prefix.len()] == b'.')
-            }
-            None => p == et,
-        })
-    }
-}
+pub use crate::filter::{check_event_type, EventFilter, EVENT_TYPE_MAX_BYTES};
 
 /// An entry's retry policy (P9): each field set replaces the global `[retry]` field of the
 /// same name for this entry's rows; unset fields keep the global value.
@@ -403,7 +347,7 @@ impl SourceSpec {
             .map(|s| match (&s.disabled, &s.filter) {
                 (Some(_), _) => serde_json::Value::Bool(false),
                 (None, None) => serde_json::Value::Bool(true),
-                (None, Some(f)) => serde_json::json!(f.event_types),
+                (None, Some(f)) => f.gate_json(),
             })
             .collect();
         serde_json::to_string(&gates).ok()
@@ -527,9 +471,7 @@ mod tests {
 
     #[test]
     fn filters_match_exact_types_and_dotted_prefixes() {
-        let f = EventFilter {
-            event_types: vec!["push".into(), "pull_request.*".into()],
-        };
+        let f = EventFilter::types(vec!["push".into(), "pull_request.*".into()]);
         assert!(f.validate().is_ok());
         for yes in ["push", "pull_request", "pull_request.opened"] {
             assert!(f.matches(Some(yes)), "{yes}");
@@ -543,18 +485,9 @@ mod tests {
             assert!(!f.matches(Some(no)), "{no}");
         }
         assert!(!f.matches(None));
-        for bad in [
-            vec![],
-            vec!["*".to_string()],
-            vec!["a*".into()],
-            vec!["a b".into()],
-        ] {
+        for bad in [vec![], vec!["a*".into()], vec!["a b".into()]] {
             assert!(
-                EventFilter {
-                    event_types: bad.clone()
-                }
-                .validate()
-                .is_err(),
+                EventFilter::types(bad.clone()).validate().is_err(),
                 "{bad:?}"
             );
         }
@@ -572,9 +505,7 @@ mod tests {
             ],
         };
         assert_eq!(spec.gates_json(), None);
-        spec.sinks[0].filter = Some(EventFilter {
-            event_types: vec!["push".into()],
-        });
+        spec.sinks[0].filter = Some(EventFilter::types(vec!["push".into()]));
         spec.sinks[1].disabled = Some(Disabled::default());
         assert_eq!(spec.gates_json().as_deref(), Some(r#"[["push"],false]"#));
     }

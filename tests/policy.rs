@@ -46,9 +46,9 @@ fn real_payloads() -> Vec<(String, String, Vec<u8>)> {
 
 fn filtered(env: &Env, path: &str, patterns: &[&str]) -> SinkEntry {
     SinkEntry {
-        filter: Some(EventFilter {
-            event_types: patterns.iter().map(|p| p.to_string()).collect(),
-        }),
+        filter: Some(EventFilter::types(
+            patterns.iter().map(|p| p.to_string()).collect(),
+        )),
         ..env.http_sink(path)
     }
 }
@@ -152,6 +152,226 @@ async fn three_sinks_filtering_push_pull_request_and_nothing_get_exactly_their_r
         "{:?}",
         env.keys()
     );
+    worker.shutdown().await;
+}
+
+/// The test's own reading of a filter (docs/sinks.md "Content filters"), written apart
+/// from `src/filter.rs` and `lua/commit.lua` so the three can disagree.
+fn independent_match(
+    filter: &serde_json::Value,
+    event_type: Option<&str>,
+    body: &[u8],
+    headers: &[(&str, String)],
+) -> bool {
+    use serde_json::Value;
+    let type_ok = |p: &str, et: &str| -> bool {
+        if p == "*" {
+            return true;
+        }
+        let (pattern, below) = match p.strip_suffix(".*") {
+            Some(pre) => (pre, true),
+            None => (p, false),
+        };
+        let want: Vec<&str> = pattern.split('.').collect();
+        let have: Vec<&str> = et.split('.').collect();
+        let length_ok = if below {
+            have.len() >= want.len()
+        } else {
+            have.len() == want.len()
+        };
+        length_ok && want.iter().zip(&have).all(|(w, h)| *w == "*" || w == h)
+    };
+    if let Some(types) = filter.get("event_types").and_then(Value::as_array) {
+        let Some(et) = event_type else { return false };
+        if !types.iter().any(|p| type_ok(p.as_str().unwrap(), et)) {
+            return false;
+        }
+    }
+    let doc: Option<Value> = if body.len() <= 65_536 {
+        serde_json::from_slice(body).ok()
+    } else {
+        None
+    };
+    fn same(a: &Value, b: &Value) -> bool {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+            (Value::Array(_) | Value::Object(_), _) => false,
+            _ => a == b,
+        }
+    }
+    fn holds(p: &Value, doc: &Option<Value>, headers: &[(&str, String)]) -> bool {
+        if let Some(list) = p.get("all").and_then(Value::as_array) {
+            return list.iter().all(|q| holds(q, doc, headers));
+        }
+        if let Some(list) = p.get("any").and_then(Value::as_array) {
+            return list.iter().any(|q| holds(q, doc, headers));
+        }
+        if let Some(q) = p.get("not") {
+            return !holds(q, doc, headers);
+        }
+        let value: Option<Value> = if let Some(ptr) = p.get("body").and_then(Value::as_str) {
+            match doc {
+                Some(d) => d.pointer(ptr).cloned(),
+                None => return false,
+            }
+        } else {
+            let name = p["header"].as_str().unwrap().to_ascii_lowercase();
+            headers
+                .iter()
+                .find(|(k, _)| k.to_ascii_lowercase() == name)
+                .map(|(_, v)| Value::String(v.clone()))
+        };
+        if let Some(e) = p.get("exists") {
+            return value.is_some() == e.as_bool().unwrap();
+        }
+        let Some(v) = value else { return false };
+        if let Some(w) = p.get("eq") {
+            return same(&v, w);
+        }
+        if let Some(w) = p.get("ne") {
+            return !same(&v, w);
+        }
+        if let Some(ws) = p.get("in").and_then(Value::as_array) {
+            return ws.iter().any(|w| same(&v, w));
+        }
+        if let Some(pre) = p.get("prefix").and_then(Value::as_str) {
+            return v.as_str().is_some_and(|s| s.starts_with(pre));
+        }
+        let x = match &v {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) if p.get("header").is_some() => s.parse().ok(),
+            _ => None,
+        };
+        let Some(x) = x else { return false };
+        match (p.get("gt"), p.get("lt")) {
+            (Some(n), _) => x > n.as_f64().unwrap(),
+            (_, Some(n)) => x < n.as_f64().unwrap(),
+            _ => false,
+        }
+    }
+    match filter.get("match") {
+        Some(p) => holds(p, &doc, headers),
+        None => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_filters_take_exactly_the_real_github_hooks_an_independent_reading_picks() {
+    let env = Env::new().await;
+    let filters: Vec<serde_json::Value> = [
+        r#"{"event_types": ["*.opened"]}"#,
+        r#"{"event_types": ["pull_request.*"], "match": {"all": [
+            {"body": "/pull_request/draft", "eq": false},
+            {"body": "/action", "in": ["opened", "closed", "synchronize", "labeled"]}]}}"#,
+        r#"{"match": {"any": [{"body": "/sender/type", "eq": "Bot"},
+            {"body": "/repository/open_issues_count", "gt": 1}]}}"#,
+        r#"{"match": {"not": {"body": "/action", "exists": true}}}"#,
+        r#"{"match": {"all": [{"header": "x-region", "prefix": "eu-"}, {"header": "x-size", "lt": 100}]}}"#,
+        r#"{"event_types": ["issues.*", "issue_comment.*"],
+            "match": {"body": "/issue/labels/0/name", "exists": true}}"#,
+        r#"{"match": {"body": "/repository/owner/login", "ne": "Codertocat"}}"#,
+        r#"{"event_types": ["*"], "match": {"any": [{"body": "/ref", "prefix": "refs/tags/"},
+            {"body": "/repository/private", "eq": true}, {"body": "/x", "eq": null}]}}"#,
+    ]
+    .iter()
+    .map(|f| serde_json::from_str(f).expect("test filter is JSON"))
+    .collect();
+    let spec = SourceSpec {
+        sinks: filters
+            .iter()
+            .enumerate()
+            .map(|(i, f)| SinkEntry {
+                filter: Some(serde_json::from_value(f.clone()).expect("a filter")),
+                ..env.http_sink(&format!("f{i}"))
+            })
+            .collect(),
+    };
+    env.store
+        .put_source("octo", "content", &spec)
+        .await
+        .unwrap();
+    // The real payloads, each with two producer headers, and three bodies that are not JSON.
+    // (event type, body, producer headers) of each hook offered.
+    type Offered = (Option<String>, Vec<u8>, Vec<(&'static str, String)>);
+    let mut hooks: Vec<Offered> = real_payloads()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, event_type, body))| {
+            let region = if i % 3 == 0 { "eu-west" } else { "us-east" };
+            let headers = vec![
+                ("x-region", region.to_string()),
+                ("x-size", (i * 7 % 200).to_string()),
+            ];
+            (Some(event_type), body, headers)
+        })
+        .collect();
+    for i in 0..3 {
+        hooks.push((
+            Some("push".into()),
+            format!("not json {i}").into_bytes(),
+            vec![("x-region", "eu-north".into()), ("x-size", "5".into())],
+        ));
+    }
+    let mut want: Vec<BTreeSet<String>> = vec![BTreeSet::new(); filters.len()];
+    for chunk in hooks.chunks(25) {
+        let batch: Vec<Hook> = chunk
+            .iter()
+            .map(|(et, body, headers)| {
+                let mut h = Hook::new(body.clone()).event_type(et.clone().unwrap());
+                for (k, v) in headers {
+                    h = h.header(*k, v.clone());
+                }
+                h
+            })
+            .collect();
+        let (_, ids) = env
+            .producer
+            .commit_ids("octo", "content", &batch)
+            .await
+            .unwrap();
+        for (id, (et, body, headers)) in ids.into_iter().zip(chunk) {
+            for (i, f) in filters.iter().enumerate() {
+                if independent_match(f, et.as_deref(), body, headers) {
+                    want[i].insert(id.to_string());
+                }
+            }
+        }
+    }
+    for (i, w) in want.iter().enumerate() {
+        assert!(
+            !w.is_empty() && w.len() < hooks.len(),
+            "filter {i} must take some hooks and refuse others to test anything: {} of {}",
+            w.len(),
+            hooks.len()
+        );
+    }
+    // The commit script made rows for exactly those: no row for a hook a filter refuses.
+    let rows = due_rows(&env, "octo");
+    for (i, w) in want.iter().enumerate() {
+        let made: BTreeSet<String> = rows
+            .iter()
+            .filter_map(|r| ankusa::model::RowId::parse(r))
+            .filter(|r| r.sink == i as u32)
+            .map(|r| r.hook.to_string())
+            .collect();
+        assert_eq!(&made, w, "filter {i} ({}) at commit", filters[i]);
+    }
+    // And the worker, which applies the filters again when it binds a row, delivers them
+    // all: each receiver gets exactly its hooks, none dropped as unmatched.
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    for (i, w) in want.iter().enumerate() {
+        let got: BTreeSet<String> = env
+            .receiver
+            .requests_for(&format!("f{i}"))
+            .iter()
+            .map(|r| r.header("ankusa-hook-id").unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(&got, w, "filter {i} delivered");
+    }
+    let t = env.store.totals().await.unwrap();
+    let owed: usize = want.iter().map(BTreeSet::len).sum();
+    assert_eq!((t.delivered, t.dropped), (owed as u64, 0));
     worker.shutdown().await;
 }
 

@@ -89,9 +89,7 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
             "gh",
             &ankusa::model::SourceSpec {
                 sinks: vec![ankusa::model::SinkEntry {
-                    filter: Some(ankusa::model::EventFilter {
-                        event_types: vec!["push".into()],
-                    }),
+                    filter: Some(ankusa::model::EventFilter::types(vec!["push".into()])),
                     ..sink("gh")
                 }],
             },
@@ -262,9 +260,7 @@ async fn the_http_clients_commit_dict_str_and_bytes_bodies_sync_and_async_and_ev
         .await
         .expect("source");
     let push_only = ankusa::model::SinkEntry {
-        filter: Some(ankusa::model::EventFilter {
-            event_types: vec!["push".into()],
-        }),
+        filter: Some(ankusa::model::EventFilter::types(vec!["push".into()])),
         ..sink("gh")
     };
     env.store

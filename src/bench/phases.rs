@@ -31,9 +31,7 @@ impl World {
         for t in &tenants {
             let mut sink = SinkEntry::http(&receiver.url(&format!("{t}/hook")));
             if args.policy {
-                sink.filter = Some(crate::model::EventFilter {
-                    event_types: vec!["bench.*".into()],
-                });
+                sink.filter = Some(crate::model::EventFilter::types(vec!["bench.*".into()]));
                 sink.rate_limit = Some(crate::model::RateLimit {
                     per_second: 1e6,
                     burst: Some(100_000),

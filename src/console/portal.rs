@@ -254,7 +254,16 @@ async fn edit(
 ) -> Page {
     change_entry(&ctx, &source, i, &body, Entries::Http, |e, f| {
         e["opts"]["url"] = Value::String(f.get("url").map_or("", |s| s.trim()).into());
-        let filter = filter_of(f.get("event_types").map_or("", String::as_str));
+        let mut filter = filter_of(f.get("event_types").map_or("", String::as_str));
+        // The form edits the event types only: a content predicate set through the API
+        // stays as it is.
+        let predicate = e["filter"].get("match").cloned();
+        if let Some(m) = predicate {
+            if filter.is_null() {
+                filter = json!({});
+            }
+            filter["match"] = m;
+        }
         match e.as_object_mut() {
             Some(o) if filter.is_null() => {
                 o.remove("filter");

@@ -248,7 +248,8 @@ pub(crate) fn entries(spec: &Value) -> Markup {
                     td { (i) }
                     td { (text(&e["module"])) }
                     td { code { (target(e)) } }
-                    td { @for p in e["filter"]["event_types"].as_array().into_iter().flatten() { code { (text(p)) } " " } }
+                    td { @for p in e["filter"]["event_types"].as_array().into_iter().flatten() { code { (text(p)) } " " }
+                        @if let Some(m) = e["filter"].get("match") { code { "match " (m.to_string()) } } }
                     td { @if !e["rate_limit"].is_null() { code { (e["rate_limit"].to_string()) } } }
                     td { @if e["disabled"].is_object() {
                             (badge("disabled")) " " (time_of(&e["disabled"]["at_ms"])) " " (text(&e["disabled"]["reason"]))

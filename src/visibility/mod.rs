@@ -491,13 +491,14 @@ pub async fn resend(
             .await?
             .and_then(|spec| spec.sinks.get(s as usize).cloned());
         if let Some(filter) = entry.and_then(|e| e.filter) {
-            if !filter.matches(h.event_type.as_deref()) {
+            let body = h.body.as_deref().unwrap_or_default();
+            if !filter.matches_hook(h.event_type.as_deref(), body, &h.headers) {
                 return Err(Error::BadRequest(format!(
-                    "sink entry {s} of {tenant}/{} does not take event type {:?} (its filter: {:?}); \
-                     change the filter to resend this hook to it",
+                    "sink entry {s} of {tenant}/{} does not take this hook (event type {:?}; \
+                     its filter: {}); change the filter to resend this hook to it",
                     h.source,
                     h.event_type.as_deref().unwrap_or(""),
-                    filter.event_types
+                    serde_json::to_string(&filter).unwrap_or_default()
                 )));
             }
         }

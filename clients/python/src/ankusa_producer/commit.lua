@@ -273,8 +273,9 @@ end
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
 -- is idle, else it is appended behind it as a member (R10).
 -- The body bytes of the hooks stored are added to the tenant's count (`tenant_bytes`).
--- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, or a list of
--- event type patterns): a hook makes rows only for the entries whose gate it passes; its
+-- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, a list of
+-- event type patterns, or an object with patterns `t` and a content predicate `m`, see
+-- `gate_ok` below): a hook makes rows only for the entries whose gate it passes; its
 -- `n` counts those rows. A hook passing none is not stored, and counted in stats
 -- `unmatched`. Without `gates` every entry takes every hook.
 local tenant, source = ARGV[2], ARGV[3]
@@ -396,32 +397,158 @@ end
 if only and (only < 0 or only >= sinks or only ~= math.floor(only)) then return {'bad_request', 'no sink entry ' .. only} end
 if sinks == 0 then return {'ok', 0, 0, now} end
 local ids, fresh, alias = {}, {}, {}
--- Whether a hook of event type `et` ('' none) gets a row of entry `idx` (0-based): exact
--- patterns, and `prefix.*` matching `prefix` and `prefix.<anything>` (model::EventFilter).
-local function gate_ok(idx, et)
+-- Filters (filter.rs, `EventFilter::matches_hook` decides the same): a gate is true, false,
+-- an array of event type patterns, or {t = patterns (optional), m = predicate (optional)}.
+-- The dot-separated segments of an event type or pattern.
+local function segments(s)
+  local out, pos = {}, 1
+  while true do
+    local d = string.find(s, '.', pos, true)
+    if not d then
+      out[#out + 1] = string.sub(s, pos)
+      return out
+    end
+    out[#out + 1] = string.sub(s, pos, d - 1)
+    pos = d + 1
+  end
+end
+-- One pattern against an event type: exact; `*` for any one segment; a trailing `.*` for
+-- the prefix itself and anything below; `*` alone for every type.
+local function pattern_ok(p, et)
+  if p == '*' then return true end
+  if not string.find(p, '*', 1, true) then return p == et end
+  local ps, es = segments(p), segments(et)
+  local fixed, rest = #ps, false
+  if #ps >= 2 and ps[#ps] == '*' then fixed, rest = #ps - 1, true end
+  if (rest and #es < fixed) or ((not rest) and #es ~= fixed) then return false end
+  for k = 1, fixed do
+    if ps[k] ~= '*' and ps[k] ~= es[k] then return false end
+  end
+  return true
+end
+local function types_ok(patterns, et)
+  if et == '' then return false end
+  for _, p in ipairs(patterns) do
+    if pattern_ok(p, et) then return true end
+  end
+  return false
+end
+-- The largest body a body predicate examines (filter::FILTER_BODY_MAX_BYTES).
+local FILTER_BODY_MAX = 65536
+-- The value at an RFC 6901 pointer (nil: absent); array tokens are decimal indexes.
+local function json_at(v, ptr)
+  if ptr == '' then return v end
+  for seg in string.gmatch(string.sub(ptr, 2) .. '/', '([^/]*)/') do
+    seg = string.gsub(string.gsub(seg, '~1', '/'), '~0', '~')
+    if type(v) ~= 'table' then return nil end
+    if v[seg] ~= nil then
+      v = v[seg]
+    elseif string.match(seg, '^%d+$') and (seg == '0' or string.sub(seg, 1, 1) ~= '0') then
+      v = v[tonumber(seg) + 1]
+      if v == nil then return nil end
+    else
+      return nil
+    end
+  end
+  return v
+end
+local function scalar_eq(a, b)
+  return type(a) == type(b) and type(a) ~= 'table' and a == b
+end
+-- A header value read as a number for gt/lt (no hex, inf or nan, as Rust's f64 parse).
+local function header_number(s)
+  local t = string.match(s, '^%s*(.-)%s*$')
+  if string.find(t, '[xXnN]') then return nil end
+  return tonumber(t)
+end
+-- Whether predicate `p` holds for hook `i` (`cache` keeps its decoded body and headers).
+local function pred_ok(p, i, cache)
+  if p.all then
+    for _, q in ipairs(p.all) do
+      if not pred_ok(q, i, cache) then return false end
+    end
+    return true
+  end
+  if p.any then
+    for _, q in ipairs(p.any) do
+      if pred_ok(q, i, cache) then return true end
+    end
+    return false
+  end
+  if p['not'] ~= nil then return not pred_ok(p['not'], i, cache) end
+  local v
+  if p.body then
+    if cache.f == nil then
+      cache.f = false
+      local body = ARGV[4 + 2 * i]
+      if #body <= FILTER_BODY_MAX then
+        local ok, d = pcall(cjson.decode, body)
+        if ok then cache.f = {d} end
+      end
+    end
+    if not cache.f then return false end
+    v = json_at(cache.f[1], p.body)
+  elseif p.header then
+    if cache.h == nil then
+      local ok, h = pcall(cjson.decode, ARGV[5 + 2 * i])
+      cache.h = (ok and type(h) == 'table') and h or false
+    end
+    if cache.h then
+      local want = string.lower(p.header)
+      for k, hv in pairs(cache.h) do
+        if string.lower(tostring(k)) == want then
+          if type(hv) == 'string' then v = hv else v = cjson.encode(hv) end
+          break
+        end
+      end
+    end
+  else
+    return false
+  end
+  if p.exists ~= nil then return (v ~= nil) == p.exists end
+  if v == nil then return false end
+  if p.eq ~= nil then return scalar_eq(v, p.eq) end
+  if p.ne ~= nil then return not scalar_eq(v, p.ne) end
+  if p['in'] then
+    for _, w in ipairs(p['in']) do
+      if scalar_eq(v, w) then return true end
+    end
+    return false
+  end
+  if p.prefix then return type(v) == 'string' and string.sub(v, 1, #p.prefix) == p.prefix end
+  if type(v) == 'string' and p.header then v = header_number(v) end
+  if type(v) ~= 'number' then return false end
+  if p.gt then return v > p.gt end
+  if p.lt then return v < p.lt end
+  return false
+end
+-- Whether hook `i` gets a row of entry `idx` (0-based).
+local caches = {}
+local function gate_ok(idx, i)
   if only then return true end -- resend asks for one entry by name
   if not gates then return true end
   local g = gates[idx + 1]
   if g == nil or g == true or g == cjson.null then return true end
-  if g == false or type(g) ~= 'table' or et == '' then return false end
-  for _, p in ipairs(g) do
-    if p == et then return true end
-    if string.sub(p, -2) == '.*' then
-      local pre = string.sub(p, 1, -3)
-      if et == pre or string.sub(et, 1, #pre + 1) == pre .. '.' then return true end
-    end
-  end
-  return false
-end
--- Rows each hook gets (`rows[i]`), decided before any write.
-local rows = {}
-for i = 1, n do
+  if g == false or type(g) ~= 'table' then return false end
   local et = events and events[i] or ''
-  local c = 0
-  for idx = (only or 0), (only or sinks - 1) do
-    if gate_ok(idx, et) then c = c + 1 end
+  if g[1] ~= nil then return types_ok(g, et) end
+  if g.t and not types_ok(g.t, et) then return false end
+  if g.m then
+    caches[i] = caches[i] or {}
+    return pred_ok(g.m, i, caches[i])
   end
-  rows[i] = c
+  return g.t ~= nil
+end
+-- Rows each hook gets (`rows[i]`) and which entries (`takes[i][idx]`), decided before any
+-- write.
+local rows, takes = {}, {}
+for i = 1, n do
+  local c, t = 0, {}
+  for idx = (only or 0), (only or sinks - 1) do
+    t[idx] = gate_ok(idx, i)
+    if t[idx] then c = c + 1 end
+  end
+  rows[i], takes[i] = c, t
 end
 -- The reply: with 'events' every hook's id and rows; else the (uniform) rows of hook 1.
 local function reply(first_id)
@@ -580,9 +707,9 @@ for f, i in ipairs(fresh) do
       scheduled = scheduled + 1
     end
   end
-  local cache = {}
+  local cache = caches[i] or {}
   for idx = (only or 0), (only or sinks - 1) do
-   if gate_ok(idx, et) then
+   if takes[i][idx] then
     local row = id_text(hook) .. '.' .. idx
     local spec = lanes and lanes[idx + 1] or ''
     if spec == '' or spec == cjson.null then
