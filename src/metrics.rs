@@ -409,6 +409,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Operational events POSTed to operator.events_url, by result (ok, failed).",
     },
     Metric {
+        name: "ankusa_tenant_events_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: false,
+        help: "Operational events POSTed to a tenant's tenants.<id>.events_url, by result (ok, failed).",
+    },
+    Metric {
         name: "ankusa_operational_events_total",
         kind: Kind::Counter,
         unit: None,

@@ -269,7 +269,23 @@ async fn a_new_leader_starts_an_open_breaker_open_and_sends_one_probe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breaker_transitions_and_dead_letters_are_operational_events() {
     use ankusa::model::{EntryRetry, SinkEntry};
-    let env = Env::with(Default::default(), breaker_env(500, 2_000)).await;
+    // Each tenant's own events URL (`tenants.<id>.events_url`): acme's gets acme's events,
+    // beta's none of them.
+    let tenant_events = ankusa::testkit::Receiver::start_with(ankusa::testkit::ReceiverOptions {
+        record_bodies: true,
+        threads: 1,
+    })
+    .expect("receiver starts");
+    let (acme_url, beta_url) = (tenant_events.url("acme"), tenant_events.url("beta"));
+    let env = Env::with(Default::default(), move |c| {
+        breaker_env(500, 2_000)(c);
+        for (tenant, url) in [("acme", acme_url), ("beta", beta_url)] {
+            let t = c.tenants.entry(tenant.into()).or_default();
+            t.events_url = Some(url);
+            t.events_signing_secret = Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into());
+        }
+    })
+    .await;
     env.receiver.set(
         "e",
         Behavior::Sequence(vec![
@@ -340,5 +356,36 @@ async fn breaker_transitions_and_dead_letters_are_operational_events() {
         .starts_with("{\"order\":"));
     assert_eq!((e.attempts, e.suppressed), (Some(1), Some(0)));
     assert!(e.reason.starts_with("max_attempts(http)"), "{:?}", e.reason);
+    // Every event of the stream (all acme's) reached acme's events URL, signed, as it is in
+    // the stream; beta's got nothing (the POSTs run in the background: wait for them).
+    let posted = || {
+        tenant_events
+            .requests_for("acme")
+            .iter()
+            .map(|r| {
+                assert!(r.header("webhook-signature").is_some(), "signed: {r:?}");
+                let body = r.body.as_deref().expect("body recorded");
+                serde_json::from_slice::<ankusa::store::SinkEvent>(body).expect("an event")
+            })
+            .collect::<Vec<_>>()
+    };
+    let streamed = events().await;
+    assert!(
+        common::procs::poll_until(LIVENESS, || async {
+            let got = posted();
+            streamed.iter().all(|e| got.contains(e))
+        })
+        .await,
+        "acme's events URL got {:?} of {streamed:?}",
+        posted()
+    );
+    let now = events().await;
+    let got = posted();
+    assert!(
+        got.iter().all(|e| now.contains(e)),
+        "{got:?} not all in {now:?}"
+    );
+    assert!(got.iter().all(|e| e.tenant == "acme"));
+    assert!(tenant_events.requests_for("beta").is_empty());
     worker.shutdown().await;
 }

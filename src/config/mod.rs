@@ -254,6 +254,14 @@ impl Config {
         {
             config.operator.signing_secret = Some(REDACTED.into());
         }
+        for t in config.tenants.values_mut() {
+            if t.events_signing_secret
+                .as_deref()
+                .is_some_and(|s| !s.starts_with("${"))
+            {
+                t.events_signing_secret = Some(REDACTED.into());
+            }
+        }
         if !config.claim_check.secret_access_key.is_empty()
             && !config.claim_check.secret_access_key.starts_with("${env:")
         {

@@ -98,6 +98,16 @@ pub struct TenantConfig {
     /// entry ending in `*` grants every name it prefixes. Default empty: the tenant brings
     /// its own credentials by reference.
     pub ambient_credentials: Vec<String>,
+    /// An `http://` or `https://` URL this tenant's operational events (an entry disabled,
+    /// a breaker opened or closed, a row dead-lettered: those of its own sources) are POSTed
+    /// to as well, so the tenant learns that its endpoint fails. Set by the operator, under
+    /// the same destination guard as an http sink. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_url: Option<String>,
+    /// A Standard Webhooks secret `whsec_<base64>` (or a secret reference) signing the POSTs
+    /// to `events_url`. Default unset: unsigned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events_signing_secret: Option<String>,
 }
 
 /// One bound on sources with the config key that sets it, so a refusal can name both.

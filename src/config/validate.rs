@@ -443,7 +443,7 @@ fn limits(l: &LimitsConfig, p: &mut Problems) {
 }
 
 /// `[tenants.<id>]`: a valid tenant id, its bounds, shared secrets under the env prefix, every
-/// ambient-credential grant a queue ARN or a topic.
+/// ambient-credential grant a queue ARN or a topic, its events URL.
 fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Problems) {
     for (id, c) in t {
         let key = format!("tenants.{id}");
@@ -475,6 +475,18 @@ fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Proble
                 ),
             );
         }
+        p.check(
+            c.events_url.as_deref().map_or(true, |u| {
+                u.starts_with("http://") || u.starts_with("https://")
+            }),
+            format!("{key}.events_url"),
+            "must be an http:// or https:// URL",
+        );
+        p.check(
+            c.events_signing_secret.as_deref() != Some(""),
+            format!("{key}.events_signing_secret"),
+            "must not be empty when set",
+        );
         for (i, g) in c.ambient_credentials.iter().enumerate() {
             p.check(
                 crate::sinks::guard::valid_ambient_grant(g),

@@ -3,7 +3,8 @@
 //! `row_dead_lettered` when a row is dead-lettered — at most one per sink key per
 //! [`DEAD_LETTER_EVENT_EVERY`], carrying how many more were since the last one, so a dead
 //! sink's backlog does not become one event per row. Each is appended to the partition's
-//! `events` stream and POSTed to `operator.events_url`, as the disable events are.
+//! `events` stream and POSTed to `operator.events_url` and to the tenant's own
+//! `tenants.<id>.events_url`, as the disable events are.
 
 use super::*;
 use crate::store::SinkEvent;
@@ -65,17 +66,20 @@ fn key_event(job: &Job, kind: &str, reason: String) -> SinkEvent {
 }
 
 impl Session {
-    /// Append `event` to the `events` stream and POST it to `operator.events_url`, in the
-    /// background; a failure is logged (an event is information, never a reason to stop).
+    /// Append `event` to the `events` stream and POST it to `operator.events_url` and the
+    /// tenant's `tenants.<id>.events_url`, in the background; a failure is logged (an event is information, never a reason to stop).
     pub(super) fn emit_event(&self, event: SinkEvent, kind: &'static str) {
         metrics::counter!("ankusa_operational_events_total", "type" => kind).increment(1);
         let (store, sinks) = (self.ctx.store.clone(), self.ctx.sinks.clone());
-        let operator = self.cfg.operator.clone();
+        let cfg = self.cfg.clone();
         tokio::spawn(async move {
-            match store.append_event(&event, operator.events_max_len).await {
+            match store
+                .append_event(&event, cfg.operator.events_max_len)
+                .await
+            {
                 Ok(id) => {
                     let event = SinkEvent { id, ..event };
-                    policy::post_event(&sinks, &operator, &event).await;
+                    policy::post_event(&sinks, &cfg, &event).await;
                 }
                 Err(e) => warn!(error = %e, kind, "could not append an operational event"),
             }

@@ -129,7 +129,7 @@ impl Session {
                 self.ctx.token.clone(),
                 self.tx.clone(),
             );
-            let operator = self.cfg.operator.clone();
+            let cfg = self.cfg.clone();
             let sinks = self.ctx.sinks.clone();
             tokio::spawn(async move {
                 let disabled = crate::model::Disabled {
@@ -144,14 +144,14 @@ impl Session {
                         key.index,
                         Some(&key.module),
                         Some(disabled),
-                        operator.events_max_len,
+                        cfg.operator.events_max_len,
                     )
                     .await;
                 match r {
                     Ok(crate::store::SinkStateChange::Changed(event)) => {
                         metrics::counter!("ankusa_sinks_disabled_total").increment(1);
                         let _ = tx.send(Event::Disabled(key, DisableEnd::Disabled));
-                        post_event(&sinks, &operator, &event).await;
+                        post_event(&sinks, &cfg, &event).await;
                     }
                     Ok(crate::store::SinkStateChange::Unchanged) => {
                         // Disabled already, or edited meanwhile (no disable_after_ms now).
@@ -210,34 +210,87 @@ impl Session {
     }
 }
 
-/// POST an operational event to `operator.events_url`, signed with
-/// `operator.signing_secret` when set (Standard Webhooks, `webhook-id` = the event id),
-/// under the http sink's guards; up to 5 attempts, 1 s apart doubling. A failure is logged:
-/// the event stays in the `events` stream either way.
+/// POST an operational event to `operator.events_url` and to its tenant's
+/// `tenants.<id>.events_url`, each where set ([`post_event_to`]), side by side.
 pub(super) async fn post_event(
     sinks: &Sinks,
-    operator: &crate::config::OperatorConfig,
+    cfg: &crate::config::Config,
     event: &crate::store::SinkEvent,
 ) {
-    let Some(url) = &operator.events_url else {
-        return;
+    let operator = async {
+        if let Some(url) = &cfg.operator.events_url {
+            let secret = cfg.operator.signing_secret.as_deref();
+            post_event_to(sinks, Audience::Operator, url, secret, event).await;
+        }
     };
+    let tenant = async {
+        let Some(t) = cfg.tenants.get(&event.tenant) else {
+            return;
+        };
+        if let Some(url) = &t.events_url {
+            let secret = t.events_signing_secret.as_deref();
+            post_event_to(sinks, Audience::Tenant, url, secret, event).await;
+        }
+    };
+    tokio::join!(operator, tenant);
+}
+
+/// Who an operational event is POSTed to: the metric and the config key in the logs.
+#[derive(Debug, Clone, Copy)]
+enum Audience {
+    /// `operator.events_url`; counted in `ankusa_operator_events_total`.
+    Operator,
+    /// `tenants.<id>.events_url`; counted in `ankusa_tenant_events_total`.
+    Tenant,
+}
+
+impl Audience {
+    fn key(self) -> &'static str {
+        match self {
+            Audience::Operator => "operator.events_url",
+            Audience::Tenant => "tenants.<id>.events_url",
+        }
+    }
+
+    fn count(self, result: &'static str) {
+        match self {
+            Audience::Operator => {
+                metrics::counter!("ankusa_operator_events_total", "result" => result).increment(1)
+            }
+            Audience::Tenant => {
+                metrics::counter!("ankusa_tenant_events_total", "result" => result).increment(1)
+            }
+        }
+    }
+}
+
+/// POST an operational event to `url`, signed with `secret` when set (Standard Webhooks,
+/// `webhook-id` = the event id), under the http sink's guards; up to 5 attempts, 1 s apart
+/// doubling. A failure is logged: the event stays in the `events` stream either way.
+async fn post_event_to(
+    sinks: &Sinks,
+    to: Audience,
+    url: &str,
+    secret: Option<&str>,
+    event: &crate::store::SinkEvent,
+) {
+    let key = to.key();
     let mut opts = serde_json::Map::new();
-    opts.insert("url".into(), url.clone().into());
-    if let Some(s) = &operator.signing_secret {
-        opts.insert("signing_secret".into(), s.clone().into());
+    opts.insert("url".into(), url.into());
+    if let Some(s) = secret {
+        opts.insert("signing_secret".into(), s.into());
     }
     let http = match crate::sinks::http::client(sinks) {
         Ok(h) => h,
         Err(e) => {
-            warn!(error = %e, "operator.events_url: the event cannot be posted");
+            warn!(error = %e, tenant = %event.tenant, "{key}: the event cannot be posted");
             return;
         }
     };
     let opts = match crate::sinks::http::HttpOpts::from_opts(&opts) {
         Ok(o) => o,
         Err(e) => {
-            warn!(error = %e, "operator.events_url: the event cannot be posted");
+            warn!(error = %e, tenant = %event.tenant, "{key}: the event cannot be posted");
             return;
         }
     };
@@ -260,26 +313,28 @@ pub(super) async fn post_event(
             body: body.clone().into(),
             headers: r#"{"content-type":"application/json"}"#.into(),
             committed_at_ms: event.at_ms,
-            // `sink_disabled` or `sink_enabled`: a receiver routes on it as on a hook's.
+            // `sink_disabled`, `breaker_opened`…: a receiver routes on it as on a hook's.
             event_type: Some(event.kind.clone()),
             traceparent: None,
         };
         match tokio::time::timeout(Duration::from_secs(30), http.deliver_status(&opts, &d)).await {
             Ok(Ok(_)) => {
-                metrics::counter!("ankusa_operator_events_total", "result" => "ok").increment(1);
+                to.count("ok");
                 return;
             }
             Ok(Err(AttemptError::Permanent { error: e, .. })) => {
-                warn!(error = %e, "operator.events_url refused the event");
+                warn!(error = %e, tenant = %event.tenant, "{key} refused the event");
                 break;
             }
-            Ok(Err(e)) => warn!(error = ?e, attempt, "operator.events_url failed; retrying"),
-            Err(_) => warn!(attempt, "operator.events_url timed out; retrying"),
+            Ok(Err(e)) => {
+                warn!(error = ?e, attempt, tenant = %event.tenant, "{key} failed; retrying")
+            }
+            Err(_) => warn!(attempt, tenant = %event.tenant, "{key} timed out; retrying"),
         }
         tokio::time::sleep(delay).await;
         delay *= 2;
     }
-    metrics::counter!("ankusa_operator_events_total", "result" => "failed").increment(1);
+    to.count("failed");
 }
 
 /// A sink key's run of failures without a success (P9, `disable_after_ms`).
