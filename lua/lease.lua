@@ -2,6 +2,9 @@
 -- KEYS[1]  lease key
 -- ARGV[1]  prefix  ARGV[2] op ('acquire' | 'renew' | 'release')  ARGV[3] node id
 -- ARGV[4]  token held (renew, release; '' for acquire)  ARGV[5] ttl ms
+-- ARGV[6]  (acquire, renew; optional) the replicas the deployment has alive by the
+--          sentinels ('' unknown, 0 without sentinels): written to `expected` of
+--          `replication`, below which `commit.lua` refuses
 -- Returns  acquire: {'ok', token, epoch}  | {'held', holder token, pttl ms}
 --          renew:   {'ok', token}        | {'lost', holder token or ''}
 --                 | {'replica_lost', replicas attached, replicas the term counted}
@@ -23,6 +26,7 @@
 -- Release publishes on a channel named like the lease key, so standbys take over
 -- at once instead of waiting out the ttl.
 local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local expected = tonumber(ARGV[6] or '')
 local holder = redis.call('GET', KEYS[1])
 if op == 'acquire' then
   if holder and string.sub(holder, 1, #node + 1) ~= node .. ':' then
@@ -39,6 +43,7 @@ if op == 'acquire' then
   redis.call('SET', KEYS[1], t, 'PX', ttl)
   local replicas, replid = replication()
   redis.call('HSET', K_REPLICATION, 'replicas', replicas)
+  if expected then redis.call('HSET', K_REPLICATION, 'expected', expected) end
   local space = redis.call('HGET', K_REPLICATION, 'space')
   if not space then
     space = string.sub(redis.sha1hex(replid .. ':' .. string.format('%d', clock_us()) .. ':' .. node), 1, 16)
@@ -51,6 +56,7 @@ elseif op == 'renew' then
   local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
   if have < want then return {'replica_lost', have, want} end
   if have > want then redis.call('HSET', K_REPLICATION, 'replicas', have) end
+  if expected then redis.call('HSET', K_REPLICATION, 'expected', expected) end
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {'ok', token}
 elseif op == 'release' then

@@ -75,7 +75,9 @@ end
 -- Failover safety (hash): `replicas`, the replicas this server had attached when the
 -- current term started (raised by each renewal, never lowered but by a new term); `replid`,
 -- the replication history under which hook ids were last issued; `space`, the random part
--- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL).
+-- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL);
+-- `expected`, the replicas the sentinels know alive (written by each lease acquisition and
+-- renewal): commit.lua refuses on a primary with fewer attached.
 local K_REPLICATION = P .. 'replication'
 
 -- This server's attached replicas and replication id (`INFO replication`; a promotion or a

@@ -236,7 +236,9 @@ impl Keyspace {
     /// replicas attached to the primary when the term started, raised by renewals; the fenced
     /// scripts refuse on a primary with fewer), `replid` (the replication history hook ids
     /// were last issued under: a new one makes them jump) and `space` (the random part of
-    /// every `webhook-id`, made by the partition's first lease acquisition).
+    /// every `webhook-id`, made by the partition's first lease acquisition) and `expected`
+    /// (the replicas the sentinels know alive, written by every lease acquisition and
+    /// renewal: a commit finding fewer attached is refused).
     pub fn replication(&self) -> String {
         self.key("replication")
     }

@@ -290,6 +290,149 @@ async fn a_graceful_sentinel_failover_loses_nothing_acknowledged_and_repeats_no_
     );
 }
 
+/// The soak's loss (issue 24): a graceful failover, then the new primary dies before the
+/// old one — converted into its replica some ten seconds later — finished its first sync,
+/// so the sentinels promote the old one back with none of the new primary's writes. A
+/// commit is refused while the primary has fewer replicas attached than the sentinels know
+/// alive, so nothing acknowledged was held by the new primary alone: every 202 of a
+/// producer posting all along is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_primary_lost_before_its_old_primary_synced_loses_nothing_acknowledged() {
+    let mut d = RedisSentinel::start_opts(
+        3,
+        RedisOptions {
+            appendonly: true,
+            ..RedisOptions::default()
+        },
+    )
+    .expect("sentinel deployment starts");
+    let receiver = Receiver::start_with(ReceiverOptions {
+        record_bodies: false,
+        threads: 2,
+    })
+    .expect("receiver starts");
+    let mut config: Config = test_config(&d.url());
+    // The sink refuses during the failovers so that the hooks acknowledged then are still
+    // in Redis (a hook delivered at once cannot be lost): no attempt limit, short breaker.
+    config.retry.max_attempts = 0;
+    config.retry.max_backoff_ms = 500;
+    config.dispatch.breaker_open_ms = 500;
+    config.dispatch.breaker_max_open_ms = 1_000;
+    config.validate().expect("valid config");
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects")
+        .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
+    store
+        .put_source(
+            "acme",
+            "src",
+            &SourceSpec {
+                sinks: vec![sink(&receiver, "a")],
+            },
+        )
+        .await
+        .expect("source stored");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ankusa.toml");
+    std::fs::write(&path, toml::to_string(&config).expect("toml")).expect("config written");
+    let workers = [
+        spawn_worker(&path, &dir, "g1", &[], &[]),
+        spawn_worker(&path, &dir, "g2", &[], &[]),
+    ];
+    let logs = || format!("{}\n{}", workers[0].log_text(), workers[1].log_text());
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let admins: Vec<String> = workers.iter().map(|w| w.admin.clone()).collect();
+    let ingest = tokio::spawn(ingest_loop(admins, acked.clone(), stop.clone()));
+    assert!(
+        receiver.wait_until_async(LIVENESS, |r| r.len() >= 20).await,
+        "delivery never got going; logs:\n{}",
+        logs()
+    );
+    receiver.set("a", Behavior::Status(503));
+    // The graceful failover (the sentinels may refuse while the replica catches up).
+    let old = {
+        let deadline = Instant::now() + LIVENESS;
+        loop {
+            match d.failover() {
+                Ok(old) => break old,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "SENTINEL FAILOVER refused: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    };
+    let new = d.wait_failover(old).expect("the replica is promoted");
+    let acked_at_promotion = acked.lock().unwrap().len();
+    // The moment the old primary is made a replica, before its first sync ends (Redis
+    // waits `repl-diskless-sync-delay`, 5 s, before it sends the data), the new one dies.
+    assert!(
+        poll_until(LIVENESS, || async {
+            d.servers()[old]
+                .cmd(&["INFO", "replication"])
+                .is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:down"))
+        })
+        .await,
+        "the old primary was never converted into a replica"
+    );
+    let killed = d.kill_master().expect("kill the new primary");
+    assert_eq!(killed, new);
+    assert_eq!(
+        d.wait_failover(new).expect("the old primary is promoted"),
+        old
+    );
+    d.restart_server(new)
+        .expect("the killed primary comes back");
+    // Posting goes on until commits are taken again on the old primary.
+    let resumed = acked.lock().unwrap().len();
+    assert!(
+        poll_until(LIVENESS, || async {
+            acked.lock().unwrap().len() >= resumed + 20
+        })
+        .await,
+        "commits were never taken again; logs:\n{}",
+        logs()
+    );
+    stop.store(true, Ordering::SeqCst);
+    let (ok, refused, gap) = ingest.await.expect("ingest loop");
+    receiver.set("a", Behavior::Ok);
+    let acked = acked.lock().unwrap().clone();
+    let want: HashSet<(u64, String)> = acked.iter().cloned().collect();
+    let delivered = |receiver: &Receiver| -> HashSet<(u64, String)> {
+        receiver
+            .requests()
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .map(|r| {
+                let id = r.header("ankusa-hook-id").and_then(|h| h.parse().ok());
+                (id.unwrap_or(0), r.body_sha256.clone())
+            })
+            .collect()
+    };
+    let all = poll_until(LIVENESS * 2, || async {
+        want.is_subset(&delivered(&receiver))
+    })
+    .await;
+    let got = delivered(&receiver);
+    let lost: Vec<&(u64, String)> = want.iter().filter(|k| !got.contains(*k)).collect();
+    assert!(
+        all && lost.is_empty(),
+        "{} of {} acknowledged hooks never arrived (e.g. {:?}); {} were acknowledged before \
+         the promotion; logs:\n{}",
+        lost.len(),
+        want.len(),
+        &lost[..lost.len().min(5)],
+        acked_at_promotion,
+        logs()
+    );
+    println!(
+        "failover then the new primary lost before the old one synced: {ok} ingest POSTs \
+         acknowledged, {refused} refused (longest gap between 202s {gap:?}), 0 lost"
+    );
+}
+
 /// `webhook-id` is `msg_<message space>_<row id>`: two instances sharing a receiver send
 /// different ids for their row `1.0`, a FLUSHALL gives the next row `1.0` yet another, and
 /// every retry of one row carries the same id.

@@ -30,12 +30,17 @@ impl Store {
         token: &str,
         ttl_ms: u64,
     ) -> Result<Vec<Value>, StoreError> {
+        // The replicas commits must find attached (`expected`): '' leaves it as it is.
+        let expected = self
+            .known_replicas()
+            .map_or(Value::from(""), |n| Value::from(n as i64));
         let args = vec![
             self.prefix(),
             op.into(),
             node.into(),
             token.into(),
             (ttl_ms as i64).into(),
+            expected,
         ];
         self.call(&self.scripts.lease, args).await
     }

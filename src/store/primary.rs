@@ -21,7 +21,13 @@
 //!
 //! Commits are the producers' side of the same story: [`Store::commit`] waits for the
 //! replicas (`WAIT`, `redis.commit_wait_ms`) before it answers, and answers a retryable
-//! error when they did not all acknowledge it (`CommitError::NotReplicated`).
+//! error when they did not all acknowledge it (`CommitError::NotReplicated`). And a commit
+//! is refused while the primary has fewer replicas attached than the sentinels know alive
+//! (`expected`, written by every lease acquisition and renewal from
+//! [`Store::known_replicas`]): right after a graceful failover the new primary has none
+//! attached — the old primary is converted into its replica only ~10 s later, and its first
+//! sync takes seconds more — and a commit acknowledged then, held by the new primary alone,
+//! would be lost if the new primary failed before that sync (issue 24, found by the soak).
 
 use super::*;
 use fred::types::{ClusterHash, CustomCommand};
@@ -44,9 +50,11 @@ pub const STALE_SENTINEL_GRACE: Duration = Duration::from_secs(20);
 /// How long a term waits for the replicas the sentinels know (and do not think down) to
 /// attach to the primary before it starts without them. A term counts the replicas attached
 /// when it starts and its commits wait for that many (`WAIT`): one started on a primary that
-/// just restarted, before its replica is back, would acknowledge commits nobody has, and a
-/// failover then loses them (issue 24, found by the soak). A replica that never attaches
-/// (broken, or its link refused) would otherwise hold every term back for good.
+/// just restarted, before its replica is back, would count none, and its commits would be
+/// acknowledged without any replica having them — a later failover would lose them. (A
+/// guard against that window; the soak's loss of acknowledged hooks in issue 24 was not
+/// traced to it.) A replica that never attaches (broken, or its link refused) would
+/// otherwise hold every term back for good.
 pub const REPLICA_ATTACH_GRACE: Duration = Duration::from_secs(30);
 
 /// The sentinels of a `redis-sentinel://` store: one client each, and the service name.
@@ -60,6 +68,9 @@ pub(super) struct Sentinels {
     disagreement: Arc<std::sync::Mutex<Disagreement>>,
     /// How long the primary has had fewer replicas attached than the sentinels know.
     short_of_replicas: Arc<std::sync::Mutex<Disagreement>>,
+    /// The replicas the sentinels last said the deployment has and are not down
+    /// ([`Store::refresh_known_replicas`]); -1 until a sentinel answered.
+    known: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// Since when the sentinels have disagreed on the primary, with the same newest one named.
@@ -128,6 +139,7 @@ impl Sentinels {
             configs,
             disagreement: Arc::default(),
             short_of_replicas: Arc::default(),
+            known: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
         }))
     }
 }
@@ -255,6 +267,7 @@ impl Store {
             Ok(Value::Array(a))
                 if a.first().and_then(Value::as_str).as_deref() == Some("master") =>
             {
+                self.refresh_known_replicas().await;
                 self.replicas_check(&primary).await
             }
             Ok(other) => PrimaryCheck::Wait(format!("{primary} answers ROLE {other:?}")),
@@ -336,6 +349,52 @@ impl Store {
             );
         }
         None
+    }
+
+    /// Ask the sentinels how many replicas the deployment has that they do not think down
+    /// (`SENTINEL REPLICAS`, flags without `s_down`, `o_down` or `disconnected`), whatever
+    /// primary each reports following: the old primary right after a graceful failover
+    /// counts (it is alive and will be converted). Kept for [`Store::known_replicas`]; left
+    /// as it was when no sentinel answers.
+    pub async fn refresh_known_replicas(&self) {
+        let Some(s) = self.sentinels.as_ref() else {
+            return;
+        };
+        for c in &s.clients {
+            let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
+            let asked = c.custom::<Value, _>(cmd, vec!["REPLICAS", s.service.as_str()]);
+            let Ok(Ok(Value::Array(replicas))) =
+                tokio::time::timeout(SENTINEL_TIMEOUT, asked).await
+            else {
+                continue;
+            };
+            let alive = replicas
+                .into_iter()
+                .map(master_fields)
+                .filter(|f| {
+                    f.get("flags").is_some_and(|flags| {
+                        !flags
+                            .split(',')
+                            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+                    })
+                })
+                .count();
+            s.known
+                .store(alive as i64, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+    }
+
+    /// The replicas a commit must find attached before it is taken (the `expected` field
+    /// the lease script writes): behind sentinels, the count they last gave
+    /// ([`Store::refresh_known_replicas`]), `None` before any answered (the field is then
+    /// left as it is); elsewhere `Some(0)` (no such floor: the replicas attached when a
+    /// term starts are what commits wait for).
+    pub fn known_replicas(&self) -> Option<u64> {
+        match self.sentinels.as_ref() {
+            None => Some(0),
+            Some(s) => u64::try_from(s.known.load(std::sync::atomic::Ordering::Relaxed)).ok(),
+        }
     }
 
     /// Replicas attached to the server this store reaches (`connected_slaves`).
@@ -424,6 +483,7 @@ impl Store {
                 if view.failover_in_progress {
                     continue;
                 }
+                store.refresh_known_replicas().await;
                 let servers = store.connected_servers();
                 if !servers.is_empty() && servers != [primary.clone()] {
                     store

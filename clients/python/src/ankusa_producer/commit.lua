@@ -75,7 +75,9 @@ end
 -- Failover safety (hash): `replicas`, the replicas this server had attached when the
 -- current term started (raised by each renewal, never lowered but by a new term); `replid`,
 -- the replication history under which hook ids were last issued; `space`, the random part
--- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL).
+-- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL);
+-- `expected`, the replicas the sentinels know alive (written by each lease acquisition and
+-- renewal): commit.lua refuses on a primary with fewer attached.
 local K_REPLICATION = P .. 'replication'
 
 -- This server's attached replicas and replication id (`INFO replication`; a promotion or a
@@ -244,8 +246,10 @@ end
 --          (a repeated key answers the first hook's id; first_hook_id is hook 1's id)
 --          with 'events': {'ok', first_hook_id, rows of hook 1, now_ms, id of hook 1 … hook n,
 --          rows of hook 1 … hook n} (a hook with 0 rows matched no entry: not stored)
---       |  {'replica_lost', replicas attached, replicas the leader's term counted}: this
---          server lost a replica, most likely to a failover; retry (see prelude.lua)
+--       |  {'replica_lost', replicas attached, replicas wanted}: this server lost a replica
+--          the leader's term counted, most likely to a failover, or has fewer attached than
+--          the sentinels know alive (`expected`, a primary just promoted); retry (see
+--          prelude.lua)
 --       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
@@ -344,6 +348,11 @@ end
 local replicas, replid = replication()
 local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
 if replicas < want then return {'replica_lost', replicas, want} end
+-- Fewer replicas attached than the sentinels know alive (`expected`, lease.lua): this is a
+-- primary just promoted whose old primary is not converted and synced yet; a commit only
+-- it holds would be lost if it failed before that. Refused, retryable, nothing written.
+local expected = tonumber(redis.call('HGET', K_REPLICATION, 'expected') or '') or 0
+if replicas < expected then return {'replica_lost', replicas, expected} end
 local src = redis.call('HMGET', k_source(tenant, source), 'modules', 'lanes', 'gates')
 local modules, lanes_json, gates_json = src[1], src[2], src[3]
 if not modules then return {'unknown_source'} end
