@@ -19,8 +19,22 @@ use lapin::types::{AMQPValue, FieldTable};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Poll `probe` until it answers `Some` ([`eventually`], which panics naming `what` after
+/// `bound`).
+async fn until<T, F, Fut>(what: &str, bound: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually(what, bound, || {
+        let f = probe();
+        async move { f.await.ok_or_else(|| "not yet".to_string()) }
+    })
+    .await
+}
 
 /// How long a broker may take to accept connections (RabbitMQ boots in ~10 s on an idle
 /// machine, more under a parallel build).
@@ -95,7 +109,7 @@ impl Nats {
         .stderr(Stdio::null());
         self.pid = spawn_shared(cmd);
         let url = self.url();
-        eventually("nats-server accepts connections", BROKER_START, || {
+        until("nats-server accepts connections", BROKER_START, || {
             let url = url.clone();
             async move { async_nats::connect(url).await.ok() }
         })
@@ -106,7 +120,7 @@ impl Nats {
     async fn restart(&mut self) {
         kill_group(self.pid);
         let port = self.port;
-        eventually(
+        until(
             "the killed nats-server's port is free",
             BROKER_START,
             || async move {
@@ -168,7 +182,7 @@ impl Rabbit {
         spawn_shared(cmd);
         let r = Rabbit { port, _dir: dir };
         let url = r.url();
-        eventually("rabbitmq-server accepts connections", BROKER_START, || {
+        until("rabbitmq-server accepts connections", BROKER_START, || {
             let url = url.clone();
             async move { amqp_connect(&url).await.ok() }
         })
@@ -290,7 +304,7 @@ async fn stream_messages(
     stream: &mut jetstream::stream::Stream,
     n: u64,
 ) -> Vec<jetstream::message::StreamMessage> {
-    eventually("the stream holds every message", LIVENESS, || {
+    until("the stream holds every message", LIVENESS, || {
         let mut s = stream.clone();
         async move { (s.info().await.ok()?.state.messages >= n).then_some(()) }
     })
@@ -303,8 +317,13 @@ async fn stream_messages(
 }
 
 fn nats_header<'a>(m: &'a jetstream::message::StreamMessage, name: &str) -> &'a str {
-    m.headers
-        .get(name)
+    // The client parses a standard header name into its own form, which a lookup by text
+    // does not find.
+    let found = match name {
+        "Nats-Msg-Id" => m.headers.get(async_nats::header::NATS_MESSAGE_ID),
+        _ => m.headers.get(name),
+    };
+    found
         .map(|v| v.as_str())
         .unwrap_or_else(|| panic!("header {name} missing"))
 }
@@ -374,7 +393,7 @@ async fn nats_without_a_stream_retries_until_one_captures_the_subject() {
     let id = env.commit("acme", "s", "{\"late\":true}").await;
     let row = format!("{id}.0");
     let worker = env.worker().await;
-    eventually("the attempt fails for want of a stream", LIVENESS, || {
+    until("the attempt fails for want of a stream", LIVENESS, || {
         let worker = &worker;
         let env = &env;
         let row = row.clone();
@@ -423,7 +442,7 @@ async fn an_ordered_nats_entry_publishes_in_commit_order() {
 async fn a_nats_restart_mid_run_loses_nothing_and_duplicates_nothing() {
     let mut nats = Nats::start().await;
     let env = Env::tuned(with_bus(&nats.url())).await;
-    let mut s = stream(&nats.url(), "RESTART", &["restart.>"]).await;
+    let s = stream(&nats.url(), "RESTART", &["restart.>"]).await;
     // File storage survives the kill -9; the duplicate window covers the run.
     env.put_source(
         "acme",
@@ -436,7 +455,7 @@ async fn a_nats_restart_mid_run_loses_nothing_and_duplicates_nothing() {
     .await;
     let ids = env.commit_n("acme", "s", 300).await;
     let worker = env.worker().await;
-    eventually("some hooks are delivered", LIVENESS, || {
+    until("some hooks are delivered", LIVENESS, || {
         let mut s = s.clone();
         async move { (s.info().await.ok()?.state.messages >= 50).then_some(()) }
     })
@@ -730,7 +749,7 @@ async fn an_unroutable_mandatory_message_retries_then_delivers_once_a_queue_is_b
     let id = env.commit("acme", "s", "{\"late\":1}").await;
     let row = format!("{id}.0");
     let worker = env.worker().await;
-    eventually("the attempt comes back unroutable", LIVENESS, || {
+    until("the attempt comes back unroutable", LIVENESS, || {
         let (worker, env, row) = (&worker, &env, row.clone());
         async move {
             let _ = worker.tick().await;
@@ -772,7 +791,7 @@ async fn a_missing_exchange_retries_and_other_entries_keep_delivering() {
     let ids = env.commit_n("acme", "s", 20).await;
     let worker = env.worker().await;
     let first = format!("{}.0", ids[0]);
-    eventually("the missing exchange is reported", LIVENESS, || {
+    until("the missing exchange is reported", LIVENESS, || {
         let (worker, env, row) = (&worker, &env, first.clone());
         async move {
             let _ = worker.tick().await;
