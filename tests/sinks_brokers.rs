@@ -148,15 +148,16 @@ async fn nats() -> &'static Nats {
 /// directory, no plugins.
 struct Rabbit {
     port: u16,
-    _dir: tempfile::TempDir,
+    dist: u16,
+    pid: i32,
+    dir: tempfile::TempDir,
 }
 
 impl Rabbit {
     async fn start() -> Rabbit {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
         let port = free_port();
-        let dist = free_port();
+        let d = dir.path();
         std::fs::write(d.join("enabled_plugins"), "[].\n").unwrap();
         std::fs::write(d.join("env.conf"), "").unwrap();
         std::fs::write(
@@ -164,13 +165,30 @@ impl Rabbit {
             format!("listeners.tcp.default = 127.0.0.1:{port}\n"),
         )
         .unwrap();
+        let mut r = Rabbit {
+            port,
+            dist: free_port(),
+            pid: 0,
+            dir,
+        };
+        r.launch().await;
+        r
+    }
+
+    /// Start the node on this broker's ports, data and config, and wait until it accepts
+    /// AMQP connections.
+    async fn launch(&mut self) {
+        let d = self.dir.path();
         let p = |name: &str| d.join(name);
         let mut cmd = Command::new("/usr/lib/rabbitmq/bin/rabbitmq-server");
         cmd.env("HOME", d)
             .env("RABBITMQ_CONF_ENV_FILE", p("env.conf"))
-            .env("RABBITMQ_NODE_PORT", port.to_string())
-            .env("RABBITMQ_DIST_PORT", dist.to_string())
-            .env("RABBITMQ_NODENAME", format!("ankusa-test-{port}@localhost"))
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist.to_string())
+            .env(
+                "RABBITMQ_NODENAME",
+                format!("ankusa-test-{}@localhost", self.port),
+            )
             .env("RABBITMQ_MNESIA_BASE", p("mnesia"))
             .env("RABBITMQ_LOG_BASE", p("log"))
             .env("RABBITMQ_CONFIG_FILE", p("rabbitmq.conf"))
@@ -179,15 +197,30 @@ impl Rabbit {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        spawn_shared(cmd);
-        let r = Rabbit { port, _dir: dir };
-        let url = r.url();
+        self.pid = spawn_shared(cmd);
+        let url = self.url();
         until("rabbitmq-server accepts connections", BROKER_START, || {
             let url = url.clone();
             async move { amqp_connect(&url).await.ok() }
         })
         .await;
-        r
+    }
+
+    /// Kill -9 the node (its whole process group) and start it again on the same ports
+    /// and data.
+    async fn restart(&mut self) {
+        kill_group(self.pid);
+        let (port, dist) = (self.port, self.dist);
+        until(
+            "the killed broker's ports are free",
+            BROKER_START,
+            || async move {
+                let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+                (free(port) && free(dist)).then_some(())
+            },
+        )
+        .await;
+        self.launch().await;
     }
 
     fn url(&self) -> String {
@@ -830,5 +863,136 @@ async fn an_ordered_rabbitmq_entry_keeps_commit_order() {
         .collect();
     let want: Vec<String> = ids.iter().map(|id| format!("{id}.0")).collect();
     assert_eq!(rows, want, "queue order is commit order");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_stream_leaves_every_hook_in_the_stream_exactly_once() {
+    let nats = nats().await;
+    let dead_port = free_port();
+    let env = Env::tuned(|c| {
+        with_conn("live", &nats.url())(c);
+        with_conn("dead", &format!("amqp://127.0.0.1:{dead_port}"))(c);
+    })
+    .await;
+    let s = stream(&nats.url(), "KILL", &["kill.>"]).await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "live", "subject": "kill.github"}),
+        )],
+    )
+    .await;
+    let bodies = github_hooks(1000);
+    let mut ids = Vec::new();
+    for chunk in bodies.chunks(100) {
+        ids.extend(commit_github(&env, chunk).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |_| {});
+    let mut w1 = WorkerProcess::spawn(&config, &dir, "w1");
+
+    // The connections' states: a /readyz detail (the worker stays ready with one down) and
+    // the gauge.
+    let admin = w1.admin.clone();
+    let ready = until("readyz shows both connections", LIVENESS, || {
+        let admin = admin.clone();
+        async move {
+            let r = common::procs::readyz(&admin).await?;
+            let dead = r["connections"]["dead"].as_str()?.starts_with("down");
+            (r["connections"]["live"] == "up" && dead).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(ready["ready"], true, "{ready}");
+    let (_, text) = common::procs::get(&w1.admin, "/metrics").await.unwrap();
+    assert_eq!(
+        common::procs::metric_in(&text, "ankusa_connection_up", &["connection=\"live\""]),
+        1.0
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("ankusa_connection_up{")
+            && l.contains("connection=\"dead\"")
+            && l.ends_with(" 0")),
+        "the dead connection's series is 0:\n{text}"
+    );
+
+    until("the first worker published some hooks", LIVENESS, || {
+        let mut s = s.clone();
+        async move { (s.info().await.ok()?.state.messages >= 200).then_some(()) }
+    })
+    .await;
+    w1.kill9();
+    let w2 = WorkerProcess::spawn(&config, &dir, "w2");
+    common::procs::wait_idle(&env, LIVENESS * 2).await;
+    let mut s = s;
+    let got = stream_messages(&mut s, 1000).await;
+    assert_eq!(
+        s.info().await.unwrap().state.messages,
+        1000,
+        "the retried publishes were dropped as duplicates"
+    );
+    let mut by_row = BTreeMap::new();
+    for m in &got {
+        by_row.insert(nats_header(m, "ankusa-delivery-id").to_string(), m);
+    }
+    assert_eq!(by_row.len(), 1000);
+    for (id, (body, _)) in ids.iter().zip(&bodies) {
+        let m = by_row[&format!("{id}.0")];
+        assert_eq!(m.payload.as_ref(), body.as_slice(), "hook {id} byte-exact");
+    }
+    let totals = env.store.totals().await.unwrap();
+    assert_eq!(totals.delivered, 1000, "{totals:?}\n{}", w2.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_restart_mid_run_loses_nothing() {
+    let mut rabbit = Rabbit::start().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    bound_queue(&rabbit.url(), "restart-x", "restart-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "bus", "exchange": "restart-x",
+                               "routing_key": "r", "mandatory": true}),
+        )],
+    )
+    .await;
+    let ids = env.commit_n("acme", "s", 400).await;
+    let worker = env.worker().await;
+    // The worker delivers while the test waits for part of the run.
+    until("some hooks are delivered", LIVENESS, || {
+        let store = env.store.clone();
+        async move { (store.totals().await.ok()?.delivered >= 50).then_some(()) }
+    })
+    .await;
+    rabbit.restart().await;
+    env.drain(&worker).await;
+    // Confirmed messages were persisted before their confirm: the restarted broker holds
+    // them. A publish whose confirm the kill swallowed is published again (same message_id).
+    let ch = amqp_connect(&rabbit.url())
+        .await
+        .unwrap()
+        .create_channel()
+        .await
+        .unwrap();
+    let n = queue_depth(&ch, "restart-q").await as usize;
+    let got = take(&ch, "restart-q", n).await;
+    let rows: std::collections::BTreeSet<String> = got
+        .iter()
+        .map(|m| amqp_header(m, "ankusa-delivery-id"))
+        .collect();
+    let want: std::collections::BTreeSet<String> = ids.iter().map(|id| format!("{id}.0")).collect();
+    assert_eq!(rows, want, "every hook in the queue");
+    let dups = got.len() - rows.len();
+    assert!(
+        dups <= env.config.dispatch.concurrency,
+        "{dups} duplicates: at most the publishes in flight at the kill"
+    );
+    assert!(env.dead_letters("acme").await.is_empty());
     worker.shutdown().await;
 }

@@ -38,7 +38,7 @@ pub struct SecretsConfig {
 /// `rabbitmq` sink entries reach by its name (issue 29, `docs/sinks.md`). A tenant never
 /// writes a broker address: its entry names the connection and its routing (subject;
 /// exchange and routing key). Read at start (SIGHUP does not change it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConnectionConfig {
     /// The broker: `amqp://host[:port][/vhost]` or `amqps://…` (RabbitMQ, for `rabbitmq`
@@ -65,19 +65,6 @@ pub struct ConnectionConfig {
     /// tenant. Required and non-empty, so sharing a broker with every tenant is a choice the
     /// operator writes down. Default empty (invalid).
     pub tenants: Vec<String>,
-}
-
-impl Default for ConnectionConfig {
-    fn default() -> Self {
-        ConnectionConfig {
-            url: String::new(),
-            username: None,
-            password: None,
-            token: None,
-            tls_ca_file: None,
-            tenants: Vec::new(),
-        }
-    }
 }
 
 impl ConnectionConfig {
