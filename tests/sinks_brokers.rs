@@ -486,23 +486,29 @@ async fn a_nats_restart_mid_run_loses_nothing_and_duplicates_nothing() {
         )],
     )
     .await;
-    let ids = env.commit_n("acme", "s", 300).await;
+    let ids = env.commit_n("acme", "s", 1000).await;
     let worker = env.worker().await;
     until("some hooks are delivered", LIVENESS, || {
         let mut s = s.clone();
         async move { (s.info().await.ok()?.state.messages >= 50).then_some(()) }
     })
     .await;
+    kill_group(nats.pid);
+    let at_kill = env.store.totals().await.unwrap().delivered;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} delivered)"
+    );
     nats.restart().await;
     env.drain(&worker).await;
     let mut s2 = jetstream::new(async_nats::connect(nats.url()).await.unwrap())
         .get_stream("RESTART")
         .await
         .unwrap();
-    let got = stream_messages(&mut s2, 300).await;
+    let got = stream_messages(&mut s2, 1000).await;
     assert_eq!(
         s2.info().await.unwrap().state.messages,
-        300,
+        1000,
         "no duplicates"
     );
     let rows: std::collections::BTreeSet<String> = got
@@ -925,9 +931,14 @@ async fn a_worker_killed_mid_stream_leaves_every_hook_in_the_stream_exactly_once
     })
     .await;
     w1.kill9();
+    let mut s = s;
+    let at_kill = s.info().await.unwrap().state.messages;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} published)"
+    );
     let w2 = WorkerProcess::spawn(&config, &dir, "w2");
     common::procs::wait_idle(&env, LIVENESS * 2).await;
-    let mut s = s;
     let got = stream_messages(&mut s, 1000).await;
     assert_eq!(
         s.info().await.unwrap().state.messages,
@@ -962,7 +973,7 @@ async fn a_rabbitmq_restart_mid_run_loses_nothing() {
         )],
     )
     .await;
-    let ids = env.commit_n("acme", "s", 400).await;
+    let ids = env.commit_n("acme", "s", 1000).await;
     let worker = env.worker().await;
     // The worker delivers while the test waits for part of the run.
     until("some hooks are delivered", LIVENESS, || {
@@ -970,6 +981,12 @@ async fn a_rabbitmq_restart_mid_run_loses_nothing() {
         async move { (store.totals().await.ok()?.delivered >= 50).then_some(()) }
     })
     .await;
+    kill_group(rabbit.pid);
+    let at_kill = env.store.totals().await.unwrap().delivered;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} delivered)"
+    );
     rabbit.restart().await;
     env.drain(&worker).await;
     // Confirmed messages were persisted before their confirm: the restarted broker holds
