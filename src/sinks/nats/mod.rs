@@ -86,11 +86,13 @@ pub fn check_subject(s: &str) -> Result<(), String> {
 pub struct NatsClients {
     /// Held while a client is made, so two first uses make one client (opening returns at
     /// once: the client connects in the background).
-    clients: tokio::sync::Mutex<HashMap<String, async_nats::Client>>,
+    clients: tokio::sync::Mutex<HashMap<String, jetstream::Context>>,
 }
 
 impl NatsClients {
-    /// The client of connection `name` (configured as `conn`), made now if it is not yet.
+    /// The JetStream context over the client of connection `name` (configured as `conn`),
+    /// made now if it is not yet: one per connection, since a context runs its own task
+    /// awaiting publish acks.
     /// The client connects in the background and reconnects for ever, waiting
     /// [`connections::backoff`] between tries; its events keep the connection's state
     /// ([`connections::set_state`]). The error is a credential that cannot be resolved or
@@ -99,14 +101,14 @@ impl NatsClients {
         &self,
         name: &str,
         conn: &ConnectionConfig,
-    ) -> Result<async_nats::Client, String> {
+    ) -> Result<jetstream::Context, String> {
         let mut clients = self.clients.lock().await;
         if let Some(c) = clients.get(name) {
             return Ok(c.clone());
         }
-        let client = open(name, conn).await?;
-        clients.insert(name.to_string(), client.clone());
-        Ok(client)
+        let js = jetstream::new(open(name, conn).await?);
+        clients.insert(name.to_string(), js.clone());
+        Ok(js)
     }
 }
 
@@ -169,11 +171,11 @@ async fn publish(
         headers.insert(k.as_str(), v.as_str());
     }
     headers.insert(async_nats::header::NATS_MESSAGE_ID, d.message_id.as_str());
-    let client = clients
+    let js = clients
         .client(&opts.connection, conn)
         .await
         .map_err(|e| AttemptError::retry(ErrorKind::Connect, format!("connect: nats {e}")))?;
-    let max = client.server_info().max_payload;
+    let max = js.client().server_info().max_payload;
     if max > 0 && d.body.len() > max {
         return Err(AttemptError::permanent(
             ErrorKind::Other,
@@ -183,7 +185,6 @@ async fn publish(
             ),
         ));
     }
-    let js = jetstream::new(client);
     let ack = js
         .publish_with_headers(opts.subject.clone(), headers, d.body.clone())
         .await
