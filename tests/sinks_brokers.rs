@@ -637,6 +637,12 @@ fn connections_are_checked_at_config_load_naming_the_key() {
     .unwrap();
     assert!(ok.connections["bus"].allows("acme"));
     assert!(!ok.connections["bus"].allows("globex"));
+    // A reference is shown as written; a literal secret never.
+    let mut literal = ok.clone();
+    literal.connections.get_mut("bus").unwrap().password = Some("hunter2".into());
+    let shown = literal.redacted_toml();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(ok.redacted_toml().contains("${env:BUS_PASSWORD}"));
 }
 
 /// A topic exchange `exchange` and a queue `queue` bound to it by `pattern`, on `url`.
