@@ -1020,6 +1020,83 @@ async fn a_rabbitmq_restart_mid_run_loses_nothing() {
     worker.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_run_leaves_every_hook_in_the_queue_with_its_message_id() {
+    let rabbit = rabbit().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    let ch = bound_queue(&rabbit.url(), "kill-x", "kill-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "bus", "exchange": "kill-x", "routing_key": "k"}),
+        )],
+    )
+    .await;
+    let bodies = github_hooks(1000);
+    let mut ids = Vec::new();
+    for chunk in bodies.chunks(100) {
+        ids.extend(commit_github(&env, chunk).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |_| {});
+    let mut w1 = WorkerProcess::spawn(&config, &dir, "w1");
+    until("the first worker published some hooks", LIVENESS, || {
+        let ch = ch.clone();
+        async move { (queue_depth(&ch, "kill-q").await >= 200).then_some(()) }
+    })
+    .await;
+    w1.kill9();
+    let at_kill = queue_depth(&ch, "kill-q").await;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} published)"
+    );
+    let _w2 = WorkerProcess::spawn(&config, &dir, "w2");
+    common::procs::wait_idle(&env, LIVENESS * 2).await;
+    let n = queue_depth(&ch, "kill-q").await as usize;
+    let got = take(&ch, "kill-q", n).await;
+    // A publish confirmed but not settled before the kill is published again, with the
+    // same message_id: a consumer deduplicating on it sees each hook once.
+    let mut by_id: BTreeMap<String, &lapin::message::BasicGetMessage> = BTreeMap::new();
+    for m in &got {
+        let id = m
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .to_string();
+        if let Some(prev) = by_id.insert(id, m) {
+            assert_eq!(
+                prev.delivery.data, m.delivery.data,
+                "a duplicate is the same hook"
+            );
+        }
+    }
+    assert_eq!(by_id.len(), 1000, "every hook once by message_id");
+    let dups = got.len() - by_id.len();
+    assert!(
+        dups <= env.config.dispatch.concurrency,
+        "{dups} duplicates: at most the attempts in flight at the kill"
+    );
+    let want: BTreeMap<String, &[u8]> = ids
+        .iter()
+        .zip(&bodies)
+        .map(|(id, (b, _))| (format!("{id}.0"), b.as_slice()))
+        .collect();
+    for m in by_id.values() {
+        let row = amqp_header(m, "ankusa-delivery-id");
+        assert_eq!(
+            m.delivery.data.as_slice(),
+            want[&row],
+            "hook {row} byte-exact"
+        );
+    }
+    assert_eq!(env.store.totals().await.unwrap().delivered, 1000);
+}
+
 /// Benchmark (not run by default): deliveries/s and worker CPU per delivery of the `nats`
 /// and `rabbitmq` sinks against this binary's brokers, one GitHub push body per hook.
 /// `ANKUSA_BENCH_BROKER_ROWS=5000 cargo test --release --test sinks_brokers -- --ignored
