@@ -1097,6 +1097,140 @@ async fn a_worker_killed_mid_run_leaves_every_hook_in_the_queue_with_its_message
     assert_eq!(env.store.totals().await.unwrap().delivered, 1000);
 }
 
+/// A CA and a server certificate for `127.0.0.1` it signed, as PEM files in `dir`:
+/// `(ca, cert, key)`.
+fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let write = |name: &str, pem: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    (
+        write("ca.pem", ca_pem),
+        write("server.pem", cert.pem()),
+        write("server.key", key.serialize_pem()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_nats_connection_with_a_private_ca_and_a_token_reference_delivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(dir.path());
+    let token = "s3cret-token";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new("nats-server");
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.path().join("js"))
+        .args(["--auth", token, "--tls", "--tlscert"])
+        .arg(&cert)
+        .arg("--tlskey")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    spawn_shared(cmd);
+    let url = format!("tls://127.0.0.1:{port}");
+    let consumer = || {
+        async_nats::ConnectOptions::new()
+            .add_root_certificates(ca.clone())
+            .require_tls(true)
+            .token(token.to_string())
+            .connect(url.clone())
+    };
+    let client = until(
+        "the TLS nats-server accepts connections",
+        BROKER_START,
+        || {
+            let c = consumer();
+            async move { c.await.ok() }
+        },
+    )
+    .await;
+    let js = jetstream::new(client);
+    let mut s = js
+        .create_stream(jetstream::stream::Config {
+            name: "TLS".into(),
+            subjects: vec!["tls.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let reference = format!("${{file:{}}}", token_file.display());
+    let env = Env::tuned(|c| {
+        for (name, ca) in [
+            ("tls-ok", Some(ca.display().to_string())),
+            ("tls-untrusted", None),
+        ] {
+            c.connections.insert(
+                name.into(),
+                ConnectionConfig {
+                    url: url.clone(),
+                    token: Some(reference.clone()),
+                    tls_ca_file: ca,
+                    tenants: vec!["acme".into()],
+                    ..ConnectionConfig::default()
+                },
+            );
+        }
+    })
+    .await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "tls-ok", "subject": "tls.ok"}),
+        )],
+    )
+    .await;
+    env.put_source(
+        "acme",
+        "u",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "tls-untrusted", "subject": "tls.untrusted"}),
+        )],
+    )
+    .await;
+    let id = env.commit("acme", "s", "{\"tls\":true}").await;
+    let untrusted = env.commit("acme", "u", "{\"tls\":false}").await;
+    let worker = env.worker().await;
+    let got = stream_messages(&mut s, 1).await;
+    assert_eq!(got[0].payload.as_ref(), b"{\"tls\":true}");
+    assert_eq!(
+        nats_header(&got[0], "ankusa-delivery-id"),
+        format!("{id}.0")
+    );
+    // Without the private CA the server's certificate is not trusted: nothing is published,
+    // the row retries.
+    let row = format!("{untrusted}.0");
+    until("the untrusted connection's attempt fails", LIVENESS, || {
+        let (worker, env, row) = (&worker, &env, row.clone());
+        async move {
+            let _ = worker.tick().await;
+            env.row_field(&row, "e")
+        }
+    })
+    .await;
+    assert_eq!(s.info().await.unwrap().state.messages, 1);
+    let states = ankusa::sinks::connections::states();
+    assert_eq!(states.get("tls-ok").map(String::as_str), Some("up"));
+    assert_ne!(states.get("tls-untrusted").map(String::as_str), Some("up"));
+    worker.shutdown().await;
+}
+
 /// Benchmark (not run by default): deliveries/s and worker CPU per delivery of the `nats`
 /// and `rabbitmq` sinks against this binary's brokers, one GitHub push body per hook.
 /// `ANKUSA_BENCH_BROKER_ROWS=5000 cargo test --release --test sinks_brokers -- --ignored
