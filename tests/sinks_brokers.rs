@@ -148,6 +148,8 @@ async fn nats() -> &'static Nats {
 /// directory, no plugins.
 struct Rabbit {
     port: u16,
+    /// An `amqps` listener, its certificate signed by `dir/ca.pem`.
+    tls_port: u16,
     dist: u16,
     pid: i32,
     dir: tempfile::TempDir,
@@ -156,17 +158,30 @@ struct Rabbit {
 impl Rabbit {
     async fn start() -> Rabbit {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let (port, tls_port) = (free_port(), free_port());
         let d = dir.path();
+        let (ca, cert, key) = tls_files(d);
         std::fs::write(d.join("enabled_plugins"), "[].\n").unwrap();
         std::fs::write(d.join("env.conf"), "").unwrap();
         std::fs::write(
             d.join("rabbitmq.conf"),
-            format!("listeners.tcp.default = 127.0.0.1:{port}\n"),
+            format!(
+                "listeners.tcp.default = 127.0.0.1:{port}\n\
+                 listeners.ssl.default = 127.0.0.1:{tls_port}\n\
+                 ssl_options.cacertfile = {}\n\
+                 ssl_options.certfile = {}\n\
+                 ssl_options.keyfile = {}\n\
+                 ssl_options.verify = verify_none\n\
+                 ssl_options.fail_if_no_peer_cert = false\n",
+                ca.display(),
+                cert.display(),
+                key.display()
+            ),
         )
         .unwrap();
         let mut r = Rabbit {
             port,
+            tls_port,
             dist: free_port(),
             pid: 0,
             dir,
@@ -1228,6 +1243,51 @@ async fn a_tls_nats_connection_with_a_private_ca_and_a_token_reference_delivers(
     let states = ankusa::sinks::connections::states();
     assert_eq!(states.get("tls-ok").map(String::as_str), Some("up"));
     assert_ne!(states.get("tls-untrusted").map(String::as_str), Some("up"));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amqps_connection_with_a_private_ca_and_a_password_reference_delivers() {
+    let rabbit = rabbit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "guest\n").unwrap();
+    let ca = rabbit.dir.path().join("ca.pem").display().to_string();
+    let env = Env::tuned(|c| {
+        c.connections.insert(
+            "secure".into(),
+            ConnectionConfig {
+                url: format!("amqps://127.0.0.1:{}", rabbit.tls_port),
+                username: Some("guest".into()),
+                password: Some(format!("${{file:{}}}", password.display())),
+                tls_ca_file: Some(ca),
+                tenants: vec!["acme".into()],
+                ..ConnectionConfig::default()
+            },
+        );
+    })
+    .await;
+    let ch = bound_queue(&rabbit.url(), "tls-x", "tls-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "secure", "exchange": "tls-x", "routing_key": "t"}),
+        )],
+    )
+    .await;
+    let id = env.commit("acme", "s", "{\"amqps\":true}").await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = take(&ch, "tls-q", 1).await;
+    assert_eq!(got[0].delivery.data, b"{\"amqps\":true}");
+    assert_eq!(
+        amqp_header(&got[0], "ankusa-delivery-id"),
+        format!("{id}.0")
+    );
+    let states = ankusa::sinks::connections::states();
+    assert_eq!(states.get("secure").map(String::as_str), Some("up"));
     worker.shutdown().await;
 }
 
