@@ -121,7 +121,9 @@ async fn open(name: &str, conn: &ConnectionConfig) -> Result<async_nats::Client,
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(connections::CONNECT_TIMEOUT)
-        .reconnect_delay_callback(|failures| connections::backoff(failures as u32));
+        .reconnect_delay_callback(|failures| {
+            connections::backoff(u32::try_from(failures).unwrap_or(u32::MAX))
+        });
     let user = connections::resolve_credential(name, "username", conn.username.as_deref())?;
     let pass = connections::resolve_credential(name, "password", conn.password.as_deref())?;
     if let Some(user) = user {
