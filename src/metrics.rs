@@ -472,6 +472,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Times the leader self-check gave the lease up because the scheduler made no progress.",
     },
     Metric {
+        name: "ankusa_connection_up",
+        kind: Kind::Gauge,
+        unit: None,
+        zero: false,
+        help: "1 while a broker connection ([connections.<name>]) is connected, 0 while not, by connection.",
+    },
+    Metric {
         name: "ankusa_batcher_queued",
         kind: Kind::Gauge,
         unit: None,

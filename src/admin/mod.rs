@@ -473,6 +473,12 @@ pub struct Ready {
     pub epoch: u64,
     /// This process's node id (unique per start).
     pub node_id: String,
+    /// The state of each broker connection this process opened (`[connections.<name>]`),
+    /// by name: `"up"` or `"down: <why>"`. A detail only: a broker that is down never
+    /// makes the worker unready (it still ingests and delivers to every other sink) and
+    /// shows in `ankusa_connection_up`. Absent when the config names no connection.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub connections: std::collections::BTreeMap<String, String>,
 }
 
 /// Readiness: 200 when Redis answers and this process leads or is a ready standby;
@@ -520,6 +526,7 @@ async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
                 leader: state.leading,
                 epoch: state.epoch,
                 node_id: w.node_id().to_string(),
+                connections: crate::sinks::connections::states(),
             }))
         }
         Err(e) => Err(ApiError::new(

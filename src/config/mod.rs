@@ -36,10 +36,10 @@ mod validate;
 pub use duration::parse_ms;
 use env::{parse_error, EnvOverrides};
 pub use sections::{
-    AdminConfig, Bound, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
-    HttpConfig, LeaderConfig, LimitsConfig, OperatorConfig, RedisConfig, ResolvedLimits,
-    RetryConfig, SecretsConfig, SourceBounds, SourcePolicy, TelemetryConfig, TenantConfig,
-    TenantLimits,
+    AdminConfig, Bound, ClaimCheckConfig, CommitConfig, ConnectionConfig, DispatchConfig,
+    DlqConfig, HistoryConfig, HttpConfig, LeaderConfig, LimitsConfig, OperatorConfig, RedisConfig,
+    ResolvedLimits, RetryConfig, SecretsConfig, SourceBounds, SourcePolicy, TelemetryConfig,
+    TenantConfig, TenantLimits,
 };
 
 /// The default configuration: every key with its default value and a comment.
@@ -124,6 +124,9 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Operational events: the `events` stream and an operator URL (P9, `docs/sinks.md`).
     pub operator: OperatorConfig,
+    /// Brokers the operator names for the `nats` and `rabbitmq` sinks,
+    /// `[connections.<name>]` (issue 29, `docs/sinks.md`). Default empty.
+    pub connections: BTreeMap<String, ConnectionConfig>,
 }
 
 /// One invalid value: its dotted key path and what is wrong with it.
@@ -193,6 +196,7 @@ impl Default for Config {
             history: HistoryConfig::default(),
             telemetry: TelemetryConfig::default(),
             operator: OperatorConfig::default(),
+            connections: BTreeMap::new(),
         }
     }
 }
@@ -266,6 +270,13 @@ impl Config {
             && !config.claim_check.secret_access_key.starts_with("${env:")
         {
             config.claim_check.secret_access_key = REDACTED.into();
+        }
+        for c in config.connections.values_mut() {
+            for secret in [&mut c.password, &mut c.token] {
+                if secret.as_deref().is_some_and(|s| !s.starts_with("${")) {
+                    *secret = Some(REDACTED.into());
+                }
+            }
         }
         toml::to_string(&config).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }

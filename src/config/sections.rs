@@ -1,6 +1,7 @@
 //! The config sections: `[redis]`, `[leader]`, `[dispatch]`, `[retry]`, `[commit]`,
 //! `[admin]`, `[dlq]`, `[history]`, `[claim_check]`, `[http]`, `[secrets]`, `[limits]`,
-//! `[tenants.<id>]`, with their defaults and the per-tenant limits (R14, R24).
+//! `[tenants.<id>]`, `[connections.<name>]`, with their defaults and the per-tenant limits
+//! (R14, R24).
 
 use super::*;
 
@@ -33,6 +34,57 @@ pub struct SecretsConfig {
     pub file_dir: String,
 }
 
+/// One `[connections.<name>]` section: a broker the operator names, which tenants' `nats` and
+/// `rabbitmq` sink entries reach by its name (issue 29, `docs/sinks.md`). A tenant never
+/// writes a broker address: its entry names the connection and its routing (subject;
+/// exchange and routing key). Read at start (SIGHUP does not change it).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConnectionConfig {
+    /// The broker: `amqp://host[:port][/vhost]` or `amqps://…` (RabbitMQ, for `rabbitmq`
+    /// entries), `nats://host[:port]` or `tls://host[:port]` (NATS, for `nats` entries). No
+    /// user or password in it: those are `username` and `password`. Required.
+    pub url: String,
+    /// The user the worker authenticates as. May be a secret reference (`${env:NAME}`,
+    /// `${file:/path}`) to the worker's own environment or files: this file is the
+    /// operator's. Default unset: the broker's anonymous or `guest` access.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The password of `username`, best as a secret reference. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// A NATS authentication token (NATS connections only), best as a secret reference.
+    /// Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A PEM file of the roots that sign the broker's TLS certificate (`amqps://`,
+    /// `tls://`), for a private CA; the system roots otherwise. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<String>,
+    /// The tenants whose entries may use this connection: tenant ids, or `"*"` for every
+    /// tenant. Required and non-empty, so sharing a broker with every tenant is a choice the
+    /// operator writes down. Default empty (invalid).
+    pub tenants: Vec<String>,
+}
+
+impl ConnectionConfig {
+    /// Whether `tenant` may use this connection (`tenants` holds it or `"*"`).
+    pub fn allows(&self, tenant: &str) -> bool {
+        self.tenants.iter().any(|t| t == "*" || t == tenant)
+    }
+
+    /// The broker family of `url`'s scheme: `"rabbitmq"` for `amqp`/`amqps`, `"nats"` for
+    /// `nats`/`tls`; `None` for any other scheme or text that is no URL.
+    pub fn broker(&self) -> Option<&'static str> {
+        let scheme = self.url.split_once("://")?.0.to_ascii_lowercase();
+        match scheme.as_str() {
+            "amqp" | "amqps" => Some("rabbitmq"),
+            "nats" | "tls" => Some("nats"),
+            _ => None,
+        }
+    }
+}
+
 /// The operator's bounds on every source (`[limits]`), checked at `source put` by the CLI,
 /// the admin API and [`crate::store::Store::put_source`] alike; `[tenants.<id>]` overrides
 /// them for one tenant.
@@ -47,7 +99,8 @@ pub struct LimitsConfig {
     /// Most bytes of one http entry's `headers`, names and values as written; <= 1048576.
     /// Default 8192.
     pub max_header_bytes: usize,
-    /// Sink modules a source may use (`http`, `sqs`, `pubsub`). Default all three.
+    /// Sink modules a source may use (`http`, `sqs`, `pubsub`, `nats`, `rabbitmq`). Default
+    /// all of them (a broker entry also needs a `[connections.<name>]` listing the tenant).
     pub modules: Vec<String>,
 }
 

@@ -614,5 +614,8 @@ fn limits_tenant_sections_and_secret_namespaces_are_checked_naming_the_key() {
         ),
         (10, "limits.max_sinks_per_source")
     );
-    assert_eq!(beta.modules.value, ["http", "sqs", "pubsub"]);
+    assert_eq!(
+        beta.modules.value,
+        ["http", "sqs", "pubsub", "nats", "rabbitmq"]
+    );
 }

@@ -3,9 +3,9 @@
 
 use super::{
     AdminConfig, ClaimCheckConfig, CommitConfig, Config, ConfigError, ConfigProblem,
-    DispatchConfig, HistoryConfig, HttpConfig, LeaderConfig, LimitsConfig, OperatorConfig,
-    RedisConfig, RetryConfig, SecretsConfig, SocketAddr, TelemetryConfig, TenantConfig,
-    DEFAULT_TENANT, MAX_PARTITIONS,
+    ConnectionConfig, DispatchConfig, HistoryConfig, HttpConfig, LeaderConfig, LimitsConfig,
+    OperatorConfig, RedisConfig, RetryConfig, SecretsConfig, SocketAddr, TelemetryConfig,
+    TenantConfig, DEFAULT_TENANT, MAX_PARTITIONS,
 };
 use std::collections::BTreeMap;
 
@@ -41,6 +41,7 @@ impl Config {
         secrets(&self.secrets, &mut p);
         limits(&self.limits, &mut p);
         tenants(&self.tenants, &self.secrets, &mut p);
+        connections(&self.connections, &mut p);
         match p.0.is_empty() {
             true => Ok(()),
             false => Err(ConfigError::Invalid(p.0)),
@@ -498,6 +499,96 @@ fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Proble
             );
         }
     }
+}
+
+/// `[connections.<name>]`: a name of `[a-z0-9_-]{1,64}` (the metric label and the name
+/// entries use), a broker URL of a known scheme with a host and without credentials in it,
+/// secret references well formed, a NATS token only on a NATS connection, and a non-empty
+/// `tenants` of valid ids or `"*"`.
+fn connections(c: &BTreeMap<String, ConnectionConfig>, p: &mut Problems) {
+    for (name, conn) in c {
+        let key = format!("connections.{name}");
+        p.check(
+            is_name(name, 64, |c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
+            }),
+            &key,
+            "connection name must match [a-z0-9_-]{1,64}",
+        );
+        if let Err(e) = connection_url(&conn.url) {
+            p.check(false, format!("{key}.url"), e);
+        }
+        for (field, v) in [
+            ("username", &conn.username),
+            ("password", &conn.password),
+            ("token", &conn.token),
+        ] {
+            if let Some(v) = v {
+                let form = crate::secrets::SecretPolicy::default().check_form(v);
+                p.check(
+                    !v.is_empty() && form.is_ok(),
+                    format!("{key}.{field}"),
+                    form.err()
+                        .unwrap_or_else(|| "must not be empty (omit it instead)".into()),
+                );
+            }
+        }
+        p.check(
+            conn.token.is_none() || conn.broker() != Some("rabbitmq"),
+            format!("{key}.token"),
+            "a token is for NATS connections only (RabbitMQ: username and password)",
+        );
+        p.check(
+            conn.password.is_none() || conn.username.is_some(),
+            format!("{key}.password"),
+            "a password needs a username",
+        );
+        if let Some(f) = &conn.tls_ca_file {
+            p.check(
+                std::path::Path::new(f).is_absolute(),
+                format!("{key}.tls_ca_file"),
+                "must be an absolute path to a PEM file",
+            );
+        }
+        p.check(
+            !conn.tenants.is_empty(),
+            format!("{key}.tenants"),
+            "must list the tenants that may use this connection ([\"*\"] for every tenant)",
+        );
+        for (i, t) in conn.tenants.iter().enumerate() {
+            p.check(
+                t == "*" || crate::model::check_id("tenant", t).is_ok(),
+                format!("{key}.tenants[{i}]"),
+                format!("{t:?} must be a tenant id ([A-Za-z0-9_.-]{{1,128}}) or \"*\""),
+            );
+        }
+    }
+}
+
+/// Why `url` cannot be a connection's broker URL, or `Ok`.
+fn connection_url(url: &str) -> Result<(), String> {
+    let u = url::Url::parse(url).map_err(|e| format!("not a valid URL: {e}"))?;
+    if !matches!(u.scheme(), "amqp" | "amqps" | "nats" | "tls") {
+        return Err(format!(
+            "scheme {:?} is none of amqp, amqps (RabbitMQ), nats, tls (NATS)",
+            u.scheme()
+        ));
+    }
+    if !u.host_str().is_some_and(|h| !h.is_empty()) {
+        return Err("has no host".into());
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(
+            "holds credentials; set username and password (as secret references) instead".into(),
+        );
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err("must have no query or fragment".into());
+    }
+    if matches!(u.scheme(), "nats" | "tls") && !matches!(u.path(), "" | "/") {
+        return Err("a NATS URL has no path".into());
+    }
+    Ok(())
 }
 
 /// Collects validation problems so that all are reported at once.

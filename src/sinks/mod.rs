@@ -6,6 +6,10 @@
 //! | `http` | no | none | [`http`] |
 //! | `sqs` | yes: 10 entries / 256 KiB per request | 256 KiB minus attributes | [`sqs`] |
 //! | `pubsub` | yes: 1 000 messages / 10 MB per request | 7 MB (base64 in JSON) minus attributes | [`pubsub`] |
+//! | `nats` | no: one JetStream publish per row | the server's `max_payload` | [`nats`] |
+//! | `rabbitmq` | no: one confirmed publish per row | none (the broker's frame limits) | [`rabbitmq`] |
+//!
+//! The broker sinks reach brokers only through the operator's named [`connections`].
 //!
 //! A batched sink's attempts wait in a per-destination [`batcher`] (R17); a body over its
 //! inline limit is checked in to the blob store ([`crate::claim_check`], R18).
@@ -15,9 +19,12 @@
 //! clients the modules keep live in the process's [`registry::Sinks`].
 
 pub mod batcher;
+pub mod connections;
 pub mod guard;
 pub mod http;
+pub mod nats;
 pub mod pubsub;
+pub mod rabbitmq;
 pub mod registry;
 pub mod signing;
 pub mod sqs;
@@ -45,6 +52,9 @@ pub struct EdgePolicy {
     pub sources: Arc<crate::config::SourcePolicy>,
     /// Per-tenant egress grants (`tenants.<id>.custom_endpoints`, `ambient_credentials`).
     pub grants: Arc<BTreeMap<String, EgressGrant>>,
+    /// The operator's broker connections (`[connections.<name>]`), by name: the only
+    /// brokers `nats` and `rabbitmq` entries reach.
+    pub connections: Arc<BTreeMap<String, crate::config::ConnectionConfig>>,
 }
 
 impl EdgePolicy {
@@ -66,6 +76,7 @@ impl EdgePolicy {
                     })
                     .collect(),
             ),
+            connections: Arc::new(c.connections.clone()),
         }
     }
 

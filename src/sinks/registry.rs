@@ -27,11 +27,13 @@ pub type DeliverFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Option<u16>, AttemptError>> + Send + 'a>>;
 
 /// Every sink module this build delivers to, in the order their names are listed (`known:
-/// http, sqs, pubsub` in errors and `limits.modules`' default).
+/// http, sqs, pubsub, nats, rabbitmq` in errors and `limits.modules`' default).
 pub static MODULES: &[&Module] = &[
     &super::http::MODULE,
     &super::sqs::MODULE,
     &super::pubsub::MODULE,
+    &super::nats::MODULE,
+    &super::rabbitmq::MODULE,
 ];
 
 /// A module's start-up hook ([`Module::warm`]): build its clients in `sinks`.
@@ -290,7 +292,7 @@ mod tests {
     #[test]
     fn every_module_name_finds_its_module_and_no_other_does() {
         let names: Vec<&str> = names().collect();
-        assert_eq!(names, ["http", "sqs", "pubsub"]);
+        assert_eq!(names, ["http", "sqs", "pubsub", "nats", "rabbitmq"]);
         for m in MODULES {
             assert_eq!(find(m.name).map(|f| f.name), Some(m.name));
         }

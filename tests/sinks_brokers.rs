@@ -1,0 +1,1354 @@
+//! The broker sinks (issue 29) against real brokers this binary starts on free loopback
+//! ports: `nats-server -js` (NATS JetStream) and `rabbitmq-server` (AMQP 0-9-1), each
+//! started once and shared by the tests here, plus a NATS of its own for the restart test.
+//! Consumers in the test read what arrived independently of the worker (a JetStream stream
+//! read by sequence; a queue bound to the exchange). Times are liveness bounds only.
+
+mod common;
+
+use ankusa::config::{Config, ConnectionConfig};
+use ankusa::model::{SinkEntry, SourceSpec};
+use ankusa::Hook;
+use async_nats::jetstream;
+use common::procs::eventually;
+use common::*;
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Poll `probe` until it answers `Some` ([`eventually`], which panics naming `what` after
+/// `bound`).
+async fn until<T, F, Fut>(what: &str, bound: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually(what, bound, || {
+        let f = probe();
+        async move { f.await.ok_or_else(|| "not yet".to_string()) }
+    })
+    .await
+}
+
+/// How long a broker may take to accept connections (RabbitMQ boots in ~10 s on an idle
+/// machine, more under a parallel build).
+const BROKER_START: Duration = Duration::from_secs(120);
+
+/// The process groups of the brokers this binary started, killed when it exits.
+static GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+extern "C" fn kill_brokers() {
+    if let Ok(groups) = GROUPS.lock() {
+        for g in groups.iter() {
+            kill_group(*g);
+        }
+    }
+}
+
+/// Spawn `cmd` from a thread that lives as long as the test binary, so the broker outlives
+/// the test that happened to start it ([`dies_with_test`] kills a child when its spawning
+/// thread ends) and dies with the binary: by that thread's end, and by an exit handler that
+/// kills its whole process group (RabbitMQ's script forks the Erlang VM).
+fn spawn_shared(mut cmd: Command) -> i32 {
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(kill_brokers);
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let child = dies_with_test(&mut cmd).spawn().map(|c| c.id() as i32);
+        let _ = tx.send(child);
+        loop {
+            std::thread::park();
+        }
+    });
+    let pid = rx.recv().unwrap().expect("broker spawns");
+    GROUPS.lock().unwrap().push(pid);
+    pid
+}
+
+/// A `nats-server -js` on a free loopback port with its store in its own directory.
+struct Nats {
+    port: u16,
+    store: PathBuf,
+    pid: i32,
+    _dir: tempfile::TempDir,
+}
+
+impl Nats {
+    async fn start() -> Nats {
+        let dir = tempfile::tempdir().unwrap();
+        let mut n = Nats {
+            port: free_port(),
+            store: dir.path().join("js"),
+            pid: 0,
+            _dir: dir,
+        };
+        n.launch().await;
+        n
+    }
+
+    async fn launch(&mut self) {
+        let mut cmd = Command::new("nats-server");
+        cmd.args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-js",
+            "-sd",
+        ])
+        .arg(&self.store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        self.pid = spawn_shared(cmd);
+        let url = self.url();
+        until("nats-server accepts connections", BROKER_START, || {
+            let url = url.clone();
+            async move { async_nats::connect(url).await.ok() }
+        })
+        .await;
+    }
+
+    /// Kill -9 and start again on the same port and store.
+    async fn restart(&mut self) {
+        kill_group(self.pid);
+        let port = self.port;
+        until(
+            "the killed nats-server's port is free",
+            BROKER_START,
+            || async move {
+                std::net::TcpStream::connect(("127.0.0.1", port))
+                    .is_err()
+                    .then_some(())
+            },
+        )
+        .await;
+        self.launch().await;
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+/// This binary's shared NATS.
+async fn nats() -> &'static Nats {
+    static NATS: tokio::sync::OnceCell<Nats> = tokio::sync::OnceCell::const_new();
+    NATS.get_or_init(Nats::start).await
+}
+
+/// A `rabbitmq-server` on free loopback ports, its data, logs and config in its own
+/// directory, no plugins.
+struct Rabbit {
+    port: u16,
+    /// An `amqps` listener, its certificate signed by `dir/ca.pem`.
+    tls_port: u16,
+    dist: u16,
+    pid: i32,
+    dir: tempfile::TempDir,
+}
+
+impl Rabbit {
+    async fn start() -> Rabbit {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, tls_port) = (free_port(), free_port());
+        let d = dir.path();
+        let (ca, cert, key) = tls_files(d);
+        std::fs::write(d.join("enabled_plugins"), "[].\n").unwrap();
+        std::fs::write(d.join("env.conf"), "").unwrap();
+        std::fs::write(
+            d.join("rabbitmq.conf"),
+            format!(
+                "listeners.tcp.default = 127.0.0.1:{port}\n\
+                 listeners.ssl.default = 127.0.0.1:{tls_port}\n\
+                 ssl_options.cacertfile = {}\n\
+                 ssl_options.certfile = {}\n\
+                 ssl_options.keyfile = {}\n\
+                 ssl_options.verify = verify_none\n\
+                 ssl_options.fail_if_no_peer_cert = false\n",
+                ca.display(),
+                cert.display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let mut r = Rabbit {
+            port,
+            tls_port,
+            dist: free_port(),
+            pid: 0,
+            dir,
+        };
+        r.launch().await;
+        r
+    }
+
+    /// Start the node on this broker's ports, data and config, and wait until it accepts
+    /// AMQP connections.
+    async fn launch(&mut self) {
+        let d = self.dir.path();
+        let p = |name: &str| d.join(name);
+        let mut cmd = Command::new("/usr/lib/rabbitmq/bin/rabbitmq-server");
+        cmd.env("HOME", d)
+            .env("RABBITMQ_CONF_ENV_FILE", p("env.conf"))
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist.to_string())
+            .env(
+                "RABBITMQ_NODENAME",
+                format!("ankusa-test-{}@localhost", self.port),
+            )
+            .env("RABBITMQ_MNESIA_BASE", p("mnesia"))
+            .env("RABBITMQ_LOG_BASE", p("log"))
+            .env("RABBITMQ_CONFIG_FILE", p("rabbitmq.conf"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", p("enabled_plugins"))
+            .env("RABBITMQ_PID_FILE", p("pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.pid = spawn_shared(cmd);
+        let url = self.url();
+        until("rabbitmq-server accepts connections", BROKER_START, || {
+            let url = url.clone();
+            async move { amqp_connect(&url).await.ok() }
+        })
+        .await;
+    }
+
+    /// Kill -9 the node (its whole process group) and start it again on the same ports
+    /// and data.
+    async fn restart(&mut self) {
+        kill_group(self.pid);
+        let (port, dist) = (self.port, self.dist);
+        until(
+            "the killed broker's ports are free",
+            BROKER_START,
+            || async move {
+                let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+                (free(port) && free(dist)).then_some(())
+            },
+        )
+        .await;
+        self.launch().await;
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://127.0.0.1:{}", self.port)
+    }
+}
+
+/// This binary's shared RabbitMQ.
+async fn rabbit() -> &'static Rabbit {
+    static RABBIT: tokio::sync::OnceCell<Rabbit> = tokio::sync::OnceCell::const_new();
+    RABBIT.get_or_init(Rabbit::start).await
+}
+
+async fn amqp_connect(url: &str) -> Result<lapin::Connection, lapin::Error> {
+    let props = lapin::ConnectionProperties::default()
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio);
+    lapin::Connection::connect(url, props).await
+}
+
+/// A test config with connection `bus` to `url`, usable by tenant `acme` only.
+fn with_bus(url: &str) -> impl FnOnce(&mut Config) {
+    with_conn("bus", url)
+}
+
+/// A test config with connection `name` to `url`, usable by tenant `acme` only. (The
+/// connection states are per process: a test reading one names its connection apart.)
+fn with_conn(name: &str, url: &str) -> impl FnOnce(&mut Config) {
+    let (name, url) = (name.to_string(), url.to_string());
+    move |c: &mut Config| {
+        c.connections.insert(
+            name,
+            ConnectionConfig {
+                url,
+                tenants: vec!["acme".into()],
+                ..ConnectionConfig::default()
+            },
+        );
+    }
+}
+
+fn entry(module: &str, opts: serde_json::Value) -> SinkEntry {
+    SinkEntry {
+        module: module.into(),
+        opts: opts.as_object().cloned().unwrap(),
+        ..SinkEntry::default()
+    }
+}
+
+/// Up to `n` real GitHub webhook bodies (their event name from the file name), cycled;
+/// synthetic ones when the data set is not there.
+fn github_hooks(n: usize) -> Vec<(Vec<u8>, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/github-webhooks");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(".payload.json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files.truncate(12);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(match files.get(i % files.len().max(1)) {
+            Some(f) => {
+                let event = f
+                    .file_name()
+                    .and_then(|s| s.to_str())
+                    .and_then(|s| s.split('.').next())
+                    .unwrap_or("push")
+                    .to_string();
+                // Each body distinct, so a lost or doubled hook cannot hide behind a twin.
+                let mut body = std::fs::read(f).unwrap();
+                body.extend_from_slice(format!("\n{i}").as_bytes());
+                (body, event)
+            }
+            None => (format!("{{\"n\":{i}}}").into_bytes(), "push".into()),
+        });
+    }
+    out
+}
+
+/// Commit `bodies` to `acme/s` with their `X-GitHub-Event` header and event type; the
+/// hook ids in order.
+async fn commit_github(env: &Env, bodies: &[(Vec<u8>, String)]) -> Vec<u64> {
+    let hooks: Vec<Hook> = bodies
+        .iter()
+        .map(|(b, e)| {
+            Hook::new(b.clone())
+                .header("X-GitHub-Event", e.clone())
+                .event_type(e.clone())
+        })
+        .collect();
+    let r = env.producer.commit_many("acme", "s", &hooks).await.unwrap();
+    (0..hooks.len() as u64).map(|i| r.first_hook + i).collect()
+}
+
+/// A JetStream stream `name` capturing `subjects` on `url`.
+async fn stream(url: &str, name: &str, subjects: &[&str]) -> jetstream::stream::Stream {
+    let js = jetstream::new(async_nats::connect(url).await.unwrap());
+    js.create_stream(jetstream::stream::Config {
+        name: name.into(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Every message of `stream` once it holds `n` (in stream order).
+async fn stream_messages(
+    stream: &mut jetstream::stream::Stream,
+    n: u64,
+) -> Vec<jetstream::message::StreamMessage> {
+    until("the stream holds every message", LIVENESS, || {
+        let mut s = stream.clone();
+        async move { (s.info().await.ok()?.state.messages >= n).then_some(()) }
+    })
+    .await;
+    let mut out = Vec::new();
+    for seq in 1..=n {
+        out.push(stream.get_raw_message(seq).await.unwrap());
+    }
+    out
+}
+
+fn nats_header<'a>(m: &'a jetstream::message::StreamMessage, name: &str) -> &'a str {
+    // The client parses a standard header name into its own form, which a lookup by text
+    // does not find.
+    let found = match name {
+        "Nats-Msg-Id" => m.headers.get(async_nats::header::NATS_MESSAGE_ID),
+        _ => m.headers.get(name),
+    };
+    found
+        .map(|v| v.as_str())
+        .unwrap_or_else(|| panic!("header {name} missing"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_hooks_arrive_byte_exact_with_their_headers_and_the_message_id() {
+    let nats = nats().await;
+    let env = Env::tuned(with_conn("exact", &nats.url())).await;
+    let mut s = stream(&nats.url(), "EXACT", &["exact.>"]).await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "exact", "subject": "exact.github"}),
+        )],
+    )
+    .await;
+    let bodies = github_hooks(60);
+    let ids = commit_github(&env, &bodies).await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+
+    let got = stream_messages(&mut s, 60).await;
+    assert_eq!(s.info().await.unwrap().state.messages, 60, "no duplicates");
+    let mut by_row: BTreeMap<String, &jetstream::message::StreamMessage> = BTreeMap::new();
+    for m in &got {
+        assert_eq!(m.subject.as_str(), "exact.github");
+        let row = nats_header(m, "ankusa-delivery-id").to_string();
+        assert_eq!(
+            nats_header(m, "Nats-Msg-Id"),
+            nats_header(m, "webhook-id"),
+            "JetStream deduplicates on the row's webhook-id"
+        );
+        assert!(nats_header(m, "webhook-id").ends_with(&format!("_{row}")));
+        assert_eq!(nats_header(m, "ankusa-tenant"), "acme");
+        assert_eq!(nats_header(m, "ankusa-source"), "s");
+        assert_eq!(nats_header(m, "ankusa-attempt"), "1");
+        by_row.insert(row, m);
+    }
+    for (id, (body, event)) in ids.iter().zip(&bodies) {
+        let m = by_row[&format!("{id}.0")];
+        assert_eq!(m.payload.as_ref(), body.as_slice(), "hook {id} byte-exact");
+        assert_eq!(nats_header(m, "X-GitHub-Event"), event);
+        assert_eq!(nats_header(m, "ankusa-event-type"), event);
+        assert_eq!(nats_header(m, "ankusa-hook-id"), id.to_string());
+    }
+    assert_eq!(env.store.totals().await.unwrap().delivered, 60);
+    let states = ankusa::sinks::connections::states();
+    assert_eq!(states.get("exact").map(String::as_str), Some("up"));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_without_a_stream_retries_until_one_captures_the_subject() {
+    let nats = nats().await;
+    let env = Env::tuned(with_bus(&nats.url())).await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "bus", "subject": "late.orders"}),
+        )],
+    )
+    .await;
+    let id = env.commit("acme", "s", "{\"late\":true}").await;
+    let row = format!("{id}.0");
+    let worker = env.worker().await;
+    until("the attempt fails for want of a stream", LIVENESS, || {
+        let worker = &worker;
+        let env = &env;
+        let row = row.clone();
+        async move {
+            let _ = worker.tick().await;
+            env.row_field(&row, "e")
+                .filter(|e| e.contains("no stream captures subject \"late.orders\""))
+        }
+    })
+    .await;
+    assert_eq!(env.pending_rows(), 1, "retried, not dead-lettered");
+    let mut s = stream(&nats.url(), "LATE", &["late.>"]).await;
+    env.drain(&worker).await;
+    let got = stream_messages(&mut s, 1).await;
+    assert_eq!(got[0].payload.as_ref(), b"{\"late\":true}");
+    assert_eq!(s.info().await.unwrap().state.messages, 1);
+    assert!(env.dead_letters("acme").await.is_empty());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_nats_entry_publishes_in_commit_order() {
+    let nats = nats().await;
+    let env = Env::tuned(with_bus(&nats.url())).await;
+    let mut s = stream(&nats.url(), "ORDERED", &["ordered.>"]).await;
+    let mut e = entry(
+        "nats",
+        serde_json::json!({"connection": "bus", "subject": "ordered.x"}),
+    );
+    e.ordered = true;
+    env.put_source("acme", "s", vec![e]).await;
+    let ids = env.commit_n("acme", "s", 80).await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = stream_messages(&mut s, 80).await;
+    let rows: Vec<String> = got
+        .iter()
+        .map(|m| nats_header(m, "ankusa-delivery-id").to_string())
+        .collect();
+    let want: Vec<String> = ids.iter().map(|id| format!("{id}.0")).collect();
+    assert_eq!(rows, want, "stream order is commit order");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_restart_mid_run_loses_nothing_and_duplicates_nothing() {
+    let mut nats = Nats::start().await;
+    let env = Env::tuned(with_bus(&nats.url())).await;
+    let s = stream(&nats.url(), "RESTART", &["restart.>"]).await;
+    // File storage survives the kill -9; the duplicate window covers the run.
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "bus", "subject": "restart.x"}),
+        )],
+    )
+    .await;
+    let ids = env.commit_n("acme", "s", 1000).await;
+    let worker = env.worker().await;
+    until("some hooks are delivered", LIVENESS, || {
+        let mut s = s.clone();
+        async move { (s.info().await.ok()?.state.messages >= 50).then_some(()) }
+    })
+    .await;
+    kill_group(nats.pid);
+    let at_kill = env.store.totals().await.unwrap().delivered;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} delivered)"
+    );
+    nats.restart().await;
+    env.drain(&worker).await;
+    let mut s2 = jetstream::new(async_nats::connect(nats.url()).await.unwrap())
+        .get_stream("RESTART")
+        .await
+        .unwrap();
+    let got = stream_messages(&mut s2, 1000).await;
+    assert_eq!(
+        s2.info().await.unwrap().state.messages,
+        1000,
+        "no duplicates"
+    );
+    let rows: std::collections::BTreeSet<String> = got
+        .iter()
+        .map(|m| nats_header(m, "ankusa-delivery-id").to_string())
+        .collect();
+    let want: std::collections::BTreeSet<String> = ids.iter().map(|id| format!("{id}.0")).collect();
+    assert_eq!(rows, want, "every hook once");
+    assert!(env.dead_letters("acme").await.is_empty());
+    drop(s);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_put_refuses_unknown_forbidden_and_mismatched_connections_naming_the_field() {
+    let env = Env::tuned(|c| {
+        with_bus("nats://127.0.0.1:4")(c);
+        c.connections.insert(
+            "mq".into(),
+            ConnectionConfig {
+                url: "amqp://127.0.0.1:5".into(),
+                tenants: vec!["*".into()],
+                ..ConnectionConfig::default()
+            },
+        );
+    })
+    .await;
+    let put = |tenant: &'static str, e: SinkEntry| {
+        let store = env.store.clone();
+        async move {
+            store
+                .put_source(tenant, "s", &SourceSpec { sinks: vec![e] })
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let nats = |conn: &str| {
+        entry(
+            "nats",
+            serde_json::json!({"connection": conn, "subject": "a.b"}),
+        )
+    };
+    let unknown = put("acme", nats("nope")).await.unwrap_err();
+    assert!(unknown.contains("sinks[0].opts: connection:"), "{unknown}");
+    let forbidden = put("globex", nats("bus")).await.unwrap_err();
+    assert!(
+        forbidden.contains("sinks[0].opts: connection:"),
+        "{forbidden}"
+    );
+    assert!(forbidden.contains("\"bus\""), "{forbidden}");
+    let mismatched = put("acme", nats("mq")).await.unwrap_err();
+    assert!(mismatched.contains("not a nats connection"), "{mismatched}");
+    let system = put(
+        "acme",
+        entry(
+            "nats",
+            serde_json::json!({"connection": "bus", "subject": "$JS.API.STREAM.DELETE.X"}),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(system.contains("sinks[0].opts: subject:"), "{system}");
+    let address = put(
+        "acme",
+        entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "mq", "exchange": "x", "url": "amqp://evil"}),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(address.contains("url"), "{address}");
+    put("acme", nats("bus")).await.expect("allowed");
+    put(
+        "globex",
+        entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "mq", "exchange": ""}),
+        ),
+    )
+    .await
+    .expect("\"*\" allows every tenant");
+
+    // What the operator's CLI says.
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |_| {});
+    let spec = dir.path().join("spec.json");
+    let spec_json = serde_json::json!({"sinks": [
+        {"module": "nats", "opts": {"connection": "bus", "subject": "a.b"}}
+    ]});
+    std::fs::write(&spec, spec_json.to_string()).unwrap();
+    let spec = spec.to_string_lossy().into_owned();
+    let (code, _, stderr) = env
+        .cli_with(Some(&config), &["source", "put", "globex", "s", &spec])
+        .await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("sinks[0].opts: connection:"), "{stderr}");
+}
+
+#[test]
+fn connections_are_checked_at_config_load_naming_the_key() {
+    let e = Config::from_toml_str(
+        "[connections.bus]\nurl = \"amqp://u:p@h\"\n\
+         [connections.b2]\nurl = \"http://h\"\ntenants = [\"a b\"]\n\
+         [connections.b3]\nurl = \"amqp://h\"\ntenants = [\"*\"]\ntoken = \"t\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "connections.bus.url: holds credentials",
+        "connections.bus.tenants: must list",
+        "connections.b2.url: scheme \"http\"",
+        "connections.b2.tenants[0]",
+        "connections.b3.token: a token is for NATS",
+    ] {
+        assert!(e.contains(want), "{want} in:\n{e}");
+    }
+    let e = Config::from_toml_str("[connections.bus]\nuri = \"nats://h\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("connections.bus.uri"), "{e}");
+    let ok = Config::from_toml_str(
+        "[connections.bus]\nurl = \"nats://h:4222\"\ntenants = [\"acme\"]\n\
+         password = \"${env:BUS_PASSWORD}\"\nusername = \"ankusa\"\n",
+    )
+    .unwrap();
+    assert!(ok.connections["bus"].allows("acme"));
+    assert!(!ok.connections["bus"].allows("globex"));
+    // A reference is shown as written; a literal secret never.
+    let mut literal = ok.clone();
+    literal.connections.get_mut("bus").unwrap().password = Some("hunter2".into());
+    let shown = literal.redacted_toml();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(ok.redacted_toml().contains("${env:BUS_PASSWORD}"));
+}
+
+/// A topic exchange `exchange` and a queue `queue` bound to it by `pattern`, on `url`.
+async fn bound_queue(url: &str, exchange: &str, queue: &str, pattern: &str) -> lapin::Channel {
+    let ch = amqp_connect(url)
+        .await
+        .unwrap()
+        .create_channel()
+        .await
+        .unwrap();
+    ch.exchange_declare(
+        exchange,
+        lapin::ExchangeKind::Topic,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    if !queue.is_empty() {
+        ch.queue_declare(
+            queue,
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        ch.queue_bind(
+            queue,
+            exchange,
+            pattern,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    ch
+}
+
+/// The first `n` messages of `queue` (acknowledged as taken), in queue order.
+async fn take(ch: &lapin::Channel, queue: &str, n: usize) -> Vec<lapin::message::BasicGetMessage> {
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + LIVENESS;
+    while out.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {n} messages in {queue}",
+            out.len()
+        );
+        match ch
+            .basic_get(queue, BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            Some(m) => out.push(m),
+            None => tokio::time::sleep(common::procs::POLL).await,
+        }
+    }
+    out
+}
+
+fn amqp_header(m: &lapin::message::BasicGetMessage, name: &str) -> String {
+    let h = m.delivery.properties.headers().as_ref().expect("headers");
+    match h.inner().get(name) {
+        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        other => panic!("header {name}: {other:?}"),
+    }
+}
+
+async fn queue_depth(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue,
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap()
+    .message_count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_hooks_arrive_byte_exact_confirmed_with_their_headers() {
+    let rabbit = rabbit().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    let ch = bound_queue(&rabbit.url(), "exact-x", "exact-q", "github.#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "bus", "exchange": "exact-x",
+                               "routing_key": "github.hooks", "mandatory": true}),
+        )],
+    )
+    .await;
+    let bodies = github_hooks(60);
+    let ids = commit_github(&env, &bodies).await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = take(&ch, "exact-q", 60).await;
+    assert_eq!(queue_depth(&ch, "exact-q").await, 0, "no duplicates");
+    let mut by_row = BTreeMap::new();
+    for m in &got {
+        let props = &m.delivery.properties;
+        let row = amqp_header(m, "ankusa-delivery-id");
+        let msg_id = props.message_id().as_ref().expect("message_id").to_string();
+        assert_eq!(msg_id, amqp_header(m, "webhook-id"));
+        assert!(msg_id.ends_with(&format!("_{row}")));
+        assert_eq!(*props.delivery_mode(), Some(2), "persistent");
+        assert_eq!(m.delivery.routing_key.as_str(), "github.hooks");
+        assert_eq!(amqp_header(m, "ankusa-tenant"), "acme");
+        by_row.insert(row, m);
+    }
+    for (id, (body, event)) in ids.iter().zip(&bodies) {
+        let m = by_row[&format!("{id}.0")];
+        assert_eq!(m.delivery.data, *body, "hook {id} byte-exact");
+        assert_eq!(amqp_header(m, "X-GitHub-Event"), *event);
+        assert_eq!(amqp_header(m, "ankusa-event-type"), *event);
+    }
+    assert_eq!(env.store.totals().await.unwrap().delivered, 60);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unroutable_mandatory_message_retries_then_delivers_once_a_queue_is_bound() {
+    let rabbit = rabbit().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    // The exchange exists; no queue is bound to it yet.
+    let ch = bound_queue(&rabbit.url(), "late-x", "", "").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "bus", "exchange": "late-x",
+                               "routing_key": "k", "mandatory": true}),
+        )],
+    )
+    .await;
+    let id = env.commit("acme", "s", "{\"late\":1}").await;
+    let row = format!("{id}.0");
+    let worker = env.worker().await;
+    until("the attempt comes back unroutable", LIVENESS, || {
+        let (worker, env, row) = (&worker, &env, row.clone());
+        async move {
+            let _ = worker.tick().await;
+            env.row_field(&row, "e")
+                .filter(|e| e.contains("unroutable"))
+        }
+    })
+    .await;
+    assert_eq!(env.pending_rows(), 1, "retried, not dead-lettered");
+    bound_queue(&rabbit.url(), "late-x", "late-q", "k").await;
+    env.drain(&worker).await;
+    let got = take(&ch, "late-q", 1).await;
+    assert_eq!(got[0].delivery.data, b"{\"late\":1}");
+    assert_eq!(queue_depth(&ch, "late-q").await, 0, "delivered once");
+    assert!(env.dead_letters("acme").await.is_empty());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_exchange_retries_and_other_entries_keep_delivering() {
+    let rabbit = rabbit().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    let ch = bound_queue(&rabbit.url(), "fine-x", "fine-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![
+            entry(
+                "rabbitmq",
+                serde_json::json!({"connection": "bus", "exchange": "no-such-x"}),
+            ),
+            entry(
+                "rabbitmq",
+                serde_json::json!({"connection": "bus", "exchange": "fine-x", "routing_key": "k"}),
+            ),
+        ],
+    )
+    .await;
+    let ids = env.commit_n("acme", "s", 20).await;
+    let worker = env.worker().await;
+    let first = format!("{}.0", ids[0]);
+    until("the missing exchange is reported", LIVENESS, || {
+        let (worker, env, row) = (&worker, &env, first.clone());
+        async move {
+            let _ = worker.tick().await;
+            env.row_field(&row, "e")
+                .filter(|e| e.contains("no-such-x") || e.contains("NOT_FOUND"))
+        }
+    })
+    .await;
+    // The second entry's rows all arrive, though the first keeps closing the channel.
+    take(&ch, "fine-q", 20).await;
+    bound_queue(&rabbit.url(), "no-such-x", "late2-q", "#").await;
+    env.drain(&worker).await;
+    assert_eq!(queue_depth(&ch, "late2-q").await, 20);
+    assert_eq!(env.store.totals().await.unwrap().delivered, 40);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_rabbitmq_entry_keeps_commit_order() {
+    let rabbit = rabbit().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    let ch = bound_queue(&rabbit.url(), "ordered-x", "ordered-q", "#").await;
+    let mut e = entry(
+        "rabbitmq",
+        serde_json::json!({"connection": "bus", "exchange": "ordered-x", "routing_key": "o"}),
+    );
+    e.ordered = true;
+    env.put_source("acme", "s", vec![e]).await;
+    let ids = env.commit_n("acme", "s", 80).await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = take(&ch, "ordered-q", 80).await;
+    let rows: Vec<String> = got
+        .iter()
+        .map(|m| amqp_header(m, "ankusa-delivery-id"))
+        .collect();
+    let want: Vec<String> = ids.iter().map(|id| format!("{id}.0")).collect();
+    assert_eq!(rows, want, "queue order is commit order");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_stream_leaves_every_hook_in_the_stream_exactly_once() {
+    let nats = nats().await;
+    let dead_port = free_port();
+    let env = Env::tuned(|c| {
+        with_conn("live", &nats.url())(c);
+        with_conn("dead", &format!("amqp://127.0.0.1:{dead_port}"))(c);
+    })
+    .await;
+    let s = stream(&nats.url(), "KILL", &["kill.>"]).await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "live", "subject": "kill.github"}),
+        )],
+    )
+    .await;
+    let bodies = github_hooks(1000);
+    let mut ids = Vec::new();
+    for chunk in bodies.chunks(100) {
+        ids.extend(commit_github(&env, chunk).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |_| {});
+    let mut w1 = WorkerProcess::spawn(&config, &dir, "w1");
+
+    // The connections' states: a /readyz detail (the worker stays ready with one down) and
+    // the gauge.
+    let admin = w1.admin.clone();
+    let ready = until("readyz shows both connections", LIVENESS, || {
+        let admin = admin.clone();
+        async move {
+            let r = common::procs::readyz(&admin).await?;
+            let dead = r["connections"]["dead"].as_str()?.starts_with("down");
+            (r["connections"]["live"] == "up" && dead).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(ready["ready"], true, "{ready}");
+    let (_, text) = common::procs::get(&w1.admin, "/metrics").await.unwrap();
+    assert_eq!(
+        common::procs::metric_in(&text, "ankusa_connection_up", &["connection=\"live\""]),
+        1.0
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("ankusa_connection_up{")
+            && l.contains("connection=\"dead\"")
+            && l.ends_with(" 0")),
+        "the dead connection's series is 0:\n{text}"
+    );
+
+    until("the first worker published some hooks", LIVENESS, || {
+        let mut s = s.clone();
+        async move { (s.info().await.ok()?.state.messages >= 200).then_some(()) }
+    })
+    .await;
+    w1.kill9();
+    let mut s = s;
+    let at_kill = s.info().await.unwrap().state.messages;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} published)"
+    );
+    let w2 = WorkerProcess::spawn(&config, &dir, "w2");
+    common::procs::wait_idle(&env, LIVENESS * 2).await;
+    let got = stream_messages(&mut s, 1000).await;
+    assert_eq!(
+        s.info().await.unwrap().state.messages,
+        1000,
+        "the retried publishes were dropped as duplicates"
+    );
+    let mut by_row = BTreeMap::new();
+    for m in &got {
+        by_row.insert(nats_header(m, "ankusa-delivery-id").to_string(), m);
+    }
+    assert_eq!(by_row.len(), 1000);
+    for (id, (body, _)) in ids.iter().zip(&bodies) {
+        let m = by_row[&format!("{id}.0")];
+        assert_eq!(m.payload.as_ref(), body.as_slice(), "hook {id} byte-exact");
+    }
+    let totals = env.store.totals().await.unwrap();
+    assert_eq!(totals.delivered, 1000, "{totals:?}\n{}", w2.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_restart_mid_run_loses_nothing() {
+    let mut rabbit = Rabbit::start().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    bound_queue(&rabbit.url(), "restart-x", "restart-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "bus", "exchange": "restart-x",
+                               "routing_key": "r", "mandatory": true}),
+        )],
+    )
+    .await;
+    let ids = env.commit_n("acme", "s", 1000).await;
+    let worker = env.worker().await;
+    // The worker delivers while the test waits for part of the run.
+    until("some hooks are delivered", LIVENESS, || {
+        let store = env.store.clone();
+        async move { (store.totals().await.ok()?.delivered >= 50).then_some(()) }
+    })
+    .await;
+    kill_group(rabbit.pid);
+    let at_kill = env.store.totals().await.unwrap().delivered;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} delivered)"
+    );
+    rabbit.restart().await;
+    env.drain(&worker).await;
+    // Confirmed messages were persisted before their confirm: the restarted broker holds
+    // them. A publish whose confirm the kill swallowed is published again (same message_id).
+    let ch = amqp_connect(&rabbit.url())
+        .await
+        .unwrap()
+        .create_channel()
+        .await
+        .unwrap();
+    let n = queue_depth(&ch, "restart-q").await as usize;
+    let got = take(&ch, "restart-q", n).await;
+    let rows: std::collections::BTreeSet<String> = got
+        .iter()
+        .map(|m| amqp_header(m, "ankusa-delivery-id"))
+        .collect();
+    let want: std::collections::BTreeSet<String> = ids.iter().map(|id| format!("{id}.0")).collect();
+    assert_eq!(rows, want, "every hook in the queue");
+    let dups = got.len() - rows.len();
+    assert!(
+        dups <= env.config.dispatch.concurrency,
+        "{dups} duplicates: at most the publishes in flight at the kill"
+    );
+    assert!(env.dead_letters("acme").await.is_empty());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_run_leaves_every_hook_in_the_queue_with_its_message_id() {
+    let rabbit = rabbit().await;
+    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    let ch = bound_queue(&rabbit.url(), "kill-x", "kill-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "bus", "exchange": "kill-x", "routing_key": "k"}),
+        )],
+    )
+    .await;
+    let bodies = github_hooks(1000);
+    let mut ids = Vec::new();
+    for chunk in bodies.chunks(100) {
+        ids.extend(commit_github(&env, chunk).await);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |_| {});
+    let mut w1 = WorkerProcess::spawn(&config, &dir, "w1");
+    until("the first worker published some hooks", LIVENESS, || {
+        let ch = ch.clone();
+        async move { (queue_depth(&ch, "kill-q").await >= 200).then_some(()) }
+    })
+    .await;
+    w1.kill9();
+    let at_kill = queue_depth(&ch, "kill-q").await;
+    assert!(
+        at_kill < 1000,
+        "the kill came after the run ({at_kill} published)"
+    );
+    let _w2 = WorkerProcess::spawn(&config, &dir, "w2");
+    common::procs::wait_idle(&env, LIVENESS * 2).await;
+    let n = queue_depth(&ch, "kill-q").await as usize;
+    let got = take(&ch, "kill-q", n).await;
+    // A publish confirmed but not settled before the kill is published again, with the
+    // same message_id: a consumer deduplicating on it sees each hook once.
+    let mut by_id: BTreeMap<String, &lapin::message::BasicGetMessage> = BTreeMap::new();
+    for m in &got {
+        let id = m
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .to_string();
+        if let Some(prev) = by_id.insert(id, m) {
+            assert_eq!(
+                prev.delivery.data, m.delivery.data,
+                "a duplicate is the same hook"
+            );
+        }
+    }
+    assert_eq!(by_id.len(), 1000, "every hook once by message_id");
+    let dups = got.len() - by_id.len();
+    assert!(
+        dups <= env.config.dispatch.concurrency,
+        "{dups} duplicates: at most the attempts in flight at the kill"
+    );
+    let want: BTreeMap<String, &[u8]> = ids
+        .iter()
+        .zip(&bodies)
+        .map(|(id, (b, _))| (format!("{id}.0"), b.as_slice()))
+        .collect();
+    for m in by_id.values() {
+        let row = amqp_header(m, "ankusa-delivery-id");
+        assert_eq!(
+            m.delivery.data.as_slice(),
+            want[&row],
+            "hook {row} byte-exact"
+        );
+    }
+    assert_eq!(env.store.totals().await.unwrap().delivered, 1000);
+}
+
+/// A CA and a server certificate for `127.0.0.1` it signed, as PEM files in `dir`:
+/// `(ca, cert, key)`.
+fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let write = |name: &str, pem: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    (
+        write("ca.pem", ca_pem),
+        write("server.pem", cert.pem()),
+        write("server.key", key.serialize_pem()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_nats_connection_with_a_private_ca_and_a_token_reference_delivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(dir.path());
+    let token = "s3cret-token";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new("nats-server");
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.path().join("js"))
+        .args(["--auth", token, "--tls", "--tlscert"])
+        .arg(&cert)
+        .arg("--tlskey")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    spawn_shared(cmd);
+    let url = format!("tls://127.0.0.1:{port}");
+    let consumer = || {
+        async_nats::ConnectOptions::new()
+            .add_root_certificates(ca.clone())
+            .require_tls(true)
+            .token(token.to_string())
+            .connect(url.clone())
+    };
+    let client = until(
+        "the TLS nats-server accepts connections",
+        BROKER_START,
+        || {
+            let c = consumer();
+            async move { c.await.ok() }
+        },
+    )
+    .await;
+    let js = jetstream::new(client);
+    let mut s = js
+        .create_stream(jetstream::stream::Config {
+            name: "TLS".into(),
+            subjects: vec!["tls.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let reference = format!("${{file:{}}}", token_file.display());
+    let env = Env::tuned(|c| {
+        for (name, ca) in [
+            ("tls-ok", Some(ca.display().to_string())),
+            ("tls-untrusted", None),
+        ] {
+            c.connections.insert(
+                name.into(),
+                ConnectionConfig {
+                    url: url.clone(),
+                    token: Some(reference.clone()),
+                    tls_ca_file: ca,
+                    tenants: vec!["acme".into()],
+                    ..ConnectionConfig::default()
+                },
+            );
+        }
+    })
+    .await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "tls-ok", "subject": "tls.ok"}),
+        )],
+    )
+    .await;
+    env.put_source(
+        "acme",
+        "u",
+        vec![entry(
+            "nats",
+            serde_json::json!({"connection": "tls-untrusted", "subject": "tls.untrusted"}),
+        )],
+    )
+    .await;
+    let id = env.commit("acme", "s", "{\"tls\":true}").await;
+    let untrusted = env.commit("acme", "u", "{\"tls\":false}").await;
+    let worker = env.worker().await;
+    let got = stream_messages(&mut s, 1).await;
+    assert_eq!(got[0].payload.as_ref(), b"{\"tls\":true}");
+    assert_eq!(
+        nats_header(&got[0], "ankusa-delivery-id"),
+        format!("{id}.0")
+    );
+    // Without the private CA the server's certificate is not trusted: nothing is published,
+    // the row retries.
+    let row = format!("{untrusted}.0");
+    until("the untrusted connection's attempt fails", LIVENESS, || {
+        let (worker, env, row) = (&worker, &env, row.clone());
+        async move {
+            let _ = worker.tick().await;
+            env.row_field(&row, "e")
+        }
+    })
+    .await;
+    assert_eq!(s.info().await.unwrap().state.messages, 1);
+    let states = ankusa::sinks::connections::states();
+    assert_eq!(states.get("tls-ok").map(String::as_str), Some("up"));
+    assert_ne!(states.get("tls-untrusted").map(String::as_str), Some("up"));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amqps_connection_with_a_private_ca_and_a_password_reference_delivers() {
+    let rabbit = rabbit().await;
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "guest\n").unwrap();
+    let ca = rabbit.dir.path().join("ca.pem").display().to_string();
+    let env = Env::tuned(|c| {
+        c.connections.insert(
+            "secure".into(),
+            ConnectionConfig {
+                url: format!("amqps://127.0.0.1:{}", rabbit.tls_port),
+                username: Some("guest".into()),
+                password: Some(format!("${{file:{}}}", password.display())),
+                tls_ca_file: Some(ca),
+                tenants: vec!["acme".into()],
+                ..ConnectionConfig::default()
+            },
+        );
+    })
+    .await;
+    let ch = bound_queue(&rabbit.url(), "tls-x", "tls-q", "#").await;
+    env.put_source(
+        "acme",
+        "s",
+        vec![entry(
+            "rabbitmq",
+            serde_json::json!({"connection": "secure", "exchange": "tls-x", "routing_key": "t"}),
+        )],
+    )
+    .await;
+    let id = env.commit("acme", "s", "{\"amqps\":true}").await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = take(&ch, "tls-q", 1).await;
+    assert_eq!(got[0].delivery.data, b"{\"amqps\":true}");
+    assert_eq!(
+        amqp_header(&got[0], "ankusa-delivery-id"),
+        format!("{id}.0")
+    );
+    let states = ankusa::sinks::connections::states();
+    assert_eq!(states.get("secure").map(String::as_str), Some("up"));
+    worker.shutdown().await;
+}
+
+/// Benchmark (not run by default): deliveries/s and worker CPU per delivery of the `nats`
+/// and `rabbitmq` sinks against this binary's brokers, one GitHub push body per hook.
+/// `ANKUSA_BENCH_BROKER_ROWS=5000 cargo test --release --test sinks_brokers -- --ignored
+/// --nocapture bench_brokers`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_brokers_deliveries_per_second() {
+    let n: usize = std::env::var("ANKUSA_BENCH_BROKER_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let (nats, rabbit) = (nats().await, rabbit().await);
+    let env = Env::tuned(|c| {
+        with_conn("bn", &nats.url())(c);
+        with_conn("br", &rabbit.url())(c);
+        c.dispatch.batch = 1_000;
+        c.dispatch.attempt_timeout_ms = 30_000;
+    })
+    .await;
+    stream(&nats.url(), "BENCH", &["bench.>"]).await;
+    bound_queue(&rabbit.url(), "bench-x", "bench-q", "#").await;
+    let nats_entry = entry(
+        "nats",
+        serde_json::json!({"connection": "bn", "subject": "bench.x"}),
+    );
+    let rabbit_entry = entry(
+        "rabbitmq",
+        serde_json::json!({"connection": "br", "exchange": "bench-x", "routing_key": "b"}),
+    );
+    let body = github_hooks(1).remove(0).0;
+    let cpu = || {
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
+    for (name, e) in [("nats", nats_entry), ("rabbitmq", rabbit_entry)] {
+        env.put_source("acme", name, vec![e]).await;
+        let hooks: Vec<Hook> = (0..100)
+            .map(|_| Hook::new(body.clone()).header("X-GitHub-Event", "push"))
+            .collect();
+        for _ in 0..n / 100 {
+            env.producer
+                .commit_many("acme", name, &hooks)
+                .await
+                .unwrap();
+        }
+        let worker = env.worker().await;
+        let (t, c0) = (std::time::Instant::now(), cpu());
+        env.drain(&worker).await;
+        let secs = t.elapsed().as_secs_f64();
+        let us = (cpu() - c0) * 1e6 / n as f64;
+        println!(
+            "{name} bench: {n} deliveries of {} B in {secs:.2} s = {:.0} deliveries/s; \
+             CPU of the test process (the in-process worker; the hooks were committed before) {us:.0} µs/delivery",
+            body.len(),
+            n as f64 / secs
+        );
+        worker.shutdown().await;
+    }
+}
