@@ -300,7 +300,7 @@ impl Store {
             None => PrimaryCheck::Confirmed,
             Some(for_) if for_ < REPLICA_ATTACH_GRACE => PrimaryCheck::Wait(format!(
                 "{primary} has {attached} of the {known} replicas the sentinels know attached; \
-                 a term started now would acknowledge commits no replica has"
+                 a term started now would count fewer replicas than the deployment has"
             )),
             Some(for_) => {
                 tracing::warn!(
@@ -319,70 +319,53 @@ impl Store {
     /// itself master: it is not waited for (it attaches when the sentinels convert it, some
     /// ten seconds later, and the term on the new primary does not wait that long).
     async fn sentinel_replicas(&self, primary: &str) -> Option<usize> {
+        let replicas = self.sentinel_replica_list().await?;
+        Some(
+            replicas
+                .iter()
+                .filter(|f| {
+                    let follows = f.get("role-reported").map(String::as_str) == Some("slave")
+                        && matches!(
+                            (f.get("master-host"), f.get("master-port")),
+                            (Some(h), Some(p)) if format!("{h}:{p}") == primary
+                        );
+                    replica_alive(f) && follows
+                })
+                .count(),
+        )
+    }
+
+    /// The first answering sentinel's `SENTINEL REPLICAS` of the service, as fields;
+    /// `None` when none answers.
+    async fn sentinel_replica_list(
+        &self,
+    ) -> Option<Vec<std::collections::HashMap<String, String>>> {
         let s = self.sentinels.as_ref()?;
         for c in &s.clients {
             let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
             let asked = c.custom::<Value, _>(cmd, vec!["REPLICAS", s.service.as_str()]);
-            let Ok(Ok(Value::Array(replicas))) =
+            if let Ok(Ok(Value::Array(replicas))) =
                 tokio::time::timeout(SENTINEL_TIMEOUT, asked).await
-            else {
-                continue;
-            };
-            return Some(
-                replicas
-                    .into_iter()
-                    .map(master_fields)
-                    .filter(|f| {
-                        let alive = f.get("flags").is_some_and(|flags| {
-                            !flags
-                                .split(',')
-                                .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
-                        });
-                        let follows = f.get("role-reported").map(String::as_str) == Some("slave")
-                            && matches!(
-                                (f.get("master-host"), f.get("master-port")),
-                                (Some(h), Some(p)) if format!("{h}:{p}") == primary
-                            );
-                        alive && follows
-                    })
-                    .count(),
-            );
+            {
+                return Some(replicas.into_iter().map(master_fields).collect());
+            }
         }
         None
     }
 
     /// Ask the sentinels how many replicas the deployment has that they do not think down
-    /// (`SENTINEL REPLICAS`, flags without `s_down`, `o_down` or `disconnected`), whatever
-    /// primary each reports following: the old primary right after a graceful failover
-    /// counts (it is alive and will be converted). Kept for [`Store::known_replicas`]; left
-    /// as it was when no sentinel answers.
+    /// ([`replica_alive`]), whatever primary each reports following: the old primary right
+    /// after a graceful failover counts (it is alive and will be converted). Kept for
+    /// [`Store::known_replicas`]; left as it was when no sentinel answers.
     pub async fn refresh_known_replicas(&self) {
-        let Some(s) = self.sentinels.as_ref() else {
+        let (Some(s), Some(replicas)) =
+            (self.sentinels.as_ref(), self.sentinel_replica_list().await)
+        else {
             return;
         };
-        for c in &s.clients {
-            let cmd = CustomCommand::new_static("SENTINEL", ClusterHash::Random, false);
-            let asked = c.custom::<Value, _>(cmd, vec!["REPLICAS", s.service.as_str()]);
-            let Ok(Ok(Value::Array(replicas))) =
-                tokio::time::timeout(SENTINEL_TIMEOUT, asked).await
-            else {
-                continue;
-            };
-            let alive = replicas
-                .into_iter()
-                .map(master_fields)
-                .filter(|f| {
-                    f.get("flags").is_some_and(|flags| {
-                        !flags
-                            .split(',')
-                            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
-                    })
-                })
-                .count();
-            s.known
-                .store(alive as i64, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
+        let alive = replicas.iter().filter(|f| replica_alive(f)).count();
+        s.known
+            .store(alive as i64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The replicas a commit must find attached before it is taken (the `expected` field
@@ -497,6 +480,16 @@ impl Store {
         });
         rx
     }
+}
+
+/// Whether a sentinel's replica entry is up in its eyes: flags without `s_down`, `o_down`
+/// or `disconnected`.
+fn replica_alive(f: &std::collections::HashMap<String, String>) -> bool {
+    f.get("flags").is_some_and(|flags| {
+        !flags
+            .split(',')
+            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+    })
 }
 
 /// The primary of the newest configuration among `(host:port, config-epoch)` answers (the
