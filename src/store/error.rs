@@ -129,13 +129,16 @@ pub enum CommitError {
     /// The commit is not known to survive a failover, so it is not acknowledged: retry
     /// (with an idempotency key, a retry of a hook that was kept is not a second hook).
     /// Either the primary lost a replica it had when its leader's term started (most likely
-    /// to a promotion: nothing was written), or not every attached replica acknowledged the
+    /// to a promotion), or has fewer attached than the sentinels know alive (a primary just
+    /// promoted, before its old primary was converted and synced) — nothing was written —
+    /// or not every attached replica acknowledged the
     /// commit within `redis.commit_wait_ms` (it is on the primary, and may still be
     /// delivered, or vanish if a replica is promoted).
     #[error("{}", not_replicated(*.replicas, *.acknowledged, *.written))]
     NotReplicated {
         /// Replicas attached to the primary when the commit ran (`written`), or the replicas
-        /// the leader's term counted (not `written`).
+        /// wanted: the leader's term counted them, or the sentinels know them alive (not
+        /// `written`).
         replicas: u32,
         /// Replicas that acknowledged it in time (`written`), or the replicas attached now.
         acknowledged: u32,
@@ -156,8 +159,9 @@ fn not_replicated(replicas: u32, acknowledged: u32, written: bool) -> String {
         )
     } else {
         format!(
-            "not replicated: the Redis primary has {acknowledged} replicas attached where the \
-             leader's term counted {replicas} (a failover under way?); nothing was written; retry"
+            "not replicated: the Redis primary has {acknowledged} replicas attached where \
+             {replicas} are wanted (the leader's term counted them, or the sentinels know them \
+             alive: a failover under way, or a replica not synced yet?); nothing was written; retry"
         )
     }
 }
