@@ -414,8 +414,9 @@ class Producer:
         status = _text(reply[0]) if reply else ""
         if status == "replica_lost":
             self._replicas = None
-            raise Unavailable("not replicated: the Redis primary lost a replica its leader's "
-                              "term counted (a failover under way?); nothing was written; retry",
+            raise Unavailable("not replicated: the Redis primary has fewer replicas attached "
+                              "than wanted (a failover under way, or a replica not synced "
+                              "yet?); nothing was written; retry",
                               code="not_replicated")
         if status == "ok":
             n = len(hooks)
