@@ -18,7 +18,7 @@ use ankusa::{Hook, Producer, Worker};
 use common::procs::{poll_until, spawn_worker};
 use common::{sha256_hex, test_config, Env, LIVENESS};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,7 @@ async fn ingest_loop(
     admins: Vec<String>,
     acked: Acked,
     stop: Arc<AtomicBool>,
+    tried: Arc<AtomicUsize>,
 ) -> (usize, usize, Duration) {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
@@ -86,6 +87,7 @@ async fn ingest_loop(
         let admin = &admins[n as usize % admins.len()];
         let body = format!("{{\"via\":\"ingest\",\"n\":{n}}}");
         n += 1;
+        tried.fetch_add(1, Ordering::SeqCst);
         let answer = http
             .post(format!("http://{admin}/v1/hooks/acme/src"))
             .header("content-type", "application/json")
@@ -196,7 +198,13 @@ async fn a_graceful_sentinel_failover_loses_nothing_acknowledged_and_repeats_no_
     }
     let stop = Arc::new(AtomicBool::new(false));
     let admins: Vec<String> = workers.iter().map(|w| w.admin.clone()).collect();
-    let ingest = tokio::spawn(ingest_loop(admins, acked.clone(), stop.clone()));
+    let tried = Arc::new(AtomicUsize::new(0));
+    let ingest = tokio::spawn(ingest_loop(
+        admins,
+        acked.clone(),
+        stop.clone(),
+        tried.clone(),
+    ));
     // The failover during the drain: a fifth of the rows delivered, most not yet.
     assert!(
         receiver
@@ -344,7 +352,13 @@ async fn a_new_primary_lost_before_its_old_primary_synced_loses_nothing_acknowle
     let acked: Acked = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let admins: Vec<String> = workers.iter().map(|w| w.admin.clone()).collect();
-    let ingest = tokio::spawn(ingest_loop(admins, acked.clone(), stop.clone()));
+    let tried = Arc::new(AtomicUsize::new(0));
+    let ingest = tokio::spawn(ingest_loop(
+        admins,
+        acked.clone(),
+        stop.clone(),
+        tried.clone(),
+    ));
     assert!(
         receiver.wait_until_async(LIVENESS, |r| r.len() >= 20).await,
         "delivery never got going; logs:\n{}",
@@ -377,7 +391,37 @@ async fn a_new_primary_lost_before_its_old_primary_synced_loses_nothing_acknowle
         .await,
         "the old primary was never converted into a replica"
     );
+    let acked_at_conversion = acked.lock().unwrap().len();
+    // The old primary is connected to the new one but waits for its first sync (`state=`
+    // `wait_bgsave`, which `connected_slaves` counts): the producer goes on posting for a
+    // while, longer than a lease renewal, before the new primary dies. Nothing it takes
+    // then may be acknowledged (a CI run lost 20 of 50 that way).
+    assert!(
+        poll_until(LIVENESS, || async {
+            d.servers()[new]
+                .cmd(&["INFO", "replication"])
+                .is_ok_and(|i| i.contains("state=wait_bgsave") || i.contains("state=send_bulk"))
+        })
+        .await,
+        "the old primary never connected to the new one"
+    );
+    let posted = tried.load(Ordering::SeqCst);
+    assert!(
+        poll_until(LIVENESS, || async {
+            tried.load(Ordering::SeqCst) >= posted + 40
+        })
+        .await,
+        "the producer stopped posting"
+    );
+    let acked_unsynced = acked.lock().unwrap().len() - acked_at_conversion;
+    assert!(
+        d.servers()[old]
+            .cmd(&["INFO", "replication"])
+            .is_ok_and(|i| i.contains("master_link_status:down")),
+        "the old primary synced before the new one was killed; the case was not played"
+    );
     let killed = d.kill_master().expect("kill the new primary");
+    let acked_at_kill = acked.lock().unwrap().len();
     assert_eq!(killed, new);
     assert_eq!(
         d.wait_failover(new).expect("the old primary is promoted"),
@@ -387,6 +431,16 @@ async fn a_new_primary_lost_before_its_old_primary_synced_loses_nothing_acknowle
         .expect("the killed primary comes back");
     // Posting goes on until commits are taken again on the old primary.
     let resumed = acked.lock().unwrap().len();
+    let acked_list = acked.lock().unwrap().clone();
+    let phase = |k: &(u64, String)| -> &'static str {
+        match acked_list.iter().position(|a| a == k).unwrap_or(usize::MAX) {
+            i if i < acked_at_promotion => "before the promotion",
+            i if i < acked_at_conversion => "on the new primary before the old one was converted",
+            i if i < acked_at_kill => "beside the old primary unsynced",
+            i if i < resumed => "between the kill and the restart",
+            _ => "after the restart",
+        }
+    };
     assert!(
         poll_until(LIVENESS, || async {
             acked.lock().unwrap().len() >= resumed + 20
@@ -417,15 +471,22 @@ async fn a_new_primary_lost_before_its_old_primary_synced_loses_nothing_acknowle
     .await;
     let got = delivered(&receiver);
     let lost: Vec<&(u64, String)> = want.iter().filter(|k| !got.contains(*k)).collect();
+    let mut by_phase: std::collections::BTreeMap<&str, usize> = Default::default();
+    for k in &lost {
+        *by_phase.entry(phase(k)).or_default() += 1;
+    }
     assert!(
         all && lost.is_empty(),
-        "{} of {} acknowledged hooks never arrived (e.g. {:?}); {} were acknowledged before \
-         the promotion; logs:\n{}",
+        "{} of {} acknowledged hooks never arrived (e.g. {:?}; acknowledged {:?}); logs:\n{}",
         lost.len(),
         want.len(),
         &lost[..lost.len().min(5)],
-        acked_at_promotion,
+        by_phase,
         logs()
+    );
+    assert_eq!(
+        acked_unsynced, 0,
+        "commits were acknowledged while the only replica was unsynced"
     );
     println!(
         "failover then the new primary lost before the old one synced: {ok} ingest POSTs \

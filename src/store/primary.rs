@@ -380,15 +380,11 @@ impl Store {
         }
     }
 
-    /// Replicas attached to the server this store reaches (`connected_slaves`).
+    /// Replicas attached and synced to the server this store reaches ([`online_replicas`]).
     async fn attached_replicas(&self) -> Result<usize, StoreError> {
         let cmd = CustomCommand::new_static("INFO", ClusterHash::Random, false);
         let info: String = self.client().custom(cmd, vec!["replication"]).await?;
-        Ok(info
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0))
+        Ok(online_replicas(&info))
     }
 
     /// Reconnect every connection of the pool: behind sentinels fred asks them for the
@@ -482,14 +478,29 @@ impl Store {
     }
 }
 
-/// Whether a sentinel's replica entry is up in its eyes: flags without `s_down`, `o_down`
-/// or `disconnected`.
+/// Whether a sentinel's replica entry is up in its eyes: flags without `s_down` or
+/// `o_down`. A `disconnected` entry counts: right after a failover the sentinel creates the
+/// entry of the old primary with its link not yet made, and a count that left it out
+/// would let the new primary acknowledge commits no replica holds (issue 24, seen in CI).
+/// Counting a replica that is really gone only refuses commits until the sentinel marks it
+/// `s_down` (`down-after-milliseconds`), the safe side.
 fn replica_alive(f: &std::collections::HashMap<String, String>) -> bool {
-    f.get("flags").is_some_and(|flags| {
-        !flags
-            .split(',')
-            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
-    })
+    f.get("flags")
+        .is_some_and(|flags| !flags.split(',').any(|f| matches!(f, "s_down" | "o_down")))
+}
+
+/// Replicas in `state=online` in an `INFO replication` answer: `connected_slaves` also
+/// counts a replica waiting for or receiving its first full sync, which holds nothing yet
+/// (the same count as `replication()` in `lua/prelude.lua`).
+fn online_replicas(info: &str) -> usize {
+    info.lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .filter(|(name, fields)| {
+            name.strip_prefix("slave")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                && fields.split(',').any(|f| f == "state=online")
+        })
+        .count()
 }
 
 /// The primary of the newest configuration among `(host:port, config-epoch)` answers (the
@@ -533,6 +544,29 @@ fn master_fields(v: Value) -> std::collections::HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_online_replicas_count_as_attached() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
+                    slave0:ip=127.0.0.1,port=7001,state=wait_bgsave,offset=0,lag=0\r\n\
+                    slave1:ip=127.0.0.1,port=7002,state=online,offset=42,lag=0\r\n\
+                    slave2:ip=127.0.0.1,port=7003,state=send_bulk,offset=0,lag=0\r\n\
+                    master_failover_state:no-failover\r\nmaster_replid:ab12\r\n";
+        assert_eq!(online_replicas(info), 1);
+        assert_eq!(online_replicas("role:master\r\nconnected_slaves:0\r\n"), 0);
+    }
+
+    #[test]
+    fn a_disconnected_replica_entry_counts_until_the_sentinel_thinks_it_down() {
+        let entry = |flags: &str| {
+            std::collections::HashMap::from([("flags".to_string(), flags.to_string())])
+        };
+        assert!(replica_alive(&entry("slave")));
+        assert!(replica_alive(&entry("slave,disconnected")));
+        assert!(!replica_alive(&entry("s_down,slave,disconnected")));
+        assert!(!replica_alive(&entry("slave,o_down")));
+        assert!(!replica_alive(&std::collections::HashMap::new()));
+    }
 
     #[test]
     fn a_sentinel_master_answer_reads_as_fields() {
