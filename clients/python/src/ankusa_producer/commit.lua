@@ -82,10 +82,16 @@ local K_REPLICATION = P .. 'replication'
 
 -- This server's attached replicas and replication id (`INFO replication`; a promotion or a
 -- restart gives a server a new replication id).
+-- Replicas are counted only once `online` (synced): `connected_slaves` also counts one that
+-- waits for or receives its first full sync, which holds none of what this server has; a
+-- commit acknowledged beside it only would be lost with this server (issue 24, CI).
 local function replication()
   local info = redis.call('INFO', 'replication')
-  return tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0,
-    string.match(info, 'master_replid:(%x+)') or ''
+  local online = 0
+  for state in string.gmatch(info, 'slave%d+:[^\r\n]*state=(%a+)') do
+    if state == 'online' then online = online + 1 end
+  end
+  return online, string.match(info, 'master_replid:(%x+)') or ''
 end
 
 -- A primary that has fewer replicas attached than when the term started has most likely
