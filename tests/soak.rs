@@ -675,6 +675,7 @@ fn monitor(
 
 /// Ignored in the plain suite; `.ci/run` runs it after the suite (docs/operations.md
 /// "At-least-once, in numbers").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "minutes of faults on both cores: .ci/run runs it after the suite (--ignored)"]
 async fn a_randomized_fault_soak_loses_nothing_acknowledged() {
     let (seed, secs) = seed_and_secs();
