@@ -634,3 +634,59 @@ async fn a_url_that_is_a_secret_reference_is_checked_after_resolution_at_attempt
     );
     worker.shutdown().await;
 }
+
+/// A tenant's own events URL (`tenants.<id>.events_url`) is posted under the same guard as
+/// its sinks: under the default config (no exemption) one on loopback is refused like a
+/// sink there — the event is counted `failed` and no request reaches it — while the event
+/// itself stays in the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
+    let (events, _) = receivers();
+    let events_url = format!("http://127.0.0.1:{}/events", events.port());
+    let env = Env::tuned(|c: &mut Config| c.http.allow_cidrs.clear()).await;
+    let store = unguarded_store(&env).await;
+    commit_to_each_form(&env, &store, &[("127.0.0.1:9".to_string(), "127.0.0.1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = env.config_file(&dir, |c| {
+        c.tenants.entry("acme".into()).or_default().events_url = Some(events_url);
+    });
+    let worker = spawn_worker(&config, &dir, "events", &[], &[]);
+    let failed = || async {
+        common::procs::metric(&worker.admin, "ankusa_tenant_events_total", &[])
+            .await
+            .unwrap_or(0.0)
+    };
+    assert!(
+        poll_until(LIVENESS, || async { failed().await >= 1.0 }).await,
+        "the tenant's event was never posted; log:\n{}",
+        worker.log_text()
+    );
+    let failed_n = common::procs::metric(
+        &worker.admin,
+        "ankusa_tenant_events_total",
+        &["result=\"failed\""],
+    )
+    .await;
+    assert_eq!(failed_n, Some(1.0), "log:\n{}", worker.log_text());
+    assert_eq!(
+        events.count(),
+        0,
+        "a request reached the tenant's events URL"
+    );
+    let kinds: Vec<String> = env
+        .store
+        .sink_events(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.iter().any(|k| k == "row_dead_lettered"), "{kinds:?}");
+    assert!(
+        worker
+            .log_text()
+            .contains("tenants.<id>.events_url refused the event"),
+        "the log says the event was refused; log:\n{}",
+        worker.log_text()
+    );
+}
