@@ -302,3 +302,207 @@ async fn a_tls_only_cluster_delivers_every_hook_over_rediss_cluster() {
     }
     worker.shutdown().await;
 }
+
+/// `redis-cli` over TLS verified by `pki`'s CA, to a server or sentinel on `port`.
+fn tls_cli(pki: &Pki, port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["--tls", "--cacert"])
+        .arg(&pki.ca)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A TLS-only sentinel (no plaintext port) monitoring `master` as `mymaster`, quorum 1,
+/// reaching the servers over TLS (`tls-replication yes`). Killed on drop.
+struct TlsSentinel {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsSentinel {
+    fn start(pki: &Pki, master: u16) -> TlsSentinel {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let conf = dir.path().join("sentinel.conf");
+        let p = |f: &Path| f.display().to_string();
+        std::fs::write(
+            &conf,
+            format!(
+                "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+                 tls-auth-clients no\ntls-replication yes\n\
+                 sentinel monitor mymaster 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds mymaster 2000\n",
+                dir = dir.path().display(),
+                cert = p(&pki.server_cert),
+                key = p(&pki.server_key),
+                ca = p(&pki.ca),
+            ),
+        )
+        .expect("sentinel.conf written");
+        let child = std::process::Command::new("redis-sentinel")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-sentinel starts");
+        TlsSentinel {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sentinel over TLS (`rediss-sentinel://`): a TLS-only primary and replica (replicating
+/// over TLS) and a TLS-only sentinel; the worker asks the sentinel for the primary over TLS,
+/// reaches it over TLS, and delivers every hook; the store reports the Sentinel topology.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_only_sentinel_set_delivers_every_hook_over_rediss_sentinel() {
+    let pki = Pki::new("ankusa sentinel CA");
+    let primary = pki.redis(false);
+    let replica = pki.redis(false);
+    tls_cli(
+        &pki,
+        primary.port(),
+        &["CONFIG", "SET", "tls-replication", "yes"],
+    );
+    tls_cli(
+        &pki,
+        replica.port(),
+        &["CONFIG", "SET", "tls-replication", "yes"],
+    );
+    tls_cli(
+        &pki,
+        replica.port(),
+        &["REPLICAOF", "127.0.0.1", &primary.port().to_string()],
+    );
+    let sentinel = TlsSentinel::start(&pki, primary.port());
+    // Until the sentinel has found the replica (through the primary's INFO, over TLS) and
+    // the replica is synced, commits are refused on purpose: wait for both.
+    let deadline = Instant::now() + LIVENESS;
+    loop {
+        let listed = std::process::Command::new("redis-cli")
+            .args(["--tls", "--cacert"])
+            .arg(&pki.ca)
+            .args(["-h", "127.0.0.1", "-p", &sentinel.port.to_string()])
+            .args(["SENTINEL", "REPLICAS", "mymaster"])
+            .output()
+            .is_ok_and(|o| {
+                String::from_utf8_lossy(&o.stdout).contains(&replica.port().to_string())
+            });
+        let synced =
+            tls_cli(&pki, primary.port(), &["INFO", "replication"]).contains("state=online");
+        if listed && synced {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sentinel never listed the synced replica"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!(
+        "rediss-sentinel://127.0.0.1:{}?sentinelServiceName=mymaster",
+        sentinel.port
+    );
+    let receiver = Receiver::start().expect("receiver");
+    let mut config = test_config(&url);
+    config.redis = pki.redis_config(&url, false);
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects through the TLS sentinel")
+        .with_edge(ankusa::testkit::loopback_edge());
+    assert_eq!(store.topology(), ankusa::store::Topology::Sentinel);
+    store
+        .put_source(
+            "acme",
+            "orders",
+            &SourceSpec {
+                sinks: vec![SinkEntry::http(&receiver.url("/sentinel"))],
+            },
+        )
+        .await
+        .expect("source stored");
+    let dir = tempfile::tempdir().unwrap();
+    let w = WorkerProcess::spawn(&config_file(dir.path(), &config), &dir, "w");
+    wait_ready(&w).await;
+    // Commits wait for the replica (`WAIT`) and are refused until the leader's first term
+    // wrote how many the sentinel knows: retry the refused ones, as a producer does.
+    let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
+    for i in 0..20 {
+        let hook = Hook::new(format!("{{\"n\":{i}}}"));
+        let deadline = Instant::now() + LIVENESS;
+        while let Err(e) = producer.commit("acme", "orders", hook.clone()).await {
+            assert!(
+                matches!(e, ankusa::store::CommitError::NotReplicated { .. })
+                    && Instant::now() < deadline,
+                "commit over TLS sentinel: {e}\n{}",
+                w.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert!(
+        receiver.wait_until_async(LIVENESS, |r| r.len() >= 20).await,
+        "delivered over TLS sentinel: {} of 20\n{}",
+        receiver.count_for("/sentinel"),
+        w.log_text()
+    );
+    assert_eq!(receiver.count_for("/sentinel"), 20);
+    // The replica holds them too: replicated over TLS.
+    assert!(
+        tls_cli(&pki, replica.port(), &["INFO", "replication"]).contains("master_link_status:up")
+    );
+
+    // A graceful failover over TLS: the worker learns it from the sentinel (over TLS),
+    // moves to the promoted replica, and the hooks committed after it are delivered too.
+    tls_cli(&pki, sentinel.port, &["SENTINEL", "FAILOVER", "mymaster"]);
+    let promoted = replica.port().to_string();
+    assert!(
+        common::procs::poll_until(LIVENESS, || async {
+            tls_cli(
+                &pki,
+                sentinel.port,
+                &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"],
+            )
+            .contains(&promoted)
+        })
+        .await,
+        "the sentinel never promoted the replica"
+    );
+    // Refused until the old primary is converted and synced (~15 s with Redis' defaults).
+    for i in 20..30 {
+        let hook = Hook::new(format!("{{\"n\":{i}}}"));
+        let deadline = Instant::now() + LIVENESS * 2;
+        while let Err(e) = producer.commit("acme", "orders", hook.clone()).await {
+            assert!(
+                Instant::now() < deadline,
+                "commit after the TLS failover: {e}\n{}",
+                w.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(
+        receiver.wait_until_async(LIVENESS, |r| r.len() >= 30).await,
+        "delivered after the TLS failover: {} of 30\n{}",
+        receiver.count_for("/sentinel"),
+        w.log_text()
+    );
+}
