@@ -292,7 +292,7 @@ fn the_readme_walk_delivers_every_hook_when_run_as_written() {
         }
     }
     assert!(
-        script.contains("ankusa receiver") && script.contains("kill %2 %1"),
+        script.contains("ankusa receiver") && script.contains("kill %2; wait %2"),
         "{script}"
     );
     let dir = tempfile::tempdir().unwrap();
