@@ -24,7 +24,11 @@
 --          A kept hook is indexed in `kept_index` and its body bytes move from the tenant's
 --          `tenant_bytes` to its `kept_bytes`; a deleted hook's leave `tenant_bytes`.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, processed (outcomes looked
---          at, from the first), µs this call took (Redis clock), claim-check refs…}
+--          at, from the first), µs this call took (Redis clock), m, then m hooks exhausted
+--          (their last row ended here, one or more of their rows dead-lettered) as 9 fields
+--          each: tenant, hook id, source, event type ('' none), rows dead-lettered, the
+--          first 256 bytes of the body, the entry index and module of the row that ended
+--          it, the time (ms, Redis clock); then claim-check refs…}
 --          (up to 100 refs in `blob_retain` whose retention is over: blobs for the caller
 --          to delete, R18; the `cc` of every hook this call deleted, and the refs a
 --          dead-letter purge left in `blob_gc`, go to `blob_retain` first)
@@ -108,9 +112,20 @@ local function release_lane(row, hint, tenant)
     released = released + 1
   end
 end
+-- Hooks whose last row this call ended, one of their rows dead-lettered (issue 28,
+-- `hook_exhausted`): {tenant, hook, source, event type, rows dead-lettered, body prefix,
+-- the entry index and module of the row that ended it, Redis' time in ms}.
+local exhausted = {}
+local function body_prefix(hook, hk)
+  local b = redis.pcall('GETRANGE', k_body(hook), 0, 255)
+  if type(b) == 'string' and b ~= '' then return b end
+  b = redis.pcall('HGET', hk, 'b')
+  if type(b) == 'string' then return string.sub(b, 1, 256) end
+  return ''
+end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z')
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z', 'et')
   if malformed(h) or not h[1] then
     release_lane(row, nil, tenant)
     return '', ''
@@ -130,6 +145,15 @@ local function finish_row(hook, idx, tenant, row, dead)
   if dead then
     dead_count = redis.pcall('HINCRBY', hk, 'd', 1)
     if malformed(dead_count) then return h[4] or '', h[5] or '' end
+  end
+  if left == 0 and dead_count > 0 then
+    local module, m_i = '', 0
+    for m in string.gmatch(h[5] or '', '[^,]+') do
+      if tostring(m_i) == idx then module = m end
+      m_i = m_i + 1
+    end
+    exhausted[#exhausted + 1] = {tenant, hook, h[4] or '', h[8] or '', dead_count,
+      body_prefix(hook, hk), idx or '', module, now}
   end
   if left <= 0 and dead_count == 0 then
     if h[6] then retain(h[6]) end
@@ -263,6 +287,9 @@ if #old > 0 then
   redis.call('ZREM', K_BLOB_RETAIN, unpack(old))
   for _, b in ipairs(old) do blobs[#blobs + 1] = b end
 end
-local out = {'ok', applied, skipped, released, processed, clock_us() - t0}
+local out = {'ok', applied, skipped, released, processed, clock_us() - t0, #exhausted}
+for _, e in ipairs(exhausted) do
+  for _, f in ipairs(e) do out[#out + 1] = f end
+end
 for _, b in ipairs(blobs) do out[#out + 1] = b end
 return out

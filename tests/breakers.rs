@@ -303,7 +303,11 @@ async fn breaker_transitions_and_dead_letters_are_operational_events() {
         }),
         ..env.http_sink("d")
     };
-    env.put_source("acme", "dead", vec![once]).await;
+    env.put_source("acme", "dead", vec![once.clone()]).await;
+    // One hook to two entries, one of which dead-letters it: exhausted once both ended.
+    env.put_source("acme", "mixed", vec![env.http_sink("m"), once])
+        .await;
+    env.commit_n("acme", "mixed", 1).await;
     env.commit_n("acme", "s", 5).await;
     let dead: Vec<u64> = {
         let hooks: Vec<ankusa::Hook> = (0..3)
@@ -328,7 +332,9 @@ async fn breaker_transitions_and_dead_letters_are_operational_events() {
         common::procs::poll_until(LIVENESS, || async {
             let evs = events().await;
             !of(&evs, "breaker_closed", "s").is_empty()
-                && env.store.totals().await.unwrap().dead_lettered == 3
+                && env.store.totals().await.unwrap().dead_lettered == 4
+                && of(&evs, "hook_exhausted", "dead").len() >= 3
+                && !of(&evs, "hook_exhausted", "mixed").is_empty()
         })
         .await,
         "events: {:#?}",
@@ -356,6 +362,44 @@ async fn breaker_transitions_and_dead_letters_are_operational_events() {
         .starts_with("{\"order\":"));
     assert_eq!((e.attempts, e.suppressed), (Some(1), Some(0)));
     assert!(e.reason.starts_with("max_attempts(http)"), "{:?}", e.reason);
+    // `hook_exhausted`: once per hook whose rows all ended with one dead-lettered — each
+    // of the three (their only row dead-lettered), none of the five hooks of `s`
+    // (delivered once the breaker closed).
+    let ex = of(&evs, "hook_exhausted", "dead");
+    let mut hooks: Vec<u64> = ex.iter().filter_map(|e| e.hook).collect();
+    hooks.sort_unstable();
+    let mut want = dead.clone();
+    want.sort_unstable();
+    assert_eq!(hooks, want, "one each: {evs:#?}");
+    for e in &ex {
+        assert_eq!(
+            (e.tenant.as_str(), e.sink, e.module.as_str()),
+            ("acme", 0, "http")
+        );
+        assert_eq!(e.event_type.as_deref(), Some("order.created"));
+        assert!(e
+            .body_prefix
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("{\"order\":"));
+        assert!(
+            e.reason.starts_with("1 row dead-lettered"),
+            "{:?}",
+            e.reason
+        );
+    }
+    assert!(of(&evs, "hook_exhausted", "s").is_empty(), "{evs:#?}");
+    let mixed = of(&evs, "hook_exhausted", "mixed");
+    assert_eq!(mixed.len(), 1, "{evs:#?}");
+    assert!(
+        mixed[0].reason.starts_with("1 row dead-lettered"),
+        "{mixed:?}"
+    );
+    assert_eq!(
+        env.receiver.count_for("m"),
+        1,
+        "the other entry delivered it"
+    );
     // Every event of the stream (all acme's) reached acme's events URL, signed, as it is in
     // the stream; beta's got nothing (the POSTs run in the background: wait for them).
     let posted = || {

@@ -2,7 +2,9 @@
 //! `breaker_opened` and `breaker_closed` on every transition of a sink key's breaker, and
 //! `row_dead_lettered` when a row is dead-lettered — at most one per sink key per
 //! [`DEAD_LETTER_EVENT_EVERY`], carrying how many more were since the last one, so a dead
-//! sink's backlog does not become one event per row. Each is appended to the partition's
+//! sink's backlog does not become one event per row; `hook_exhausted` once per hook whose
+//! last row ended with one or more of its rows dead-lettered (settle.lua reports it). Each
+//! is appended to the partition's
 //! `events` stream and POSTed to `operator.events_url` and to the tenant's own
 //! `tenants.<id>.events_url`, as the disable events are.
 
@@ -65,25 +67,63 @@ fn key_event(job: &Job, kind: &str, reason: String) -> SinkEvent {
     }
 }
 
-impl Session {
-    /// Append `event` to the `events` stream and POST it to `operator.events_url` and the
-    /// tenant's `tenants.<id>.events_url`, in the background; a failure is logged (an event is information, never a reason to stop).
-    pub(super) fn emit_event(&self, event: SinkEvent, kind: &'static str) {
-        metrics::counter!("ankusa_operational_events_total", "type" => kind).increment(1);
-        let (store, sinks) = (self.ctx.store.clone(), self.ctx.sinks.clone());
-        let cfg = self.cfg.clone();
-        tokio::spawn(async move {
-            match store
-                .append_event(&event, cfg.operator.events_max_len)
-                .await
-            {
-                Ok(id) => {
-                    let event = SinkEvent { id, ..event };
-                    policy::post_event(&sinks, &cfg, &event).await;
-                }
-                Err(e) => warn!(error = %e, kind, "could not append an operational event"),
+/// Append `event` to the `events` stream and POST it to `operator.events_url` and the
+/// tenant's `tenants.<id>.events_url`, in the background; a failure is logged (an event is
+/// information, never a reason to stop).
+pub(super) fn spawn_event(
+    store: Store,
+    sinks: Sinks,
+    cfg: Arc<crate::config::Config>,
+    event: SinkEvent,
+    kind: &'static str,
+) {
+    metrics::counter!("ankusa_operational_events_total", "type" => kind).increment(1);
+    tokio::spawn(async move {
+        match store
+            .append_event(&event, cfg.operator.events_max_len)
+            .await
+        {
+            Ok(id) => {
+                let event = SinkEvent { id, ..event };
+                policy::post_event(&sinks, &cfg, &event).await;
             }
-        });
+            Err(e) => warn!(error = %e, kind, "could not append an operational event"),
+        }
+    });
+}
+
+/// `hook_exhausted` for a hook whose every row has ended, not all delivered: one per hook,
+/// from the settle call that ended its last row.
+pub(super) fn exhausted_event(h: crate::store::ExhaustedHook) -> SinkEvent {
+    let rows = if h.dead_rows == 1 { "row" } else { "rows" };
+    SinkEvent {
+        kind: "hook_exhausted".into(),
+        reason: format!(
+            "{} {rows} dead-lettered; nothing more is attempted for the hook unless replayed",
+            h.dead_rows
+        ),
+        tenant: h.tenant,
+        source: h.source,
+        sink: h.sink,
+        module: h.module,
+        at_ms: h.at_ms,
+        hook: Some(h.hook),
+        event_type: h.event_type,
+        body_prefix: Some(h.body_prefix),
+        ..SinkEvent::default()
+    }
+}
+
+impl Session {
+    /// [`spawn_event`] with this session's store, sinks and config.
+    pub(super) fn emit_event(&self, event: SinkEvent, kind: &'static str) {
+        spawn_event(
+            self.ctx.store.clone(),
+            self.ctx.sinks.clone(),
+            self.cfg.clone(),
+            event,
+            kind,
+        );
     }
 
     /// `breaker_opened` or `breaker_closed` for `job`'s key.

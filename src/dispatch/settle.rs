@@ -27,6 +27,7 @@ impl Session {
         );
         let health = self.ctx.health.clone();
         let budget = Duration::from_millis(self.cfg.dispatch.script_budget_ms);
+        let (sinks, cfg) = (self.ctx.sinks.clone(), self.cfg.clone());
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
             let settled = store
@@ -50,8 +51,20 @@ impl Session {
                     skipped,
                     processed,
                     blobs: finished_blobs,
+                    exhausted,
                     ..
                 }) => {
+                    // Issue 28: a hook that will not be delivered everywhere, announced
+                    // once, by the call that ended its last row.
+                    for h in exhausted {
+                        events::spawn_event(
+                            store.clone(),
+                            sinks.clone(),
+                            cfg.clone(),
+                            events::exhausted_event(h),
+                            "hook_exhausted",
+                        );
+                    }
                     metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
                         .increment(applied);
                     // R18: the claim-check blobs of hooks this settle deleted.

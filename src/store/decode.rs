@@ -90,6 +90,16 @@ impl<'a> Reply<'a> {
             .ok_or_else(|| self.bad(i, "text"))
     }
 
+    /// The bytes at `i` as text, invalid UTF-8 replaced (empty when absent or not bytes):
+    /// for what a tenant or producer wrote, shown, never parsed.
+    pub(super) fn lossy(&self, i: usize) -> String {
+        self.v
+            .get(i)
+            .and_then(|x| x.as_bytes())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    }
+
     /// The fields from `i` on (none when the reply is shorter).
     pub(super) fn rest(&self, i: usize) -> &'a [Value] {
         &self.v[i.min(self.v.len())..]

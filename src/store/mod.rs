@@ -71,7 +71,7 @@ pub use partitions::{LiveWorker, WorkersSeen};
 pub use primary::{PrimaryCheck, SentinelView, REPLICA_ATTACH_GRACE, STALE_SENTINEL_GRACE};
 pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
-pub use settle::{Outcome, SettleOp, Settled};
+pub use settle::{ExhaustedHook, Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
 pub use tokens::StoredToken;
 pub use url::{Topology, UnsupportedUrl};

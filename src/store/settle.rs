@@ -66,6 +66,34 @@ pub struct Settled {
     pub script_us: u64,
     /// Claim-check references of the hooks the call deleted whose retention is over (R18).
     pub blobs: Vec<String>,
+    /// Hooks whose last row this call ended, one or more of their rows dead-lettered
+    /// (issue 28's `hook_exhausted`).
+    pub exhausted: Vec<ExhaustedHook>,
+}
+
+/// A hook whose every row has ended, not all of them delivered: nothing more will be
+/// attempted for it unless its dead letters are replayed ([`Settled::exhausted`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExhaustedHook {
+    /// Tenant id.
+    pub tenant: String,
+    /// Source id.
+    pub source: String,
+    /// Hook id.
+    pub hook: u64,
+    /// The producer's event type, if any.
+    pub event_type: Option<String>,
+    /// How many of its rows were dead-lettered (across replays).
+    pub dead_rows: u64,
+    /// The first 256 bytes of its body, invalid UTF-8 replaced (empty for a claim-checked
+    /// body kept outside Redis).
+    pub body_prefix: String,
+    /// The index of the sink entry whose row ended it last.
+    pub sink: u32,
+    /// That entry's module.
+    pub module: String,
+    /// When that row ended, Unix ms (Redis' clock).
+    pub at_ms: i64,
 }
 
 impl Store {
@@ -158,13 +186,44 @@ impl Store {
                         format!("{processed} outcomes processed of {}", outcomes.len()),
                     ));
                 }
-                let blobs = (6..v.len()).map(|i| r.text(i)).collect::<Result<_, _>>()?;
+                let m = r.count(6)? as usize;
+                let after = 7usize.saturating_add(m.saturating_mul(9));
+                if after > v.len() {
+                    return Err(StoreError::protocol(
+                        "settle",
+                        format!("{m} exhausted hooks announced, {} fields", v.len()),
+                    ));
+                }
+                let exhausted = (0..m)
+                    .map(|k| {
+                        let at = 7 + 9 * k;
+                        let hook = r.text(at + 1)?.parse().map_err(|_| {
+                            StoreError::protocol("settle", format!("field {}: a hook id", at + 1))
+                        })?;
+                        let event_type = Some(r.text(at + 3)?).filter(|t| !t.is_empty());
+                        Ok(ExhaustedHook {
+                            tenant: r.text(at)?,
+                            hook,
+                            source: r.text(at + 2)?,
+                            event_type,
+                            dead_rows: r.count(at + 4)?,
+                            body_prefix: r.lossy(at + 5),
+                            sink: r.text(at + 6)?.parse().unwrap_or(0),
+                            module: r.text(at + 7)?,
+                            at_ms: r.int(at + 8)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                let blobs = (after..v.len())
+                    .map(|i| r.text(i))
+                    .collect::<Result<_, _>>()?;
                 Ok(Settled {
                     applied: r.count(1)?,
                     skipped: r.count(2)?,
                     processed,
                     script_us: r.int(5)?.max(0) as u64,
                     blobs,
+                    exhausted,
                 })
             }
             "fenced" => Err(StoreError::Fenced),

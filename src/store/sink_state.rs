@@ -12,8 +12,8 @@ use crate::model::Disabled;
 pub struct SinkEvent {
     /// The stream entry id (`<ms>-<n>`), also the POST's `webhook-id`.
     pub id: String,
-    /// `sink_disabled`, `sink_enabled`, `breaker_opened`, `breaker_closed` or
-    /// `row_dead_lettered`.
+    /// `sink_disabled`, `sink_enabled`, `breaker_opened`, `breaker_closed`,
+    /// `row_dead_lettered` or `hook_exhausted`.
     #[serde(rename = "type")]
     pub kind: String,
     /// Tenant id.
@@ -29,17 +29,18 @@ pub struct SinkEvent {
     pub reason: String,
     /// When, Unix ms.
     pub at_ms: i64,
-    /// `row_dead_lettered`: the hook.
+    /// `row_dead_lettered`, `hook_exhausted`: the hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<u64>,
     /// `row_dead_lettered`: the attempts made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
-    /// `row_dead_lettered`: the hook's event type, if it has one.
+    /// `row_dead_lettered`, `hook_exhausted`: the hook's event type, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_type: Option<String>,
-    /// `row_dead_lettered`: the first 256 bytes of the hook's body as text (invalid UTF-8
-    /// replaced by U+FFFD). Content the producer sent: escape it where it is shown.
+    /// `row_dead_lettered`, `hook_exhausted`: the first 256 bytes of the hook's body as
+    /// text (invalid UTF-8 replaced by U+FFFD). Content the producer sent: escape it where
+    /// it is shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_prefix: Option<String>,
     /// `row_dead_lettered`: dead letters of the same sink entry since the previous such
