@@ -126,27 +126,12 @@ pub fn backoff(failures: u32) -> Duration {
 
 /// The headers of one broker message, as `(name, value)` pairs in the order sent: the
 /// producer's headers (string values, framing and `webhook-*`/`ankusa-*` names left out),
-/// then the delivery's own, which replace a producer header of the same name:
-/// `webhook-id` (the row's message id, the same on every attempt), `ankusa-delivery-id`,
-/// `ankusa-hook-id`, `ankusa-attempt`, `ankusa-tenant`, `ankusa-source`, and when set
-/// `ankusa-event-type` and `traceparent`. A header name must be 1..=255 bytes of visible
+/// then the delivery's own ([`super::delivery_headers`]), which replace a producer header
+/// of the same name. A header name must be 1..=255 bytes of visible
 /// ASCII without `:`, a value must hold no CR, LF or NUL: anything else fails the attempt
 /// for good (retrying cannot change the hook's headers).
 pub fn message_headers(d: &Delivery) -> Result<Vec<(String, String)>, AttemptError> {
-    let mut own: Vec<(&str, String)> = vec![
-        ("webhook-id", d.message_id.clone()),
-        ("ankusa-delivery-id", d.row.clone()),
-        ("ankusa-hook-id", d.hook.to_string()),
-        ("ankusa-attempt", d.attempt.to_string()),
-        ("ankusa-tenant", d.tenant.clone()),
-        ("ankusa-source", d.source.clone()),
-    ];
-    if let Some(et) = &d.event_type {
-        own.push((super::EVENT_TYPE_HEADER, et.clone()));
-    }
-    if let Some(tp) = &d.traceparent {
-        own.push(("traceparent", tp.clone()));
-    }
+    let own = super::delivery_headers(d);
     let mut out: Vec<(String, String)> = header_pairs(&d.headers)
         .into_iter()
         .filter(|(k, _)| {

@@ -288,6 +288,31 @@ pub struct Delivery {
 /// The header (HTTP) and message attribute (SQS, Pub/Sub) that carry a hook's event type.
 pub const EVENT_TYPE_HEADER: &str = "ankusa-event-type";
 
+/// The delivery's own headers, in the order sent, for the sinks that carry headers (http,
+/// RabbitMQ, NATS): `webhook-id` (the row's message id, the same on every attempt),
+/// `ankusa-delivery-id`, `ankusa-hook-id`, `ankusa-attempt`, `ankusa-tenant`,
+/// `ankusa-source`, and when set `ankusa-event-type` and `traceparent`. One list, so a
+/// header added here reaches every such sink (issue 30); each sink adds its own (http:
+/// `webhook-timestamp`, `webhook-signature`) and decides what a producer header of the same
+/// name becomes.
+pub fn delivery_headers(d: &Delivery) -> Vec<(&'static str, String)> {
+    let mut own = vec![
+        ("webhook-id", d.message_id.clone()),
+        ("ankusa-delivery-id", d.row.clone()),
+        ("ankusa-hook-id", d.hook.to_string()),
+        ("ankusa-attempt", d.attempt.to_string()),
+        ("ankusa-tenant", d.tenant.clone()),
+        ("ankusa-source", d.source.clone()),
+    ];
+    if let Some(et) = &d.event_type {
+        own.push((EVENT_TYPE_HEADER, et.clone()));
+    }
+    if let Some(tp) = &d.traceparent {
+        own.push(("traceparent", tp.clone()));
+    }
+    own
+}
+
 /// The `webhook-id` of a row: `msg_<space>_<row id>`, where `space` is the partition's
 /// message space (16 hex digits made at its first lease acquisition, and again when its data
 /// was wiped) and the row id is `<hook id>.<sink index>`. Hook ids are unique within a

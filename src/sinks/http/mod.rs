@@ -429,21 +429,8 @@ impl HttpSink {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let mut own = vec![
-            ("webhook-id", d.message_id.clone()),
-            ("webhook-timestamp", ts.to_string()),
-            ("ankusa-delivery-id", d.row.clone()),
-            ("ankusa-hook-id", d.hook.to_string()),
-            ("ankusa-attempt", d.attempt.to_string()),
-            ("ankusa-tenant", d.tenant.clone()),
-            ("ankusa-source", d.source.clone()),
-        ];
-        if let Some(et) = &d.event_type {
-            own.push((super::EVENT_TYPE_HEADER, et.clone()));
-        }
-        if let Some(tp) = &d.traceparent {
-            own.push(("traceparent", tp.clone()));
-        }
+        let mut own = super::delivery_headers(d);
+        own.insert(1, ("webhook-timestamp", ts.to_string()));
         if let Some(secrets) = &opts.signing_secret {
             let mut keys = Vec::with_capacity(secrets.as_slice().len());
             for s in secrets.as_slice() {
