@@ -656,9 +656,10 @@ async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
             .await
             .unwrap_or(0.0)
     };
+    // Two events: the row's `row_dead_lettered` and its hook's `hook_exhausted`.
     assert!(
-        poll_until(LIVENESS, || async { failed().await >= 1.0 }).await,
-        "the tenant's event was never posted; log:\n{}",
+        poll_until(LIVENESS, || async { failed().await >= 2.0 }).await,
+        "the tenant's events were never posted; log:\n{}",
         worker.log_text()
     );
     let failed_n = common::procs::metric(
@@ -667,7 +668,7 @@ async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
         &["result=\"failed\""],
     )
     .await;
-    assert_eq!(failed_n, Some(1.0), "log:\n{}", worker.log_text());
+    assert_eq!(failed_n, Some(2.0), "log:\n{}", worker.log_text());
     assert_eq!(
         events.count(),
         0,
@@ -682,6 +683,7 @@ async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
         .map(|e| e.kind)
         .collect();
     assert!(kinds.iter().any(|k| k == "row_dead_lettered"), "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "hook_exhausted"), "{kinds:?}");
     assert!(
         worker
             .log_text()
