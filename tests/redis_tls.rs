@@ -7,7 +7,7 @@ mod common;
 
 use ankusa::config::{Config, RedisConfig};
 use ankusa::model::{SinkEntry, SourceSpec};
-use ankusa::store::{Store, StoreError};
+use ankusa::store::{CommitError, Store, StoreError};
 use ankusa::testkit::{Receiver, RedisOptions, RedisServer, RedisTls};
 use ankusa::{Hook, Producer};
 use common::procs::{http, wait_exit, wait_ready};
@@ -369,6 +369,29 @@ impl Drop for TlsSentinel {
     }
 }
 
+/// Commit hooks `{"n":i}` for each `i` of `n` to `acme/orders` one by one, retrying an
+/// error `retry` accepts (as a producer does) for at most `within` per hook.
+async fn commit_retrying(
+    producer: &Producer,
+    n: std::ops::Range<u32>,
+    within: Duration,
+    retry: impl Fn(&CommitError) -> bool,
+    w: &WorkerProcess,
+) {
+    for i in n {
+        let hook = Hook::new(format!("{{\"n\":{i}}}"));
+        let deadline = Instant::now() + within;
+        while let Err(e) = producer.commit("acme", "orders", hook.clone()).await {
+            assert!(
+                retry(&e) && Instant::now() < deadline,
+                "commit {i} over the TLS sentinel set: {e}\n{}",
+                w.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Sentinel over TLS (`rediss-sentinel://`): a TLS-only primary and replica (replicating
 /// over TLS) and a TLS-only sentinel; the worker asks the sentinel for the primary over TLS,
 /// reaches it over TLS, and delivers every hook; the store reports the Sentinel topology.
@@ -445,19 +468,8 @@ async fn a_tls_only_sentinel_set_delivers_every_hook_over_rediss_sentinel() {
     // Commits wait for the replica (`WAIT`) and are refused until the leader's first term
     // wrote how many the sentinel knows: retry the refused ones, as a producer does.
     let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
-    for i in 0..20 {
-        let hook = Hook::new(format!("{{\"n\":{i}}}"));
-        let deadline = Instant::now() + LIVENESS;
-        while let Err(e) = producer.commit("acme", "orders", hook.clone()).await {
-            assert!(
-                matches!(e, ankusa::store::CommitError::NotReplicated { .. })
-                    && Instant::now() < deadline,
-                "commit over TLS sentinel: {e}\n{}",
-                w.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    let only_refusals = |e: &CommitError| matches!(e, CommitError::NotReplicated { .. });
+    commit_retrying(&producer, 0..20, LIVENESS, only_refusals, &w).await;
     assert!(
         receiver.wait_until_async(LIVENESS, |r| r.len() >= 20).await,
         "delivered over TLS sentinel: {} of 20\n{}",
@@ -487,18 +499,7 @@ async fn a_tls_only_sentinel_set_delivers_every_hook_over_rediss_sentinel() {
         "the sentinel never promoted the replica"
     );
     // Refused until the old primary is converted and synced (~15 s with Redis' defaults).
-    for i in 20..30 {
-        let hook = Hook::new(format!("{{\"n\":{i}}}"));
-        let deadline = Instant::now() + LIVENESS * 2;
-        while let Err(e) = producer.commit("acme", "orders", hook.clone()).await {
-            assert!(
-                Instant::now() < deadline,
-                "commit after the TLS failover: {e}\n{}",
-                w.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    commit_retrying(&producer, 20..30, LIVENESS * 2, |_| true, &w).await;
     assert!(
         receiver.wait_until_async(LIVENESS, |r| r.len() >= 30).await,
         "delivered after the TLS failover: {} of 30\n{}",
