@@ -354,12 +354,15 @@ async fn breaker_transitions_and_dead_letters_are_operational_events() {
     assert_eq!(dl.len(), 1, "one per entry per minute: {evs:#?}");
     let e = &dl[0];
     assert!(dead.contains(&e.hook.expect("hook")), "{e:?}");
-    assert_eq!(e.event_type.as_deref(), Some("order.created"));
-    assert!(e
-        .body_prefix
-        .as_deref()
-        .unwrap_or("")
-        .starts_with("{\"order\":"));
+    // An event about one of the dead hooks names it: its event type and body's start.
+    let names_the_order = |e: &ankusa::store::SinkEvent| {
+        e.event_type.as_deref() == Some("order.created")
+            && e.body_prefix
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("{\"order\":")
+    };
+    assert!(names_the_order(e), "{e:?}");
     assert_eq!((e.attempts, e.suppressed), (Some(1), Some(0)));
     assert!(e.reason.starts_with("max_attempts(http)"), "{:?}", e.reason);
     // `hook_exhausted`: once per hook whose rows all ended with one dead-lettered — each
@@ -376,12 +379,7 @@ async fn breaker_transitions_and_dead_letters_are_operational_events() {
             (e.tenant.as_str(), e.sink, e.module.as_str()),
             ("acme", 0, "http")
         );
-        assert_eq!(e.event_type.as_deref(), Some("order.created"));
-        assert!(e
-            .body_prefix
-            .as_deref()
-            .unwrap_or("")
-            .starts_with("{\"order\":"));
+        assert!(names_the_order(e), "{e:?}");
         assert!(
             e.reason.starts_with("1 row dead-lettered"),
             "{:?}",

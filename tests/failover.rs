@@ -122,6 +122,34 @@ async fn ingest_loop(
     (ok, refused, gap.max(last_ok.elapsed()))
 }
 
+/// [`ingest_loop`] running in the background over some workers' admin listeners.
+struct Ingest {
+    /// Its answer: POSTs acknowledged, refused, the longest gap between two 202s.
+    handle: tokio::task::JoinHandle<(usize, usize, Duration)>,
+    /// Set to stop it.
+    stop: Arc<AtomicBool>,
+    /// POSTs it tried so far.
+    tried: Arc<AtomicUsize>,
+}
+
+/// Start [`ingest_loop`] over `workers`, recording acknowledged hooks in `acked`.
+fn start_ingest(workers: &[common::WorkerProcess], acked: &Acked) -> Ingest {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tried = Arc::new(AtomicUsize::new(0));
+    let admins: Vec<String> = workers.iter().map(|w| w.admin.clone()).collect();
+    let handle = tokio::spawn(ingest_loop(
+        admins,
+        acked.clone(),
+        stop.clone(),
+        tried.clone(),
+    ));
+    Ingest {
+        handle,
+        stop,
+        tried,
+    }
+}
+
 /// The case: hooks committed and draining to two slow sinks, a producer POSTing to
 /// ingest every 20 ms, `SENTINEL FAILOVER` during the drain. Every acknowledged hook (an Ok
 /// from the Rust producer, a 202 from ingest) reaches both sinks with its own body; no hook
@@ -196,15 +224,11 @@ async fn a_graceful_sentinel_failover_loses_nothing_acknowledged_and_repeats_no_
             a.push((receipt.first_hook + i as u64, sha256_hex(&h.body)));
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let admins: Vec<String> = workers.iter().map(|w| w.admin.clone()).collect();
-    let tried = Arc::new(AtomicUsize::new(0));
-    let ingest = tokio::spawn(ingest_loop(
-        admins,
-        acked.clone(),
-        stop.clone(),
-        tried.clone(),
-    ));
+    let Ingest {
+        handle: ingest,
+        stop,
+        ..
+    } = start_ingest(&workers, &acked);
     // The failover during the drain: a fifth of the rows delivered, most not yet.
     assert!(
         receiver
@@ -350,15 +374,11 @@ async fn a_new_primary_lost_before_its_old_primary_synced_loses_nothing_acknowle
     ];
     let logs = || format!("{}\n{}", workers[0].log_text(), workers[1].log_text());
     let acked: Acked = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let admins: Vec<String> = workers.iter().map(|w| w.admin.clone()).collect();
-    let tried = Arc::new(AtomicUsize::new(0));
-    let ingest = tokio::spawn(ingest_loop(
-        admins,
-        acked.clone(),
-        stop.clone(),
-        tried.clone(),
-    ));
+    let Ingest {
+        handle: ingest,
+        stop,
+        tried,
+    } = start_ingest(&workers, &acked);
     assert!(
         receiver.wait_until_async(LIVENESS, |r| r.len() >= 20).await,
         "delivery never got going; logs:\n{}",
