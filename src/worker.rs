@@ -224,6 +224,16 @@ impl Worker {
     }
 }
 
+/// Dropping a worker that was not [`Worker::shutdown`] stops it as [`Worker::abort`] does:
+/// otherwise its background tasks would outlive the handle and keep leading, and keep
+/// reconnecting to its Redis address, with nothing left to stop them.
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        self.abort();
+    }
+}
+
 /// Validates `config`, connects, refuses an evicting Redis (unless `redis.allow_evicting`) and
 /// checks the instance's partition count.
 async fn connect(config: &Config) -> Result<Store, Error> {

@@ -519,7 +519,7 @@ async fn tokens_are_minted_listed_and_revoked_by_cli_and_api_and_redis_keeps_onl
         }
         let record = w.env.redis_cmd(&[
             "HGET",
-            &format!("ankusa:{{test}}:token:{}", &secret[4..20]),
+            &w.env.instance_key(&format!("token:{}", &secret[4..20])),
             "h",
         ]);
         assert_eq!(record, ankusa::tokens::digest(secret));

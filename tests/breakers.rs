@@ -49,7 +49,7 @@ async fn three_failures_open_the_breaker_and_one_probe_closes_it(partitions: u32
     env.http_source("acme", "s", &["e"]).await;
     env.http_source(&other, "s", &["f"]).await;
     env.commit_n("acme", "s", 10).await;
-    let breakers = |n: u32| format!("ankusa:{{test.p{n}}}:breakers");
+    let breakers = |n: u32| env.part_key(n, "breakers");
     let worker = env.worker().await;
     common::procs::eventually("acme's breaker is open", LIVENESS, || async {
         let v = env.redis_cmd(&["HVALS", &breakers(home)]);
@@ -147,10 +147,10 @@ async fn breaker_reopens_for_twice_as_long_after_a_failed_probe_up_to_the_maximu
     // Parked rows keep their attempt count: every row attempted at most as often as requests.
     let mut attempts = 0;
     for id in env
-        .redis_cmd(&["ZRANGE", "ankusa:{test.p0}:due:acme", "0", "-1"])
+        .redis_cmd(&["ZRANGE", &env.key("due:acme"), "0", "-1"])
         .lines()
     {
-        let a = env.redis_cmd(&["HGET", &format!("ankusa:{{test.p0}}:row:{id}"), "a"]);
+        let a = env.redis_cmd(&["HGET", &env.key(&format!("row:{id}")), "a"]);
         attempts += a.parse::<usize>().unwrap_or(0);
     }
     assert!(

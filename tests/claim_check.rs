@@ -174,7 +174,7 @@ async fn a_2_mib_body_is_uploaded_once_for_three_sinks_and_their_retries_and_rea
     // message still on a queue resolves.
     let key = read[0]["key"].as_str().unwrap().to_string();
     assert_eq!(
-        env.redis_cmd(&["EXISTS", &format!("ankusa:{{test.p0}}:hook:{hook}")]),
+        env.redis_cmd(&["EXISTS", &env.key(&format!("hook:{hook}"))]),
         "0"
     );
     assert_eq!(env.redis_cmd(&["ZCARD", &env.key("blob_retain")]), "1");

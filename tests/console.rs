@@ -623,7 +623,7 @@ async fn evil_site(target: &str) -> String {
          <input name=confirm value=purge><input name=csrf value=guess>\
          <button type=submit>win a prize</button></form>"
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = common::tokio_listener();
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().route(
         "/",

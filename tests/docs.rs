@@ -260,10 +260,7 @@ fn anchors_are_made_as_github_makes_them() {
 
 /// A free loopback port (bound, then released).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    ankusa::testkit::free_port().expect("a free port")
 }
 
 /// The README's "Running it for real" walk, run as a user would type it, with its ports

@@ -320,7 +320,7 @@ async fn ambient_credentials_are_refused_for_a_tenant_without_the_grant() {
 /// A raw HTTP server answering every request `status` with an endless chunked body, counting
 /// requests; the body is written until the client goes away.
 fn endless_server(status: u16) -> (u16, Arc<AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = ankusa::testkit::listen_loopback().unwrap();
     let port = listener.local_addr().unwrap().port();
     let served = Arc::new(AtomicUsize::new(0));
     let counter = served.clone();

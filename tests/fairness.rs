@@ -60,10 +60,7 @@ async fn small_tenants_are_claimed_in_the_first_scans_despite_a_huge_backlog() {
         "scan 2: {:?}",
         per_scan[1]
     );
-    assert_eq!(
-        env.redis_cmd(&["ZCARD", "ankusa:{test.p0}:claimed"]),
-        "1500"
-    );
+    assert_eq!(env.redis_cmd(&["ZCARD", &env.key("claimed")]), "1500");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +128,7 @@ async fn a_tenant_whose_sink_hangs_holds_only_its_window_and_others_are_delivere
         ok,
         "the other tenants' 600 rows are delivered while one tenant hangs"
     );
-    let claimed = env.redis_cmd(&["ZRANGE", "ankusa:{test.p0}:claimed", "0", "-1"]);
+    let claimed = env.redis_cmd(&["ZRANGE", &env.key("claimed"), "0", "-1"]);
     let stuck = claimed.lines().filter(|m| m.starts_with("stuck/")).count();
     assert!(
         stuck <= 40,

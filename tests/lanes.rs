@@ -118,10 +118,7 @@ async fn each_lane_delivers_in_commit_order_while_a_fifth_of_first_attempts_fail
     // Lanes progress in parallel: the receiver saw more than one lane in flight at once.
     assert!(env.receiver.max_concurrency("o") > 1);
     worker.tick().await.unwrap();
-    assert_eq!(
-        env.redis_cmd(&["GET", "ankusa:{test.p0}:lane_members"]),
-        "0"
-    );
+    assert_eq!(env.redis_cmd(&["GET", &env.key("lane_members")]), "0");
     worker.shutdown().await;
 }
 
@@ -255,7 +252,7 @@ async fn the_sweep_heals_a_lane_whose_head_row_vanished() {
     // Delete the head's due entry behind the scheduler's back: the lane has a head pointer
     // to a row that is nowhere, and two members waiting.
     assert_eq!(
-        env.redis_cmd(&["ZREM", "ankusa:{test.p0}:due:acme", &format!("{head}.0")]),
+        env.redis_cmd(&["ZREM", &env.key("due:acme"), &format!("{head}.0")]),
         "1"
     );
     let worker = env.worker().await;
@@ -272,10 +269,7 @@ async fn the_sweep_heals_a_lane_whose_head_row_vanished() {
         .map(|r| hooks[&r.header("ankusa-hook-id").unwrap().parse::<u64>().unwrap()].1)
         .collect();
     assert_eq!(order, [1, 2]);
-    assert_eq!(
-        env.redis_cmd(&["GET", "ankusa:{test.p0}:lane_members"]),
-        "0"
-    );
+    assert_eq!(env.redis_cmd(&["GET", &env.key("lane_members")]), "0");
     worker.shutdown().await;
 }
 
@@ -337,7 +331,7 @@ async fn awkward_lane_keys_never_collide_and_all_deliver_in_order() {
     let all = env.redis_cmd(&["KEYS", "*"]);
     assert!(
         all.lines()
-            .all(|k| k.starts_with("ankusa:{test.p0}:") || k.starts_with("ankusa:{test}:")),
+            .all(|k| k.starts_with(&env.key("")) || k.starts_with(&env.instance_key(""))),
         "{all}"
     );
     worker.shutdown().await;

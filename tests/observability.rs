@@ -700,7 +700,7 @@ async fn every_metric_in_the_dashboards_and_alert_rules_is_exported_by_a_running
     assert!(missing.is_empty(), "used but not exported by a running worker (rename? typo? a histogram without _bucket?):\n{missing:#?}\n\n/metrics:\n{}", s.text);
 
     // The numbers are the user's: what was committed, delivered and dead-lettered.
-    let labels = [("ankusa_instance", "test")];
+    let labels = [("ankusa_instance", r.env.config.instance.as_str())];
     assert_eq!(
         s.value("ankusa_commits_total", &labels),
         Some(HOOKS as f64),
@@ -790,7 +790,7 @@ async fn every_metric_in_the_dashboards_and_alert_rules_is_exported_by_a_running
     // Every series names the instance (R29) under a label Prometheus will not rename.
     for l in s.text.lines().filter(|l| l.starts_with("ankusa_")) {
         assert!(
-            l.contains("ankusa_instance=\"test\""),
+            l.contains(&format!("ankusa_instance=\"{}\"", r.env.config.instance)),
             "series without the instance label: {l}"
         );
         assert!(
@@ -939,7 +939,11 @@ async fn a_real_prometheus_scrapes_the_worker_with_the_compose_config_and_every_
         p.log_text()
     );
     let delivered = poll(LIVENESS, || async {
-        let v = p.query(&r.http, r#"ankusa_deliveries_total{job="ankusa", ankusa_instance="test", outcome="delivered"}"#).await;
+        let q = format!(
+            r#"ankusa_deliveries_total{{job="ankusa", ankusa_instance="{}", outcome="delivered"}}"#,
+            r.env.config.instance
+        );
+        let v = p.query(&r.http, &q).await;
         (v["data"]["result"][0]["value"][1] == "3").then_some(v)
     })
     .await;
@@ -976,7 +980,7 @@ async fn a_real_prometheus_scrapes_the_worker_with_the_compose_config_and_every_
             if !e.starts_with("label_values(") {
                 exprs.push((
                     at,
-                    e.replace("$ankusa_instance", "test")
+                    e.replace("$ankusa_instance", &r.env.config.instance)
                         .replace("$__rate_interval", "1m"),
                 ));
             }
@@ -1014,7 +1018,7 @@ async fn a_real_prometheus_scrapes_the_worker_with_the_compose_config_and_every_
         .await;
     assert_eq!(
         values["data"],
-        serde_json::json!(["test"]),
+        serde_json::json!([r.env.config.instance]),
         "the instance variable's values"
     );
     drop(r);

@@ -101,7 +101,7 @@ async fn three_workers_share_four_partitions_and_a_killed_one_moves_only_its_own
     // Sources and hooks live in their tenant's partition.
     for t in &tenants {
         let n = partition_of(t, P);
-        let key = format!("ankusa:{{test.p{n}}}:source:{t}:s");
+        let key = env.part_key(n, &format!("source:{t}:s"));
         assert_eq!(env.redis_cmd(&["EXISTS", &key]), "1", "{key}");
     }
     commit_round(&env, &tenants, 200).await;
@@ -232,7 +232,7 @@ async fn a_worker_with_another_partition_count_is_refused_with_the_way_to_change
     let env = Env::tuned(four).await;
     let first = start(&env, "w").await;
     assert_eq!(
-        env.redis_cmd(&["GET", "ankusa:{test}:partitions"]),
+        env.redis_cmd(&["GET", &env.instance_key("partitions")]),
         P.to_string()
     );
     let mut other = env.config.clone();
@@ -373,12 +373,7 @@ async fn a_hanging_tenant_holds_only_its_window_while_one_worker_leads_four_part
         "the other tenants' {want} rows are delivered while one hangs"
     );
     let n = partition_of("stuck", P);
-    let claimed = env.redis_cmd(&[
-        "ZRANGE",
-        &format!("ankusa:{{test.p{n}}}:claimed"),
-        "0",
-        "-1",
-    ]);
+    let claimed = env.redis_cmd(&["ZRANGE", &env.part_key(n, "claimed"), "0", "-1"]);
     let stuck = claimed.lines().filter(|m| m.starts_with("stuck/")).count();
     assert!(
         stuck <= 40,
@@ -529,7 +524,7 @@ async fn the_cli_routes_by_tenant_and_refuses_another_partition_count() {
     worker.tick().await.expect("idle");
     assert_eq!(env.receiver.count_for("in"), 1);
     let n = partition_of(tenant, P);
-    let stats = env.redis_cmd(&["HGET", &format!("ankusa:{{test.p{n}}}:stats"), "committed"]);
+    let stats = env.redis_cmd(&["HGET", &env.part_key(n, "stats"), "committed"]);
     assert_eq!(stats, "1", "the hook went to its tenant's partition");
     let out = cli(&env, 2, &["stats"], b"");
     assert_eq!(out.status.code(), Some(2));
@@ -551,16 +546,12 @@ fn old_put_source(env: &Env, tenant: &str, source: &str, paths: &[&str]) {
         sinks: paths.iter().map(|p| env.http_sink(p)).collect(),
     };
     let json = serde_json::to_string(&spec).expect("spec JSON");
-    let key = format!("ankusa:{{test.p0}}:source:{tenant}:{source}");
+    let key = env.key(&format!("source:{tenant}:{source}"));
     let modules = vec!["http"; paths.len()].join(",");
     env.redis_cmd(&[
         "HSET", &key, "spec", &json, "modules", &modules, "version", "1",
     ]);
-    env.redis_cmd(&[
-        "SADD",
-        "ankusa:{test.p0}:sources",
-        &format!("{tenant}/{source}"),
-    ]);
+    env.redis_cmd(&["SADD", &env.key("sources"), &format!("{tenant}/{source}")]);
 }
 
 /// `n` hooks committed to `tenant/source` by EVAL of the pre-partition script, with the
@@ -573,12 +564,13 @@ fn old_commit(env: &Env, tenant: &str, source: &str, n: usize) -> Vec<u64> {
     let bodies: Vec<String> = (0..n)
         .map(|i| format!("{{\"old\":true,\"tenant\":\"{tenant}\",\"n\":{i}}}"))
         .collect();
+    let (lease, prefix) = (env.key("lease"), env.key(""));
     let mut args = vec![
         "EVAL",
         PRE_PARTITION_COMMIT,
         "1",
-        "ankusa:{test.p0}:lease",
-        "ankusa:{test.p0}:",
+        &lease,
+        &prefix,
         tenant,
         source,
         &max,
@@ -614,7 +606,7 @@ async fn p1_data_committed_by_the_binary_before_partitions_is_delivered_once() {
     }
     assert_eq!(old.first(), Some(&1), "ids start at 1 as before partitions");
     assert_eq!(
-        env.redis_cmd(&["EXISTS", "ankusa:{test}:partitions"]),
+        env.redis_cmd(&["EXISTS", &env.instance_key("partitions")]),
         "0",
         "the old binary recorded no partition count"
     );
@@ -623,7 +615,7 @@ async fn p1_data_committed_by_the_binary_before_partitions_is_delivered_once() {
     let worker = start(&env, "new").await;
     env.drain(&worker).await;
     assert_eq!(
-        env.redis_cmd(&["GET", "ankusa:{test}:partitions"]),
+        env.redis_cmd(&["GET", &env.instance_key("partitions")]),
         "1",
         "recorded at first start"
     );

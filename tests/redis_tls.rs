@@ -327,10 +327,7 @@ struct TlsSentinel {
 impl TlsSentinel {
     fn start(pki: &Pki, master: u16) -> TlsSentinel {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = ankusa::testkit::free_port().expect("a free port");
         let conf = dir.path().join("sentinel.conf");
         let p = |f: &Path| f.display().to_string();
         std::fs::write(

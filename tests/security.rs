@@ -384,7 +384,7 @@ async fn a_host_name_resolving_to_a_blocked_address_is_refused_at_attempt_time()
 /// A raw HTTP server answering every request `200` with `body`, counting requests; the body
 /// is written until done or until the client goes away.
 fn hostile_server(kind: &'static str) -> (u16, Arc<AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = ankusa::testkit::listen_loopback().unwrap();
     let port = listener.local_addr().unwrap().port();
     let served = Arc::new(AtomicUsize::new(0));
     let counter = served.clone();
@@ -692,3 +692,4 @@ async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
         worker.log_text()
     );
 }
+

@@ -64,7 +64,7 @@ impl Collector {
                 )
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = common::tokio_listener();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -589,7 +589,7 @@ async fn hooks_show_never_shows_another_tenants_hook_or_attempts() {
     }
     // Once the kept hook is gone, only the attempt history names it: still not globex's.
     assert_eq!(
-        env.redis_cmd(&["DEL", &format!("ankusa:{{test.p0}}:kept:{hook}")]),
+        env.redis_cmd(&["DEL", &env.key(&format!("kept:{hook}"))]),
         "1"
     );
     let (code, out, err) = ankusa(&env, &["hooks", "show", "globex", &hook.to_string()]).await;
@@ -660,7 +660,7 @@ async fn resend_of_many_hooks_reports_each_and_is_paced_by_pressure() {
     .await;
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("paused"), "{err}");
-    let due = env.redis_cmd(&["ZCARD", "ankusa:{test.p0}:due:acme"]);
+    let due = env.redis_cmd(&["ZCARD", &env.key("due:acme")]);
     assert_eq!(due, "1", "only the first hook was resent before the pause");
 }
 

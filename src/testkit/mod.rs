@@ -18,7 +18,7 @@ pub mod sentinel;
 
 pub use cluster::RedisCluster;
 pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
-pub use redis::{RedisOptions, RedisServer, RedisTls};
+pub use redis::{free_port, listen_loopback, RedisOptions, RedisServer, RedisTls};
 pub use sentinel::RedisSentinel;
 
 /// The loopback blocks the tests, the demo and the bench exempt from the SSRF guard

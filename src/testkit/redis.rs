@@ -415,15 +415,49 @@ pub(super) fn find_tool(path: Option<&OsStr>, name: &str) -> Option<PathBuf> {
         })
 }
 
-/// A loopback port that was free a moment ago: bind port 0, read the port, release it.
-/// Another process may take it before Redis binds; the caller retries with a new one.
-pub(super) fn free_port() -> Result<u16, TestkitError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(TestkitError::io("bind a free loopback port"))?;
+/// A loopback port that was free a moment ago and that no earlier call in this process
+/// handed out: bind port 0, read the port, release it. Another process may take it before
+/// the caller binds (the caller retries with a new one).
+///
+/// Why never twice: tests of one binary run side by side, and a port one test freed (its
+/// Redis killed, a port it meant to stay closed) must not become another test's server,
+/// or the first test's clients and workers — which keep reconnecting — would reach it.
+pub fn free_port() -> Result<u16, TestkitError> {
+    let listener = listen_loopback().map_err(TestkitError::io("bind a free loopback port"))?;
     let addr = listener
         .local_addr()
         .map_err(TestkitError::io("read a bound port"))?;
     Ok(addr.port())
+}
+
+/// A listener on `127.0.0.1` at a port no earlier call of this or [`free_port`] in this
+/// process got, so a test's server never takes a port another test of the same binary
+/// used before (see [`free_port`]).
+///
+/// # Errors
+/// The bind's error; `AddrNotAvailable` when 1 000 binds in a row gave used ports.
+pub fn listen_loopback() -> std::io::Result<TcpListener> {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    // The kernel may give back a port released a moment ago: try another while it does.
+    let mut held = Vec::new();
+    for _ in 0..1_000 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let port = listener.local_addr()?.port();
+        let fresh = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(port);
+        if fresh {
+            return Ok(listener);
+        }
+        // Held until we return, so the next bind cannot give the same port again.
+        held.push(listener);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        "1 000 loopback ports in a row were handed out before in this process",
+    ))
 }
 
 /// Make the process `command` spawns get SIGTERM when the thread that spawned it ends

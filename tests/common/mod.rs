@@ -48,6 +48,16 @@ pub fn test_config(url: &str) -> Config {
     c
 }
 
+/// An instance name no other `Env` of this test process uses (`t<pid>-<n>`), so two tests
+/// that ever met on one `redis-server` (a port freed by one and taken by the other, a worker
+/// left running past its test) could not read, claim or overwrite each other's keys: every
+/// key of an instance carries its name.
+pub fn unique_instance() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("t{}-{n}", std::process::id())
+}
+
 impl Env {
     /// A fresh world with default options.
     pub async fn new() -> Env {
@@ -63,6 +73,7 @@ impl Env {
         })
         .expect("receiver starts");
         let mut config = test_config(&redis.url());
+        config.instance = unique_instance();
         tune(&mut config);
         config.validate().expect("test config is valid");
         let store = Store::connect(&redis.url(), &config.instance, 5_000)
@@ -83,6 +94,19 @@ impl Env {
     /// A fresh world with default Redis options; `tune` adjusts the workers' config.
     pub async fn tuned(tune: impl FnOnce(&mut Config)) -> Env {
         Env::with(RedisOptions::default(), tune).await
+    }
+
+    /// The Redis key `rest` of partition `partition` of this env's instance, e.g.
+    /// `part_key(1, "due:acme")` is `ankusa:{<instance>.p1}:due:acme`.
+    pub fn part_key(&self, partition: u32, rest: &str) -> String {
+        let ks = ankusa::keyspace::Keyspace::new(&self.config.instance, partition);
+        format!("{}{rest}", ks.prefix())
+    }
+
+    /// The instance-wide Redis key `rest` (outside every partition), e.g.
+    /// `instance_key("partitions")` is `ankusa:{<instance>}:partitions`.
+    pub fn instance_key(&self, rest: &str) -> String {
+        format!("ankusa:{{{}}}:{rest}", self.config.instance)
     }
 
     /// Start an in-process worker with this env's config.
@@ -265,13 +289,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// A free loopback port (bind 0, read, release).
+/// A free loopback port no other test of this process had (bind 0, read, release).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    ankusa::testkit::free_port().expect("a free port")
+}
+
+/// A tokio listener on a loopback port no other test of this process had
+/// ([`ankusa::testkit::listen_loopback`]); call it inside a runtime.
+pub fn tokio_listener() -> tokio::net::TcpListener {
+    let listener = ankusa::testkit::listen_loopback()
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .expect("a loopback listener");
+    tokio::net::TcpListener::from_std(listener).expect("inside a tokio runtime")
 }
 
 /// Make a child process `cmd` spawns die with the test: it gets SIGKILL when the thread

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 /// A rule: lose the reply of every `every`-th command containing `needle`, `times` times.
@@ -56,7 +56,7 @@ impl Drop for Proxy {
 impl Proxy {
     /// Listen on a free loopback port and forward to `upstream`.
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
+        let listener = super::tokio_listener();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::default());
         let (reset, _) = watch::channel(0u64);

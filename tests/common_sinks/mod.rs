@@ -29,11 +29,7 @@ pub const KEY: &str = "testing";
 pub const REGION: &str = "us-east-1";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    ankusa::testkit::free_port().expect("a free port")
 }
 
 async fn wait_http(url: &str, what: &str, child: &mut Child) {
@@ -350,7 +346,12 @@ impl Proxy {
             upstream: upstream.trim_end_matches('/').to_string(),
             ..Default::default()
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::from_std(
+            ankusa::testkit::listen_loopback()
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .expect("a loopback listener"),
+        )
+        .unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())

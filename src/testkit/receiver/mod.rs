@@ -257,7 +257,13 @@ impl Receiver {
     pub fn bind(addr: SocketAddr, options: ReceiverOptions) -> Result<Receiver, TestkitError> {
         // Bound before the runtime exists: a runtime dropped on an error path inside an async
         // caller (the CLI's `ankusa receiver`) would panic.
-        let listener = std::net::TcpListener::bind(addr)
+        // Port 0 on loopback: a port no other test of this process had (see `free_port`).
+        let bound = if addr == SocketAddr::from((Ipv4Addr::LOCALHOST, 0)) {
+            super::redis::listen_loopback()
+        } else {
+            std::net::TcpListener::bind(addr)
+        };
+        let listener = bound
             .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
             .map_err(TestkitError::io("bind the receiver"))?;
         let addr = listener
