@@ -48,6 +48,25 @@ pub fn esc_cut(text: &str, max: usize) -> String {
     cut
 }
 
+/// [`esc`], then cut to at most `max` characters by taking out the middle (an ellipsis marks
+/// the cut): for an error with its cause chain, whose head names what was tried and whose
+/// tail names the root cause (`connect: error sending request …: Connection refused (os
+/// error 111)`), both ends matter more than the middle.
+pub fn esc_cut_middle(text: &str, max: usize) -> String {
+    let e = esc(text);
+    let n = e.chars().count();
+    if n <= max {
+        return e;
+    }
+    let keep = max.saturating_sub(1);
+    let head = keep / 3;
+    let tail = keep - head;
+    let mut cut: String = e.chars().take(head).collect();
+    cut.push('…');
+    cut.extend(e.chars().skip(n - tail));
+    cut
+}
+
 /// `n` and its noun, singular for exactly 1: `1 row`, `0 rows`, `2 dead letters`.
 pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -149,6 +168,17 @@ mod tests {
         assert_eq!(esc("héllo ✓"), "héllo ✓");
         assert_eq!(esc_cut("abcdef", 4), "abc…");
         assert_eq!(esc_cut("a\nb", 10), "a\\nb");
+        assert_eq!(esc_cut_middle("abcdef", 10), "abcdef");
+        assert_eq!(esc_cut_middle("abcdefghij", 7), "ab…fghij");
+        let chain = "connect: error sending request (http://127.0.0.1:1/…): client error \
+                     (Connect): tcp connect error: Connection refused (os error 111)";
+        let cell = esc_cut_middle(chain, 80);
+        assert_eq!(cell.chars().count(), 80);
+        assert!(cell.starts_with("connect: error sending"), "{cell}");
+        assert!(
+            cell.ends_with("Connection refused (os error 111)"),
+            "{cell}"
+        );
     }
 
     #[test]

@@ -455,7 +455,7 @@ pub async fn dlq_list(s: &Store, filter: &FilterArgs, limit: u64, json: bool) ->
             d.module.clone(),
             human::esc_cut(&d.reason, 40),
             d.attempts.to_string(),
-            human::esc_cut(&d.error, 60),
+            human::esc_cut_middle(&d.error, 60),
         ]
     });
     outln!(
@@ -612,7 +612,7 @@ pub async fn dlq_replay(
                 d.source.clone(),
                 d.row.clone(),
                 human::esc_cut(&d.reason, 40),
-                human::esc_cut(&d.error, 60),
+                human::esc_cut_middle(&d.error, 60),
             ]
         });
         outln!(

@@ -138,7 +138,7 @@ fn rows_table(rows: &[RowView], now: i64) -> String {
             r.sink.to_string(),
             r.attempts.to_string(),
             next,
-            human::esc_cut(&last, 80),
+            human::esc_cut_middle(&last, 80),
         ]
     });
     human::table(
@@ -176,7 +176,7 @@ fn attempts_table(attempts: &[AttemptRecord], now: i64) -> String {
             human::when(a.started_ms, now),
             format!("{} ms", a.duration_ms),
             result,
-            human::esc_cut(&detail, 80),
+            human::esc_cut_middle(&detail, 80),
         ]
     });
     human::table(
