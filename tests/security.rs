@@ -693,3 +693,50 @@ async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
     );
 }
 
+/// `basic_auth` reaches the receiver as RFC 7617's `Authorization` with the password
+/// resolved from the tenant's own namespace at attempt time, replacing the producer's
+/// `Authorization`; the resolved password is never written to Redis. A reference to
+/// another tenant's variable is refused at `source put`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_sends_the_tenants_password_and_never_stores_it() {
+    const PW: &str = "basic-pw-5d1e93";
+    std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_BASIC_PW", PW);
+    let env = Env::new().await;
+    let entry = |var: &str| {
+        http_entry(serde_json::json!({
+            "url": env.receiver.url("basic"),
+            "basic_auth": {"username": "acme-hooks", "password": format!("${{env:{var}}}")},
+        }))
+    };
+    let other = SourceSpec {
+        sinks: vec![entry("ANKUSA_SECRET_GLOBEX__SECURITY_BASIC_PW")],
+    };
+    let e = env.store.put_source("acme", "s", &other).await.unwrap_err();
+    assert!(e.to_string().contains("basic_auth.password"), "{e}");
+    let spec = SourceSpec {
+        sinks: vec![entry("ANKUSA_SECRET_ACME__SECURITY_BASIC_PW")],
+    };
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    let hook = ankusa::Hook::new(b"{}".to_vec()).header("authorization", "Bearer from-producer");
+    env.producer.commit("acme", "s", hook).await.unwrap();
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = env.receiver.requests_for("basic");
+    assert_eq!(got.len(), 1);
+    let expected = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("acme-hooks:{PW}")
+        )
+    );
+    let auth: Vec<&str> = got[0]
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "authorization")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(auth, [expected.as_str()]);
+    assert!(!all_values(&env).contains(PW), "the password reached Redis");
+    worker.shutdown().await;
+}

@@ -14,7 +14,7 @@ use super::{
     is_framing_header, is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy, ErrorKind,
 };
 use crate::secrets::{has_reference, redact_url, SecretPolicy};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -61,6 +61,21 @@ pub struct HttpOpts {
     /// possibly a secret reference. Unset: no `webhook-signature` header.
     #[serde(default)]
     pub signing_secret: Option<SigningSecrets>,
+    /// HTTP Basic authentication of the endpoint (RFC 7617): sent as
+    /// `Authorization: Basic base64(username:password)` on every attempt. Either part may be
+    /// a secret reference (the password normally is). Unset: no `Authorization` from here.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuth>,
+}
+
+/// `basic_auth` of an `http` sink entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// The user name, or a secret reference; it may not contain `:` (RFC 7617).
+    pub username: String,
+    /// The password, or a secret reference (`${env:ANKUSA_SECRET_<TENANT>__…}`).
+    pub password: String,
 }
 
 impl HttpOpts {
@@ -117,6 +132,21 @@ impl HttpOpts {
                 ));
             }
             refs(&format!("headers.{k}"), v)?;
+        }
+        if let Some(auth) = &o.basic_auth {
+            if o.headers
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("authorization"))
+            {
+                return Err(
+                    "basic_auth: headers.authorization is set too; keep one of them".into(),
+                );
+            }
+            if auth.username.contains(':') && !has_reference(&auth.username) {
+                return Err("basic_auth.username: may not contain ':' (RFC 7617)".into());
+            }
+            refs("basic_auth.username", &auth.username)?;
+            refs("basic_auth.password", &auth.password)?;
         }
         if let Some(secrets) = &o.signing_secret {
             if secrets.as_slice().is_empty() {
@@ -425,6 +455,17 @@ impl HttpSink {
             })?;
             h.insert(name, value);
         }
+        if let Some(auth) = &opts.basic_auth {
+            let user = self.resolve(&d.tenant, &auth.username, "basic_auth.username")?;
+            let pass = self.resolve(&d.tenant, &auth.password, "basic_auth.password")?;
+            if user.contains(':') {
+                return Err(AttemptError::permanent(
+                    ErrorKind::Other,
+                    "basic_auth.username: may not contain ':' (RFC 7617)",
+                ));
+            }
+            h.insert(AUTHORIZATION, basic_authorization(&user, &pass)?);
+        }
         let ts = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
@@ -456,6 +497,18 @@ impl HttpSink {
         }
         Ok(h)
     }
+}
+
+/// `Basic base64(user:pass)` (RFC 7617, UTF-8), marked sensitive so that it is never
+/// printed by a `Debug` of the request.
+fn basic_authorization(user: &str, pass: &str) -> Result<HeaderValue, AttemptError> {
+    use base64::Engine;
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+    let mut v = HeaderValue::from_str(&format!("Basic {token}")).map_err(|_| {
+        AttemptError::permanent(ErrorKind::Other, "basic_auth: not a valid header value")
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
 }
 
 fn with_body(head: String, body: &str) -> String {

@@ -110,6 +110,7 @@ fn delivery_headers_replace_earlier_values_never_append() {
         signing_secret: Some(SigningSecrets::One(
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
         )),
+        basic_auth: None,
     };
     let h = sink.headers(&opts, &d).unwrap();
     let all = |n: &str| {
@@ -126,6 +127,57 @@ fn delivery_headers_replace_earlier_values_never_append() {
     assert_eq!(all("x-a"), ["1"]);
     assert_eq!(all("webhook-signature").len(), 1);
     assert!(all("webhook-signature")[0].starts_with("v1,"));
+}
+
+/// `basic_auth` becomes RFC 7617's header (the RFC's own example), replacing a producer's
+/// `Authorization`; it cannot sit beside `headers.authorization`, and a user name with `:`
+/// is refused (the receiver would split it there).
+#[test]
+fn basic_auth_is_the_rfc_7617_header_and_refuses_ambiguity() {
+    let sink = HttpSink::new(EdgePolicy::default()).unwrap();
+    let d = Delivery {
+        tenant: "acme".into(),
+        source: "s".into(),
+        row: "9.0".into(),
+        message_id: crate::sinks::message_id("0123456789abcdef", "9.0"),
+        hook: 9,
+        attempt: 1,
+        body: bytes::Bytes::from_static(b"{}"),
+        headers: r#"{"authorization":"producer"}"#.into(),
+        committed_at_ms: 0,
+        event_type: None,
+        traceparent: None,
+    };
+    let json = serde_json::json!({"url": "https://example.com/h",
+        "basic_auth": {"username": "Aladdin", "password": "open sesame"}});
+    let opts = HttpOpts::from_opts(json.as_object().unwrap()).unwrap();
+    let h = sink.headers(&opts, &d).unwrap();
+    let auth: Vec<_> = h.get_all("authorization").iter().collect();
+    assert_eq!(auth, ["Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="]);
+    assert!(auth[0].is_sensitive());
+
+    let o = |v: serde_json::Value| {
+        HttpOpts::from_opts_with(
+            v.as_object().unwrap(),
+            &EdgePolicy::default().for_tenant("t"),
+        )
+    };
+    let both = o(
+        serde_json::json!({"url": "https://x/", "headers": {"Authorization": "Bearer x"},
+        "basic_auth": {"username": "u", "password": "p"}}),
+    );
+    assert!(both.unwrap_err().contains("keep one"));
+    let colon = o(serde_json::json!({"url": "https://x/",
+        "basic_auth": {"username": "a:b", "password": "p"}}));
+    assert!(colon.unwrap_err().contains("basic_auth.username"));
+    let foreign = o(serde_json::json!({"url": "https://x/",
+        "basic_auth": {"username": "u", "password": "${env:ANKUSA_ADMIN__TOKEN}"}}));
+    assert!(foreign.unwrap_err().contains("basic_auth.password"));
+    assert!(o(serde_json::json!({"url": "https://x/",
+        "basic_auth": {"username": "u", "password": "${env:ANKUSA_SECRET_T__PW}"}}))
+    .is_ok());
+    let missing = o(serde_json::json!({"url": "https://x/", "basic_auth": {"username": "u"}}));
+    assert!(missing.unwrap_err().contains("password"));
 }
 
 #[test]
@@ -213,6 +265,7 @@ async fn waves_of_concurrent_attempts_reuse_their_connections() {
         url: format!("http://{addr}/h"),
         headers: BTreeMap::new(),
         signing_secret: None,
+        basic_auth: None,
     };
     let concurrency = 100;
     for wave in 0..10u64 {
@@ -282,6 +335,7 @@ fn signing_cost_per_delivery() {
             url: "https://example.com/h".into(),
             headers: BTreeMap::new(),
             signing_secret: secret,
+            basic_auth: None,
         };
         let _ = sink.headers(&opts, &d).unwrap();
         let t = std::time::Instant::now();
