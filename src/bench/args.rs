@@ -47,21 +47,21 @@ pub struct BenchArgs {
     /// Tenants with one row in the `--scripts` scenario.
     #[arg(long, default_value_t = 10_000)]
     pub scripts_tenants: usize,
-    /// Hooks per commit call for the big backlog in the `--scripts` scenario.
+    /// Hooks per commit call for the big backlog in the `--scripts` and `--console` scenarios.
     #[arg(long, default_value_t = 1_000)]
     pub commit_batch: usize,
-    /// `slowlog-log-slower-than` (µs) in the `--scripts` scenario.
+    /// `slowlog-log-slower-than` (µs) in the `--scripts` and `--console` scenarios.
     #[arg(long, default_value_t = 5_000)]
     pub slowlog_us: u64,
     /// Longest drain in the `--scripts` scenario before it gives up (s).
     #[arg(long, default_value_t = 900)]
     pub scripts_max_secs: u64,
-    /// Nice value of the `--scripts` scenario's redis-server (e.g. -10), so that other
+    /// Nice value of the `--scripts` (and `--console`) redis-server (e.g. -10), so that other
     /// processes of a loaded machine preempt it less: `SLOWLOG` measures wall time, so a
     /// preempted Redis logs even a one-key `DEL` as slow. 0 leaves it as started.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub redis_nice: i32,
-    /// Run the `--scripts` scenario's redis-server under `SCHED_FIFO` (needs root or
+    /// Run the `--scripts` (and `--console`) redis-server under `SCHED_FIFO` (needs root or
     /// CAP_SYS_NICE): on a loaded machine, `SLOWLOG` then measures the scripts rather than
     /// the scheduler.
     #[arg(long)]
@@ -75,4 +75,26 @@ pub struct BenchArgs {
     /// per-entry policy (issue 15) with plain entries.
     #[arg(long)]
     pub policy: bool,
+    /// Run only the page-latency scenario of the console and portal (issue 26):
+    /// `--console-hooks` hooks over `--console-tenants` tenants committed through a worker
+    /// child with an admin listener, then every `/ui/` and `/portal/` page (and the admin
+    /// API calls behind them) timed as an HTTP client on loopback sees it.
+    #[arg(long)]
+    pub console: bool,
+    /// Hooks in the `--console` scenario (most in one tenant, one per other tenant).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub console_hooks: usize,
+    /// Tenants in the `--console` scenario (one big, the others with one hook each).
+    #[arg(long, default_value_t = 10_000)]
+    pub console_tenants: usize,
+    /// Timed requests per page in the `--console` scenario (after the warm-up).
+    #[arg(long, default_value_t = 200)]
+    pub console_requests: usize,
+    /// Warm-up requests per page in the `--console` scenario (not timed).
+    #[arg(long, default_value_t = 5)]
+    pub console_warmup: usize,
+    /// Seconds of timed requests per page at most in the `--console` scenario: a page slower
+    /// than this allows gets fewer than `--console-requests` (at least 3).
+    #[arg(long, default_value_t = 20)]
+    pub console_page_secs: u64,
 }

@@ -7,6 +7,7 @@
 //! all run here, so the figures are for everything sharing this machine's cores.
 
 mod args;
+mod console;
 mod phases;
 mod scripts;
 pub use args::BenchArgs;
@@ -439,6 +440,9 @@ async fn commit_backlog(
 pub async fn run(args: BenchArgs) -> Result<(), Error> {
     if args.scripts {
         return scripts::run(&args).await;
+    }
+    if args.console {
+        return console::run(&args).await;
     }
     WORKER_HISTORY.store(!args.no_history, std::sync::atomic::Ordering::Relaxed);
     BENCH_POLICY.store(args.policy, std::sync::atomic::Ordering::Relaxed);

@@ -188,7 +188,7 @@ async fn worker_metrics(port: u16, report: &mut ScriptsReport) {
 }
 
 /// `SLOWLOG GET -1` grouped by script (by SHA) or command name, then `SLOWLOG RESET`.
-async fn slowlog(store: &Store) -> Result<BTreeMap<String, SlowCalls>, Error> {
+pub(super) async fn slowlog(store: &Store) -> Result<BTreeMap<String, SlowCalls>, Error> {
     use fred::types::Value;
     let names: BTreeMap<String, &str> = Scripts::default()
         .all()
@@ -343,7 +343,7 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
 
 /// A fresh redis-server with a slowlog that keeps every call over `--slowlog-us`, niced or
 /// on SCHED_FIFO as asked.
-fn start_redis(args: &BenchArgs) -> Result<RedisServer, Error> {
+pub(super) fn start_redis(args: &BenchArgs) -> Result<RedisServer, Error> {
     let redis = RedisServer::start().map_err(|e| Error::Other(e.to_string()))?;
     let pid = redis.pid().to_string();
     if args.redis_nice != 0 {
