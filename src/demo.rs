@@ -330,8 +330,17 @@ fn progress_bar(rows: u64) -> indicatif::ProgressBar {
     let progress = indicatif::ProgressBar::new(rows);
     progress.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} rows delivered ({per_sec}) {msg}",
+            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} rows delivered ({rate}) {msg}",
         )
+        .map(|style| {
+            // indicatif's own {per_sec} prints four decimals (`3,326.6636/s`).
+            style.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}/s", state.per_sec());
+                },
+            )
+        })
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     progress
@@ -380,9 +389,12 @@ impl Committer<'_> {
     /// Hook `k`: the next real payload with its `x-github-event`, or generated JSON.
     fn hook(&self, k: usize) -> Hook {
         match self.payloads.get(k % self.payloads.len().max(1)) {
+            // The GitHub event name is the hook's event type too, so the console and
+            // `hooks show` name it and an entry's event filter could select on it.
             Some((body, event)) => Hook::new(body.clone())
                 .header("content-type", "application/json")
-                .header("x-github-event", event.clone()),
+                .header("x-github-event", event.clone())
+                .event_type(event.clone()),
             None => Hook::new(generated_body(k)).header("content-type", "application/json"),
         }
     }

@@ -522,7 +522,20 @@ async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
             reason,
         ));
     }
-    match w.store().now_ms().await {
+    // Bounded below a probe's usual 1 s timeout: a Redis that stopped answering must give
+    // the documented 503, not a probe timeout (the command timeout is 5 s).
+    let answered = tokio::time::timeout(READY_CHECK_TIMEOUT, w.store().now_ms()).await;
+    let Ok(answered) = answered else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "redis did not answer TIME within {} ms",
+                READY_CHECK_TIMEOUT.as_millis()
+            ),
+        ));
+    };
+    match answered {
         Ok(_) => {
             let state = w.state();
             Ok(Json(Ready {
@@ -540,6 +553,9 @@ async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
         )),
     }
 }
+
+/// How long `/readyz` waits for Redis' `TIME` before it answers 503.
+const READY_CHECK_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// Bounds of the admin server's connections (from `[admin]`).
 #[derive(Debug, Clone, Copy)]

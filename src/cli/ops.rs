@@ -168,14 +168,14 @@ pub async fn tick(
     } else {
         outln!(
             "idle: {rows} settled while waiting; {}",
-            pending_words(&pending)
+            pending_words(&pending, false)
         );
     }
     Ok(())
 }
 
 /// What `tick` says is still pending once nothing is due.
-fn pending_words(p: &ankusa::visibility::Pending) -> String {
+fn pending_words(p: &ankusa::visibility::Pending, all: bool) -> String {
     let mut kinds = Vec::new();
     if p.parked > 0 {
         kinds.push(format!(
@@ -214,7 +214,10 @@ fn pending_words(p: &ankusa::visibility::Pending) -> String {
             human::when(next, p.now_ms)
         ));
     }
-    words.push_str(". `ankusa tick --all` waits for them too; `ankusa tenants top` and `ankusa rows list --tenant T` show them");
+    if !all {
+        words.push_str(". `ankusa tick --all` waits for them too");
+    }
+    words.push_str("; `ankusa tenants top` and `ankusa rows list --tenant T` show them");
     words
 }
 
@@ -240,7 +243,7 @@ async fn tick_timeout(s: &Store, ms: u64, all: bool) -> Error {
             if !p.is_empty() {
                 return Error::Unavailable(format!(
                     "not done after {ms} ms (the leader is {leader}): {}",
-                    pending_words(&p)
+                    pending_words(&p, true)
                 ));
             }
         }

@@ -177,17 +177,13 @@ fn due_at(base: &Hook, committed_at_ms: i64, rows: u32) -> Option<i64> {
         .filter(|_| rows > 0)
 }
 
-/// `, due at <RFC 3339, UTC>` for a scheduled commit, else nothing.
+/// `, due at <RFC 3339, UTC> (in <how long>)` for a scheduled commit, else nothing.
 fn scheduled_words(due: Option<i64>) -> String {
     let Some(ms) = due else {
         return String::new();
     };
-    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms} ms"));
-    format!(", due at {at}")
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    format!(", due at {}", super::human::when(ms, now))
 }

@@ -98,8 +98,12 @@ pub fn read_spec(path: &Path) -> Result<SourceSpec, Error> {
         toml::from_str(&text)
             .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
     } else {
-        serde_json::from_str(&text)
-            .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
+        serde_json::from_str(&text).map_err(|e| {
+            Error::InvalidSource(format!(
+                "{}: {e} (a source file is JSON, or TOML when its name ends in .toml)",
+                path.display()
+            ))
+        })?
     };
     Ok(spec)
 }

@@ -140,7 +140,7 @@ pub async fn receiver(listen: std::net::SocketAddr, fail: &[(String, f64)]) -> R
                 *counts.entry((r.path, r.status)).or_default() += 1;
             }
             for ((path, status), n) in counts {
-                tracing::info!(%path, status, requests = n, "received in the last 10 s");
+                tracing::info!(target: "ankusa::receiver", %path, status, requests = n, "received in the last 10 s");
             }
         }
     };

@@ -5,6 +5,7 @@
 //! honouring `Retry-After`; any other 4xx is permanent (R8).
 
 mod entry;
+pub mod oauth2;
 
 pub use entry::{check_headers, client, MODULE};
 
@@ -66,6 +67,11 @@ pub struct HttpOpts {
     /// a secret reference (the password normally is). Unset: no `Authorization` from here.
     #[serde(default)]
     pub basic_auth: Option<BasicAuth>,
+    /// OAuth 2.0 client credentials ([`oauth2::OAuth2`]): every attempt sends
+    /// `Authorization: Bearer <token>` from the entry's token endpoint, cached in memory
+    /// until shortly before it expires. Unset: no token.
+    #[serde(default)]
+    pub oauth2: Option<oauth2::OAuth2>,
 }
 
 /// `basic_auth` of an `http` sink entry.
@@ -132,6 +138,30 @@ impl HttpOpts {
                 ));
             }
             refs(&format!("headers.{k}"), v)?;
+        }
+        if let Some(oa) = &o.oauth2 {
+            if o.basic_auth.is_some()
+                || o.headers
+                    .keys()
+                    .any(|k| k.eq_ignore_ascii_case("authorization"))
+            {
+                return Err(
+                    "oauth2: basic_auth or headers.authorization is set too; keep one of them"
+                        .into(),
+                );
+            }
+            if has_reference(&oa.token_url) {
+                refs("oauth2.token_url", &oa.token_url)?;
+            } else {
+                let open = AddressPolicy {
+                    deny_private: false,
+                    allow: Vec::new(),
+                };
+                let guard = edge.map(|e| &*e.addresses).unwrap_or(&open);
+                check_url(&oa.token_url, guard).map_err(|e| format!("oauth2.token_url: {e}"))?;
+            }
+            refs("oauth2.client_id", &oa.client_id)?;
+            refs("oauth2.client_secret", &oa.client_secret)?;
         }
         if let Some(auth) = &o.basic_auth {
             if o.headers
@@ -276,6 +306,8 @@ fn httpdate(v: &str) -> Option<SystemTime> {
 pub struct HttpSink {
     client: reqwest::Client,
     edge: EdgePolicy,
+    /// OAuth 2.0 tokens of the entries that use `oauth2`, shared by every clone.
+    tokens: std::sync::Arc<oauth2::Tokens>,
 }
 
 impl HttpSink {
@@ -297,7 +329,11 @@ impl HttpSink {
             .tcp_nodelay(true)
             .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(HttpSink { client, edge })
+        Ok(HttpSink {
+            client,
+            edge,
+            tokens: Default::default(),
+        })
     }
 
     /// The secret references this sink (and the batching sinks) may resolve.
@@ -328,7 +364,19 @@ impl HttpSink {
                 format!("url (after resolving references) {why}"),
             ),
         })?;
-        let headers = self.headers(opts, d)?;
+        let mut headers = self.headers(opts, d)?;
+        let oauth = match &opts.oauth2 {
+            Some(o) => {
+                let creds = self.oauth_credentials(&d.tenant, o)?;
+                let bearer = self
+                    .tokens
+                    .bearer(&self.client, &self.edge.addresses, &d.tenant, &creds)
+                    .await?;
+                headers.insert(AUTHORIZATION, bearer);
+                Some(creds)
+            }
+            None => None,
+        };
         let req = self.client.post(url).headers(headers).body(d.body.clone());
         let resp = req.send().await.map_err(|e| match blocked_in(&e) {
             Some(b) => AttemptError::permanent(ErrorKind::Other, b.to_string()),
@@ -338,6 +386,23 @@ impl HttpSink {
             }
         })?;
         let status = resp.status().as_u16();
+        if let (401, Some(creds)) = (status, &oauth) {
+            // The token was refused (revoked, rotated keys): a retry, not the permanent 4xx
+            // it would be without oauth2, and it fetches a new token.
+            self.tokens.forget(&d.tenant, creds);
+            let body = read_bounded(resp, ERROR_BODY_MAX_BYTES + 1).await;
+            let body = truncate(
+                String::from_utf8_lossy(&body).into_owned(),
+                ERROR_BODY_MAX_BYTES,
+            );
+            return Err(AttemptError::retry(
+                ErrorKind::HttpStatus(401),
+                with_body(
+                    "http 401 with the oauth2 token, dropped: the retry fetches a new one".into(),
+                    &body,
+                ),
+            ));
+        }
         let retry_after = resp
             .headers()
             .get("retry-after")
@@ -375,6 +440,22 @@ impl HttpSink {
                 })
             }
         }
+    }
+
+    /// The resolved credentials of an entry's `oauth2` in `tenant`'s namespace.
+    fn oauth_credentials(
+        &self,
+        tenant: &str,
+        o: &oauth2::OAuth2,
+    ) -> Result<oauth2::Credentials, AttemptError> {
+        Ok(oauth2::Credentials {
+            url: self.resolve(tenant, &o.token_url, "oauth2.token_url")?,
+            id: self.resolve(tenant, &o.client_id, "oauth2.client_id")?,
+            secret: self.resolve(tenant, &o.client_secret, "oauth2.client_secret")?,
+            scope: o.scope.clone(),
+            audience: o.audience.clone(),
+            auth: o.client_auth,
+        })
     }
 
     /// Resolve the secret references of option `what` in `tenant`'s namespace: a malformed

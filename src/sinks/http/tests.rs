@@ -111,6 +111,7 @@ fn delivery_headers_replace_earlier_values_never_append() {
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
         )),
         basic_auth: None,
+        oauth2: None,
     };
     let h = sink.headers(&opts, &d).unwrap();
     let all = |n: &str| {
@@ -266,6 +267,7 @@ async fn waves_of_concurrent_attempts_reuse_their_connections() {
         headers: BTreeMap::new(),
         signing_secret: None,
         basic_auth: None,
+        oauth2: None,
     };
     let concurrency = 100;
     for wave in 0..10u64 {
@@ -336,6 +338,7 @@ fn signing_cost_per_delivery() {
             headers: BTreeMap::new(),
             signing_secret: secret,
             basic_auth: None,
+            oauth2: None,
         };
         let _ = sink.headers(&opts, &d).unwrap();
         let t = std::time::Instant::now();
