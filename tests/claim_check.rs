@@ -230,10 +230,11 @@ async fn when_the_pack_fails_the_first_attempt_checks_the_body_in_itself() {
         read[0]["sha256"], sha,
         "the body checked in by the attempt reads back"
     );
-    assert!(read[0]["key"]
-        .as_str()
-        .unwrap()
-        .starts_with("pfx/ankusa/test/acme/"));
+    let prefix = format!("pfx/ankusa/{}/acme/", env.config.instance);
+    assert!(
+        read[0]["key"].as_str().unwrap().starts_with(&prefix),
+        "{read:?}"
+    );
     open.store(true, Ordering::SeqCst);
     assert_eq!(until_ended(&worker, &env.store, 2).await, 2);
 

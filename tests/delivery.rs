@@ -27,7 +27,7 @@ async fn a_committed_hook_reaches_every_sink_of_its_source_once() {
     );
     // the hook and its rows are gone once delivered
     assert_eq!(
-        env.redis_cmd(&["EXISTS", &format!("ankusa:{{test.p0}}:hook:{id}")]),
+        env.redis_cmd(&["EXISTS", &env.key(&format!("hook:{id}"))]),
         "0"
     );
     worker.shutdown().await;

@@ -59,7 +59,7 @@ pub fn esc_cut_middle(text: &str, max: usize) -> String {
         return e;
     }
     let keep = max.saturating_sub(1);
-    let head = keep / 3;
+    let head = keep / 2;
     let tail = keep - head;
     let mut cut: String = e.chars().take(head).collect();
     cut.push('…');
@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(esc_cut("abcdef", 4), "abc…");
         assert_eq!(esc_cut("a\nb", 10), "a\\nb");
         assert_eq!(esc_cut_middle("abcdef", 10), "abcdef");
-        assert_eq!(esc_cut_middle("abcdefghij", 7), "ab…fghij");
+        assert_eq!(esc_cut_middle("abcdefghij", 7), "abc…hij");
         let chain = "connect: error sending request (http://127.0.0.1:1/…): client error \
                      (Connect): tcp connect error: Connection refused (os error 111)";
         let cell = esc_cut_middle(chain, 80);
