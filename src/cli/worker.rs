@@ -34,19 +34,9 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
         })?;
     // Signals are taken from here on, so a Ctrl-C while starting is not lost.
     let mut signals = crate::cli::signals::Signals::install()?;
-    // Worker::start may wait for Redis (redis.startup_wait_ms): a stop meanwhile ends it,
-    // and the probes are answered meanwhile (live, not ready), so an orchestrator does not
-    // restart a worker that is only waiting for Redis.
-    let limits = ankusa::admin::ServeLimits::from(&cfg.admin);
-    let started = tokio_util::sync::CancellationToken::new();
-    let start = async {
-        let w = Worker::start(cfg.clone(), name).await;
-        started.cancel();
-        w
-    };
-    let starting = ankusa::admin::serve_starting(&listener, limits, started.clone());
+    // Worker::start may wait for Redis (redis.startup_wait_ms): a stop meanwhile ends it.
     let worker = tokio::select! {
-        (w, ()) = async { tokio::join!(start, starting) } => Arc::new(w?),
+        w = Worker::start(cfg.clone(), name) => Arc::new(w?),
         _ = signals.until_stop(|| {}) => {
             tracing::info!("stopped before the worker started");
             return Ok(());
@@ -74,6 +64,7 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    let limits = ankusa::admin::ServeLimits::from(&cfg.admin);
     let admin = tokio::spawn(ankusa::admin::serve(listener, st, limits, stop.clone()));
     tracing::info!(listen = %bound, node = worker.node_id(), "admin server up");
     signals
