@@ -439,11 +439,8 @@ async fn metrics(State(st): State<AdminState>) -> Response {
 pub struct Healthy {
     /// Always true in a 200 answer.
     pub healthy: bool,
-    /// This process's node id (unique per start); empty while `starting`.
+    /// This process's node id (unique per start).
     pub node_id: String,
-    /// Present and true while the worker waits for Redis at startup (absent once started).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub starting: bool,
 }
 
 /// Liveness: 200 while the process runs and its scheduler is not known to be stuck, Redis
@@ -456,7 +453,6 @@ async fn healthz(State(st): State<AdminState>) -> Result<Json<Healthy>, ApiError
         None => Ok(Json(Healthy {
             healthy: true,
             node_id: st.worker.node_id().to_string(),
-            starting: false,
         })),
         Some(reason) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -590,65 +586,8 @@ pub async fn serve(
     limits: ServeLimits,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
-    accept_loop(&listener, router(st), limits, shutdown).await;
-    Ok(())
-}
-
-/// Answer the probes on `listener` while the worker is starting (`Worker::start` waits up to
-/// `redis.startup_wait_ms` for Redis), until `started` is cancelled; then [`serve`] takes
-/// the same listener. Without it a probe would hang on a bound port nobody answers, and an
-/// orchestrator would restart a worker that is only waiting for Redis.
-///
-/// `/healthz` answers 200 `{"healthy":true,"node_id":"","starting":true}` (the process is
-/// not wedged), `/readyz` 503 `starting` (it cannot serve yet), anything else 503
-/// `starting` with `Retry-After: 1`. Same connection bounds as [`serve`].
-pub async fn serve_starting(
-    listener: &tokio::net::TcpListener,
-    limits: ServeLimits,
-    started: tokio_util::sync::CancellationToken,
-) {
-    accept_loop(listener, starting_router(), limits, started).await;
-}
-
-/// The routes of [`serve_starting`].
-fn starting_router() -> Router {
-    const WAITING: &str = "starting: waiting for Redis to answer (up to redis.startup_wait_ms)";
-    Router::new()
-        .route(
-            "/healthz",
-            axum::routing::get(|| async {
-                Json(Healthy {
-                    healthy: true,
-                    node_id: String::new(),
-                    starting: true,
-                })
-            }),
-        )
-        .route(
-            "/readyz",
-            axum::routing::get(|| async {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "starting", WAITING)
-            }),
-        )
-        .fallback(|| async {
-            (
-                [(axum::http::header::RETRY_AFTER, "1")],
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "starting", WAITING),
-            )
-        })
-}
-
-/// Accept connections on `listener` and serve `app` on each (HTTP/1.1, hyper) until
-/// `shutdown` is cancelled; then idle connections close at once and running requests get up
-/// to `header_timeout` to finish. The listener stays open for the caller.
-async fn accept_loop(
-    listener: &tokio::net::TcpListener,
-    app: Router,
-    limits: ServeLimits,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let app = hyper_util::service::TowerToHyperService::new(app);
+    let app = hyper_util::service::TowerToHyperService::new(router(st));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
@@ -680,7 +619,9 @@ async fn accept_loop(
             drop(slot);
         });
     }
+    drop(listener);
     let _ = tokio::time::timeout(limits.header_timeout, graceful.shutdown()).await;
+    Ok(())
 }
 
 #[cfg(test)]
