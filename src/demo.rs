@@ -156,7 +156,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, Error> {
         }
     );
     let rows = hooks_total as u64 * 2;
-    let progress = progress_bar(rows);
+    let progress = crate::progress::shown(progress_bar(rows));
     let started = Instant::now();
     let sent = Committer {
         producer: &producer,

@@ -31,6 +31,7 @@
 //! | [`tokens`] | tenant tokens: minting, their scopes, what Redis keeps of them |
 //! | [`metrics`] | the Prometheus recorder (R27) |
 //! | [`telemetry`] | optional OpenTelemetry (OTLP/HTTP) export of attempt spans |
+//! | [`progress`] | the progress bar on stderr and the log lines written around it |
 //! | [`testkit`] | real `redis-server` and webhook receiver for tests, demo and bench |
 //! | [`demo`], [`bench`] | the end-to-end demo and the benchmark |
 //!
@@ -64,6 +65,7 @@ pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod producer;
+pub mod progress;
 pub mod scheduler;
 pub mod secrets;
 pub mod sinks;

@@ -161,6 +161,7 @@ async fn held(env: &Env, tenant: &str) -> (u64, u64) {
     let page = ankusa::visibility::tenants_top_by(
         &env.store,
         Some(&[tenant.to_string()]),
+        None,
         10,
         ankusa::visibility::TopBy::Bytes,
     )

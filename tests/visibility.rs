@@ -900,6 +900,33 @@ async fn tenants_top_shows_due_rows_lag_and_failing_sinks_per_tenant() {
     let (code, out, _) = ankusa(&env, &["tenants", "top"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("acme") && out.contains("orders/0"), "{out}");
+    // The search runs over every tenant with rows, before the limit: `initech`, with fewer
+    // rows than acme, is found with limit 1 (it used to be searched among the first only).
+    env.http_source("initech", "orders", &["bad"]).await;
+    env.commit("initech", "orders", "{}").await;
+    let page = ankusa::visibility::tenants_top_by(
+        &env.store,
+        None,
+        Some("itech"),
+        1,
+        ankusa::visibility::TopBy::Rows,
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = page.tenants.iter().map(|t| t.tenant.as_str()).collect();
+    assert_eq!(names, ["initech"], "{page:?}");
+    assert!(!page.more);
+    let page = ankusa::visibility::tenants_top_by(
+        &env.store,
+        None,
+        None,
+        1,
+        ankusa::visibility::TopBy::Rows,
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.tenants[0].tenant, "acme");
+    assert!(page.more, "{page:?}");
     worker.shutdown().await;
 }
 

@@ -136,6 +136,9 @@ async fn rows_list(
 pub(super) struct TopQuery {
     /// Only this tenant (a tenant token sees only its own line).
     pub tenant: Option<String>,
+    /// Only tenants whose id contains this text (the console's search box), searched over
+    /// every tenant with rows before `limit` applies.
+    pub q: Option<String>,
     /// At most this many tenants (default 20).
     pub limit: Option<usize>,
     /// `rows` (default): most rows first; `bytes`: most body bytes (stored and kept) first.
@@ -157,6 +160,7 @@ async fn tenants_top(
         visibility::tenants_top_by(
             st.worker.store(),
             only.as_deref(),
+            q.q.as_deref(),
             q.limit.unwrap_or(20),
             q.by.unwrap_or_default(),
         )

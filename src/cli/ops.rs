@@ -555,7 +555,7 @@ pub fn paced_bar(json: bool, what: &str) -> indicatif::ProgressBar {
     let bar = if json {
         indicatif::ProgressBar::hidden()
     } else {
-        indicatif::ProgressBar::new(0)
+        ankusa::progress::shown(indicatif::ProgressBar::new(0))
     };
     bar.set_style(
         indicatif::ProgressStyle::with_template(&format!(

@@ -32,7 +32,7 @@ pub fn init_logs(
         use tracing_subscriber::Layer;
         let fmt = tracing_subscriber::fmt::layer()
             .with_ansi(colour)
-            .with_writer(std::io::stderr);
+            .with_writer(ankusa::progress::Stderr);
         let fmt = match format {
             LogFormat::Json => fmt.json().with_filter(filter).boxed(),
             LogFormat::Pretty => fmt
@@ -50,7 +50,7 @@ pub fn init_logs(
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(std::io::stderr);
+        .with_writer(ankusa::progress::Stderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Pretty => b.compact().fmt_fields(escaped_fields()).init(),

@@ -253,19 +253,17 @@ pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> R
             let r = visibility::cancel(store, tenant, *hook).await?;
             if json {
                 print_json(&r)?;
-            } else {
-                outln!("{}", r.message);
-            }
-            if r.cancelled {
+                if !r.cancelled {
+                    // The answer is the one JSON document; the exit code says nothing changed.
+                    std::process::exit(1);
+                }
                 Ok(())
-            } else if json {
-                // The answer is the one JSON document; the exit code says nothing changed.
-                std::process::exit(1);
+            } else if r.cancelled {
+                outln!("{}", r.message);
+                Ok(())
             } else {
-                Err(Error::Other(format!(
-                    "hook {hook} not cancelled ({})",
-                    r.outcome
-                )))
+                // Said once, on stderr, as every other refusal is (the message names why).
+                Err(Error::Other(r.message))
             }
         }
         HooksCmd::Resend {
@@ -367,7 +365,7 @@ pub async fn tenants(store: &Store, cmd: &TenantsCmd, json: bool) -> Result<(), 
         TopOrder::Rows => visibility::TopBy::Rows,
         TopOrder::Bytes => visibility::TopBy::Bytes,
     };
-    let top = visibility::tenants_top_by(store, None, *limit, by).await?;
+    let top = visibility::tenants_top_by(store, None, None, *limit, by).await?;
     if json {
         return print_json(&top);
     }

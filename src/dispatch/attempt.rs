@@ -225,12 +225,16 @@ impl Session {
         }
         metrics::counter!("ankusa_deliveries_total", "module" => module, "outcome" => super::core::outcome_label(&op)).increment(1);
         let record = attempt_record(&job, attempts, now, elapsed, &op, kind);
-        if let Some(e) = &record.error {
+        if record.error.is_some() {
             // In the attempt's span: the line carries its fields (tenant, source, sink,
-            // module, row, attempt) and, with export on, its trace and span ids.
+            // module, row, attempt, and the status and error `record_outcome` put there) and,
+            // with export on, its trace and span ids; naming them again here printed each twice.
             job.span.in_scope(|| {
-                info!(status = record.status, error = %e, next_attempt_ms = record.next_attempt_ms,
-                    reason = record.reason.as_deref(), "attempt failed")
+                info!(
+                    next_attempt_ms = record.next_attempt_ms,
+                    reason = record.reason.as_deref(),
+                    "attempt failed"
+                )
             });
         }
         if let SettleOp::DeadLetter { reason, error } = &op {

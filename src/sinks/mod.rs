@@ -338,6 +338,19 @@ pub struct BatchMessage {
     pub size: usize,
 }
 
+/// The producer headers a message sink (SQS, Pub/Sub) sends as attributes: [`header_pairs`],
+/// with the producer's `traceparent` replaced by the attempt span's when spans are exported,
+/// so a consumer's span is a child of the attempt's, as an HTTP receiver's is.
+pub fn message_header_pairs(d: &Delivery) -> Vec<(String, String)> {
+    let mut pairs = header_pairs(&d.headers);
+    if let Some(tp) = &d.traceparent {
+        pairs.retain(|(k, _)| !k.eq_ignore_ascii_case("traceparent"));
+        pairs.push(("traceparent".into(), tp.clone()));
+        pairs.sort();
+    }
+    pairs
+}
+
 /// Producer headers (a JSON object text) as `(name, value)` pairs with string values,
 /// sorted by name; hop-by-hop and framing headers are left out.
 pub fn header_pairs(headers: &str) -> Vec<(String, String)> {

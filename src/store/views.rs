@@ -94,6 +94,17 @@ fn items(v: Value) -> Vec<Value> {
     }
 }
 
+/// A tenant's due set in brief ([`Store::due_summaries`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueSummary {
+    /// Rows in the due set (due now or later).
+    pub rows: u64,
+    /// Of those, due now.
+    pub due_now: u64,
+    /// The earliest row's due time, ms; none when the set is empty.
+    pub earliest_ms: Option<i64>,
+}
+
 /// `(member, score)` pairs of a `ZRANGE … WITHSCORES` reply, flat (RESP2) or nested (RESP3).
 fn scored(v: Value) -> Vec<(String, i64)> {
     let a = items(v);
@@ -324,11 +335,66 @@ impl Store {
         tenant: &str,
         count: i64,
     ) -> Result<Vec<(String, i64)>, StoreError> {
+        self.due_range(tenant, 0, count).await
+    }
+
+    /// `count` rows of `tenant`'s due set from position `start` (0-based, by due time), with
+    /// their due times (ms).
+    pub async fn due_range(
+        &self,
+        tenant: &str,
+        start: i64,
+        count: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
         let v: Value = self
             .client()
-            .zrange(self.ks.due(tenant), 0, count - 1, None, false, None, true)
+            .zrange(
+                self.ks.due(tenant),
+                start,
+                start + count - 1,
+                None,
+                false,
+                None,
+                true,
+            )
             .await?;
         Ok(scored(v))
+    }
+
+    /// Per tenant of `tenants` (all of this partition), in order: rows in its due set, of
+    /// those due at or before `now_ms`, and the due time of its earliest (ms); one pipelined
+    /// round trip for them all (a console page over 10 000 tenants made 30 000 before).
+    pub async fn due_summaries(
+        &self,
+        tenants: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<DueSummary>, StoreError> {
+        if tenants.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pipe = self.client().pipeline();
+        for t in tenants {
+            let k = self.ks.due(t);
+            let _: () = pipe.zcard(k.clone()).await?;
+            let _: () = pipe
+                .zcount(k.clone(), f64::NEG_INFINITY, now_ms as f64)
+                .await?;
+            let _: () = pipe.zrange(k, 0, 0, None, false, None, true).await?;
+        }
+        let replies: Vec<Result<Value, _>> = pipe.try_all().await;
+        let mut out = Vec::with_capacity(tenants.len());
+        let mut it = replies.into_iter();
+        for _ in tenants {
+            let (Some(rows), Some(now), Some(first)) = (it.next(), it.next(), it.next()) else {
+                break;
+            };
+            out.push(DueSummary {
+                rows: int(&rows?).unwrap_or(0).max(0) as u64,
+                due_now: int(&now?).unwrap_or(0).max(0) as u64,
+                earliest_ms: scored(first?).first().map(|(_, at)| *at),
+            });
+        }
+        Ok(out)
     }
 
     /// Rows in `tenant`'s due set.

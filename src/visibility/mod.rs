@@ -218,7 +218,20 @@ async fn hook_rows(
     };
     let ids: Vec<String> = (0..sinks).map(|i| format!("{hook}.{i}")).collect();
     let reads = read_rows(store, tenant, &ids).await?;
-    let mut dead = if reads.iter().any(|r| r.state(now).is_none()) {
+    // A finished row whose last recorded attempt delivered has no dead letter: the search of
+    // the dead-letter stream (up to DLQ_SCAN entries, ~100–250 ms) is for the others only.
+    let delivered = |id: &String| {
+        attempts
+            .iter()
+            .filter(|a| a.row == *id)
+            .max_by_key(|a| a.attempt)
+            .is_some_and(|a| a.outcome == "delivered")
+    };
+    let mut dead = if ids
+        .iter()
+        .zip(&reads)
+        .any(|(id, r)| r.state(now).is_none() && !delivered(id))
+    {
         dead_letters_of(store, tenant, hook).await?
     } else {
         HashMap::new()
@@ -377,14 +390,58 @@ pub async fn list_rows(
         .into_iter()
         .filter_map(|m| m.strip_prefix(&prefix).map(str::to_string))
         .collect();
-    let due = store.due_page(tenant, SCAN_ROWS).await?;
-    ids.extend(due.into_iter().map(|(r, _)| r));
-    let reads = read_rows(store, tenant, &ids).await?;
+    let want = Want {
+        source,
+        state,
+        limit,
+    };
+    // The due set is read a page at a time and the reading stops at `limit + 1` matches: a
+    // console page of 50 rows reads ~100 rows, not the first SCAN_ROWS (0.5–1 s at 10 000).
+    let chunk = (limit as i64 + 1).clamp(100, SCAN_ROWS);
+    let mut page = RowsPage::default();
+    let mut read = 0i64;
+    loop {
+        if !ids.is_empty() && add_rows(store, tenant, now, &ids, want, &mut page).await? {
+            break;
+        }
+        if read >= SCAN_ROWS {
+            break;
+        }
+        let due = store
+            .due_range(tenant, read, chunk.min(SCAN_ROWS - read))
+            .await?;
+        if due.is_empty() {
+            break;
+        }
+        read += due.len() as i64;
+        ids = due.into_iter().map(|(r, _)| r).collect();
+    }
+    Ok(page)
+}
+
+/// What a [`list_rows`] caller asked for.
+#[derive(Clone, Copy)]
+struct Want<'a> {
+    source: Option<&'a str>,
+    state: Option<RowFilter>,
+    limit: usize,
+}
+
+/// Read rows `ids` of `tenant` and add those `want` selects to `page`; true once `page` is
+/// full and one more matched (`page.more`).
+async fn add_rows(
+    store: &Store,
+    tenant: &str,
+    now: i64,
+    ids: &[String],
+    want: Want<'_>,
+    page: &mut RowsPage,
+) -> Result<bool, Error> {
+    let reads = read_rows(store, tenant, ids).await?;
     let parsed: Vec<Option<RowId>> = ids.iter().map(|r| RowId::parse(r)).collect();
     let hooks = store
         .hook_sources(parsed.iter().flatten().map(|r| r.hook))
         .await?;
-    let mut page = RowsPage::default();
     for ((id, r), rid) in ids.iter().zip(reads).zip(parsed) {
         let Some(row_state) = r.state(now) else {
             continue;
@@ -406,21 +463,21 @@ pub async fn list_rows(
             lane_position: None,
             dead_letter: None,
         };
-        if source.is_some_and(|s| s != view.source) {
+        if want.source.is_some_and(|s| s != view.source) {
             continue;
         }
-        if let Some(f) = state {
+        if let Some(f) = want.state {
             if !f.matches(&view) {
                 continue;
             }
         }
-        if page.rows.len() >= limit {
+        if page.rows.len() >= want.limit {
             page.more = true;
-            break;
+            return Ok(true);
         }
         page.rows.push(view);
     }
-    Ok(page)
+    Ok(false)
 }
 
 /// What [`resend`] committed.

@@ -59,7 +59,7 @@ pub async fn tenants_top(
     only: Option<&[String]>,
     limit: usize,
 ) -> Result<TenantsPage, Error> {
-    tenants_top_by(store, only, limit, TopBy::Rows).await
+    tenants_top_by(store, only, None, limit, TopBy::Rows).await
 }
 
 /// Body bytes per tenant over every partition, from the counts the scripts keep (two hash
@@ -76,10 +76,12 @@ pub async fn tenant_bytes(
 
 /// [`tenants_top`] ordered `by`: with [`TopBy::Bytes`] the tenants holding the most body
 /// bytes (stored plus kept) first, read from the byte counts, so only the `limit` listed get
-/// their rows counted.
+/// their rows counted. `search`: only tenants whose id contains it. Either way only the
+/// `limit` listed get their retrying rows read.
 pub async fn tenants_top_by(
     store: &Store,
     only: Option<&[String]>,
+    search: Option<&str>,
     limit: usize,
     by: TopBy,
 ) -> Result<TenantsPage, Error> {
@@ -92,7 +94,7 @@ pub async fn tenants_top_by(
     };
     match by {
         TopBy::Rows => {
-            let mut page = rows_top(store, only, limit).await?;
+            let mut page = rows_top(store, only, search, limit).await?;
             fill(&mut page);
             Ok(page)
         }
@@ -101,6 +103,7 @@ pub async fn tenants_top_by(
             let mut ranked: Vec<(&String, u64)> = bytes
                 .iter()
                 .filter(|(t, _)| only.map_or(true, |o| o.contains(t)))
+                .filter(|(t, _)| search.map_or(true, |q| t.contains(q)))
                 .map(|(t, b)| (t, held(b)))
                 .filter(|(_, n)| *n > 0)
                 .collect();
@@ -108,7 +111,7 @@ pub async fn tenants_top_by(
             let more = ranked.len() > limit;
             ranked.truncate(limit);
             let names: Vec<String> = ranked.into_iter().map(|(t, _)| t.clone()).collect();
-            let mut page = rows_top(store, Some(&names), names.len()).await?;
+            let mut page = rows_top(store, Some(&names), None, names.len()).await?;
             fill(&mut page);
             page.tenants.sort_by(|a, b| {
                 (b.bytes + b.kept_bytes)
@@ -125,6 +128,7 @@ pub async fn tenants_top_by(
 async fn rows_top(
     store: &Store,
     only: Option<&[String]>,
+    search: Option<&str>,
     limit: usize,
 ) -> Result<TenantsPage, Error> {
     let now = store.now_ms().await?;
@@ -148,18 +152,43 @@ async fn rows_top(
             per.entry(t.clone()).or_default();
         }
     }
-    let mut out = Vec::with_capacity(per.len());
-    for (tenant, mut top) in per {
-        top.tenant = tenant.clone();
-        let home = store.for_tenant(&tenant);
-        top.due_rows = home.due_len(&tenant).await?;
-        top.due_now = home.due_by(&tenant, now).await?;
-        if let Some((_, at)) = home.due_page(&tenant, 1).await?.first() {
-            top.oldest_lag_ms = (now - at).max(0);
+    if let Some(q) = search.filter(|q| !q.is_empty()) {
+        per.retain(|t, _| t.contains(q));
+    }
+    // The due sets in brief, one pipelined round trip per partition for every tenant.
+    let mut by_partition: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for t in per.keys() {
+        by_partition
+            .entry(store.for_tenant(t).partition_index())
+            .or_default()
+            .push(t.clone());
+    }
+    for names in by_partition.values() {
+        let home = store.for_tenant(&names[0]);
+        for (t, d) in names.iter().zip(home.due_summaries(names, now).await?) {
+            if let Some(top) = per.get_mut(t) {
+                top.due_rows = d.rows;
+                top.due_now = d.due_now;
+                top.oldest_lag_ms = d.earliest_ms.map_or(0, |at| (now - at).max(0));
+            }
         }
+    }
+    let mut out: Vec<TenantTop> = per
+        .into_iter()
+        .map(|(tenant, top)| TenantTop { tenant, ..top })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.due_rows + b.claimed)
+            .cmp(&(a.due_rows + a.claimed))
+            .then(a.tenant.cmp(&b.tenant))
+    });
+    let more = out.len() > limit;
+    out.truncate(limit);
+    // Rows retrying and the sinks failing (row reads) for the tenants listed only.
+    for top in &mut out {
         let page = list_rows(
             store,
-            &tenant,
+            &top.tenant,
             None,
             Some(RowFilter::Retrying),
             SCAN_ROWS as usize,
@@ -174,15 +203,7 @@ async fn rows_top(
         sinks.sort();
         sinks.dedup();
         top.failing_sinks = sinks;
-        out.push(top);
     }
-    out.sort_by(|a, b| {
-        (b.due_rows + b.claimed)
-            .cmp(&(a.due_rows + a.claimed))
-            .then(a.tenant.cmp(&b.tenant))
-    });
-    let more = out.len() > limit;
-    out.truncate(limit);
     Ok(TenantsPage { tenants: out, more })
 }
 

@@ -32,7 +32,9 @@ use super::batcher::{BoxFuture, Limits, Transport};
 use super::guard::{
     guarded_reqwest, kept_text, read_bounded, AddressPolicy, EgressGrant, ANSWER_READ_MAX_BYTES,
 };
-use super::{header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
+use super::{
+    message_header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind,
+};
 use crate::claim_check::{generic_pointer, Payload};
 use crate::secrets::{has_reference, SecretPolicy};
 use base64::Engine;
@@ -370,7 +372,7 @@ impl PubSubTarget {
             }
         };
         if self.header_attributes {
-            let pairs = header_pairs(&d.headers);
+            let pairs = message_header_pairs(d);
             let ok = |k: &str, v: &str| {
                 (1..=256).contains(&k.len())
                     && !k.to_ascii_lowercase().starts_with("goog")

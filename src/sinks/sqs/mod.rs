@@ -29,7 +29,9 @@ pub use opts::*;
 
 use super::batcher::{BoxFuture, Limits, Transport};
 use super::guard::EgressGrant;
-use super::{header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
+use super::{
+    header_pairs, message_header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind,
+};
 use crate::claim_check::Payload;
 use crate::secrets::{has_reference, SecretPolicy};
 use aws_sdk_sqs::config::{
@@ -135,7 +137,7 @@ impl SqsTarget {
             ));
         }
         if self.header_attributes {
-            let pairs = header_pairs(&d.headers);
+            let pairs = message_header_pairs(d);
             let individual = pairs.len() <= HEADER_ATTRIBUTES
                 && pairs
                     .iter()
@@ -413,6 +415,31 @@ mod tests {
             .unwrap();
         assert_eq!(m.attributes.len(), 3);
         assert_eq!(m.attributes[2].0, "ankusa-headers");
+    }
+
+    #[test]
+    fn the_attempt_spans_traceparent_replaces_the_producers() {
+        let t = opts(serde_json::json!({"queue_url": "https://sqs.us-east-1.amazonaws.com/1/q"}))
+            .unwrap()
+            .resolve(&SecretPolicy::default())
+            .unwrap();
+        let producer = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let attempt = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+        let mut d = delivery(&serde_json::json!({ "traceparent": producer }).to_string());
+        let tp = |m: &BatchMessage| {
+            m.attributes
+                .iter()
+                .filter(|a| a.0 == "traceparent")
+                .map(|a| a.1.clone())
+                .collect::<Vec<_>>()
+        };
+        // Export off: the producer's passes through as it came.
+        let m = t.message(&d, &Payload::Inline("{}".into()), None).unwrap();
+        assert_eq!(tp(&m), [producer]);
+        // Export on: the attempt's, once.
+        d.traceparent = Some(attempt.into());
+        let m = t.message(&d, &Payload::Inline("{}".into()), None).unwrap();
+        assert_eq!(tp(&m), [attempt]);
     }
 
     #[test]
