@@ -23,6 +23,7 @@ const TENANT_ROUTES: &[(&str, &str, &str)] = &[
     ("POST", "/admin/hooks/{tenant}/{hook}/cancel", "ingest"),
     ("GET", "/admin/rows", "read"),
     ("GET", "/admin/tenants/top", "read"),
+    ("GET", "/admin/tenants/{tenant}/health", "read"),
     ("GET", "/admin/dlq", "read"),
     ("GET", "/admin/dlq/{tenant}/{id}", "read"),
     ("POST", "/admin/dlq/replay", "replay"),

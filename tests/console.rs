@@ -276,6 +276,12 @@ async fn operator_finds_and_resends_a_failing_hook(h: Arc<Harness>) {
     h.go("/ui/tenants").await;
     h.shoot("tenants").await;
     h.go(&format!("/ui/tenants/{A}")).await;
+    // Each sink entry's last hour: the broken endpoint's attempts all failed.
+    let page = h.wait_text("Success (last hour)").await;
+    assert!(
+        page.contains("0.0 % of"),
+        "the broken entry's health: {page}"
+    );
     h.shoot("tenant").await;
     h.go(&format!("/ui/tenants/{A}/deliveries")).await;
     h.fill("#f-et", "order.failed").await;

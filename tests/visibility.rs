@@ -959,3 +959,56 @@ async fn the_rust_producer_honours_idempotency_keys_per_hook() {
         .await
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_health_gives_each_sink_entry_its_success_rate_latency_and_last_error() {
+    let env = Env::tuned(|c| {
+        c.retry.initial_backoff_ms = 120_000;
+        c.retry.max_backoff_ms = 120_000;
+    })
+    .await;
+    env.http_source("acme", "orders", &["good", "bad"]).await;
+    env.receiver.set("bad", Behavior::Status(503));
+    for i in 0..4 {
+        env.commit("acme", "orders", format!("{{\"n\":{i}}}")).await;
+    }
+    let worker = env.worker().await;
+    let health = until(
+        "four attempts at each entry",
+        || async {
+            serde_json::to_value(
+                ankusa::visibility::entry_health(&env.store, "acme")
+                    .await
+                    .unwrap(),
+            )
+            .unwrap()
+        },
+        |v| {
+            v["entries"]
+                .as_array()
+                .is_some_and(|e| e.len() == 2 && e.iter().all(|e| e["attempts"] == 4))
+        },
+    )
+    .await;
+    let (good, bad) = (&health["entries"][0], &health["entries"][1]);
+    assert_eq!(
+        (&good["source"], &good["sink"]),
+        (&json!("orders"), &json!(0))
+    );
+    assert_eq!(good["success_rate"], 1.0);
+    assert_eq!(good["delivered"], 4);
+    assert!(good.get("last_error").is_none(), "{good}");
+    assert!(good["p99_ms"].as_u64().unwrap() >= good["p50_ms"].as_u64().unwrap());
+    assert_eq!(bad["sink"], 1);
+    assert_eq!(bad["success_rate"], 0.0);
+    assert!(bad["last_error"].as_str().unwrap().contains("503"), "{bad}");
+    assert!(bad["last_error_at_ms"].as_i64().unwrap() >= health["since_ms"].as_i64().unwrap());
+    assert_eq!(health["hooks"], 4);
+    assert_eq!(health["more"], false);
+    // Another tenant's page is empty, not acme's.
+    let other = ankusa::visibility::entry_health(&env.store, "globex")
+        .await
+        .unwrap();
+    assert!(other.entries.is_empty() && other.hooks == 0, "{other:?}");
+    worker.shutdown().await;
+}

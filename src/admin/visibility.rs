@@ -1,12 +1,14 @@
 //! Admin endpoints of delivery visibility ([`crate::visibility`]) and of the source
 //! registry over HTTP: `GET /admin/hooks/{tenant}/{hook}`, `POST …/resend`, `POST …/cancel`,
-//! `GET /admin/rows`, `GET /admin/tenants/top`, `GET/PUT/DELETE /admin/sources/{tenant}/{source}`
+//! `GET /admin/rows`, `GET /admin/tenants/top`, `GET /admin/tenants/{tenant}/health`, `GET/PUT/DELETE /admin/sources/{tenant}/{source}`
 //! and `GET /admin/sources`. Their access: [`super::access`].
 
 use super::{AdminState, ApiError, ErrorBody};
 use crate::error::Error;
 use crate::model::{check_id, SourceSpec};
-use crate::visibility::{self, CancelAnswer, HookView, Resent, RowFilter, RowsPage, TenantsPage};
+use crate::visibility::{
+    self, CancelAnswer, HookView, Resent, RowFilter, RowsPage, TenantHealth, TenantsPage,
+};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -24,6 +26,7 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(hook_cancel))
         .routes(routes!(rows_list))
         .routes(routes!(tenants_top))
+        .routes(routes!(tenant_health))
         .routes(routes!(source_get, source_put, source_delete))
         .routes(routes!(sources_list))
 }
@@ -165,6 +168,23 @@ async fn tenants_top(
             q.by.unwrap_or_default(),
         )
         .await?,
+    ))
+}
+
+/// Each sink entry's health over the last hour: attempts, success rate, p50/p99 attempt
+/// duration, last error; from the attempt history of the tenant's newest hooks (empty with
+/// `history.enabled = false`).
+#[utoipa::path(get, path = "/admin/tenants/{tenant}/health", tag = "visibility",
+    params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantHealth), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = ["read"])))]
+async fn tenant_health(
+    State(st): State<AdminState>,
+    Path(tenant): Path<String>,
+) -> Result<Json<TenantHealth>, ApiError> {
+    Ok(Json(
+        visibility::entry_health(st.worker.store(), &tenant).await?,
     ))
 }
 

@@ -95,13 +95,21 @@ fn patterns(e: &Value) -> String {
 
 async fn endpoints(PortalCtx(ctx): PortalCtx, Query(q): Q) -> Page {
     let specs = specs(&ctx).await?;
+    let health = ctx
+        .api
+        .get(
+            &ctx.who,
+            &format!("/admin/tenants/{}/health", enc(ctx.tenant())),
+        )
+        .await
+        .unwrap_or(Value::Null);
     let main = m! {
         (notice(q.get("done")))
         @if specs.is_empty() { p.empty { "No source yet: add an endpoint below." } }
         @for (source, spec) in &specs {
             section.source aria-label={ "Source " (source) } {
                 h2 { "Source " code { (source) } }
-                (entries(&spec["spec"]))
+                (entries(source, &spec["spec"], &health))
                 @for (i, e) in spec["spec"]["sinks"].as_array().into_iter().flatten().enumerate() {
                     @if e["module"] == "http" {
                         details.endpoint {

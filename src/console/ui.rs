@@ -195,6 +195,11 @@ async fn tenant(UiCtx(ctx): UiCtx, Path(t): Path<String>) -> Page {
             .unwrap_or(Value::Null);
         specs.push((name, spec));
     }
+    let health = ctx
+        .api
+        .get(who, &format!("/admin/tenants/{et}/health"))
+        .await
+        .unwrap_or(Value::Null);
     let top = ctx
         .api
         .get(who, &format!("/admin/tenants/top?tenant={et}"))
@@ -230,19 +235,29 @@ async fn tenant(UiCtx(ctx): UiCtx, Path(t): Path<String>) -> Page {
             @if specs.is_empty() { p.empty { "No source registered." } }
             @for (name, spec) in &specs {
                 h3 { code { (name) } }
-                (entries(&spec["spec"]))
+                (entries(name, &spec["spec"], &health))
             }
         }
     };
     ui(&ctx, &format!("Tenant {t}"), main)
 }
 
-/// A source's sink entries: module, target, filter, policy, disabled.
-pub(crate) fn entries(spec: &Value) -> Markup {
+/// A source's sink entries: module, target, filter, policy, disabled, and their health over
+/// the last hour from `health` (a `GET /admin/tenants/{tenant}/health` answer; `Null` when
+/// it could not be read).
+pub(crate) fn entries(source: &str, spec: &Value, health: &Value) -> Markup {
+    let of = |i: usize| {
+        health["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["source"] == source && e["sink"].as_u64() == Some(i as u64))
+    };
     m! {
         table {
             thead { tr { th scope="col" { "#" } th scope="col" { "Module" } th scope="col" { "Target" }
-                th scope="col" { "Event filter" } th scope="col" { "Rate limit" } th scope="col" { "State" } } }
+                th scope="col" { "Event filter" } th scope="col" { "Rate limit" } th scope="col" { "State" }
+                th scope="col" { "Success (last hour)" } th scope="col" { "p50 / p99 (ms)" } th scope="col" { "Last error" } } }
             tbody { @for (i, e) in spec["sinks"].as_array().into_iter().flatten().enumerate() {
                 tr {
                     td { (i) }
@@ -254,6 +269,16 @@ pub(crate) fn entries(spec: &Value) -> Markup {
                     td { @if e["disabled"].is_object() {
                             (badge("disabled")) " " (time_of(&e["disabled"]["at_ms"])) " " (text(&e["disabled"]["reason"]))
                         } @else { (badge("enabled")) } }
+                    @match of(i) {
+                        Some(h) => {
+                            td.health { (format!("{:.1} %", h["success_rate"].as_f64().unwrap_or(0.0) * 100.0))
+                                " of " (text(&h["attempts"])) " attempts" }
+                            td { (text(&h["p50_ms"])) " / " (text(&h["p99_ms"])) }
+                            td { @if let Some(err) = h["last_error"].as_str() {
+                                (time_of(&h["last_error_at_ms"])) " " code { (err) } } }
+                        }
+                        None => { td.empty { "no attempt" } td {} td {} }
+                    }
                 }
             } }
         }

@@ -274,6 +274,63 @@ impl Store {
             .collect())
     }
 
+    /// The attempt records of `tenant`'s hooks with a record at or after `since_ms`, newest
+    /// hooks first, at most `max_hooks` of them, each with its source (`s` of the live or the
+    /// kept hook hash; empty when both are gone); and whether older hooks of the window were
+    /// left unread. Two pipelined round trips whatever the number of hooks.
+    pub async fn recent_attempts(
+        &self,
+        tenant: &str,
+        since_ms: i64,
+        max_hooks: usize,
+    ) -> Result<(Vec<(String, Vec<AttemptRecord>)>, bool), StoreError> {
+        let ids: Vec<String> = self
+            .client()
+            .zrevrangebyscore(
+                self.ks.history(tenant),
+                f64::INFINITY,
+                since_ms as f64,
+                false,
+                Some((0, max_hooks as i64 + 1)),
+            )
+            .await?;
+        let more = ids.len() > max_hooks;
+        let hooks: Vec<u64> = ids
+            .iter()
+            .take(max_hooks)
+            .filter_map(|h| h.parse().ok())
+            .collect();
+        if hooks.is_empty() {
+            return Ok((Vec::new(), more));
+        }
+        let pipe = self.client().pipeline();
+        for h in &hooks {
+            let _: () = pipe.lrange(self.ks.attempts(*h), 0, -1).await?;
+            let _: () = pipe.hget(self.ks.hook(*h), "s").await?;
+            let _: () = pipe.hget(self.ks.kept(*h), "s").await?;
+        }
+        let replies: Vec<Result<Value, _>> = pipe.try_all().await;
+        let mut out = Vec::with_capacity(hooks.len());
+        for chunk in replies.chunks(3) {
+            let [records, live, kept] = chunk else { break };
+            // A key of another type answers an error: read as empty, like a gone hook.
+            let records: Vec<AttemptRecord> = match records {
+                Ok(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(text)
+                    .filter_map(|r| serde_json::from_str(&r).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let source = [live, kept]
+                .into_iter()
+                .find_map(|v| v.as_ref().ok().and_then(text))
+                .unwrap_or_default();
+            out.push((source, records));
+        }
+        Ok((out, more))
+    }
+
     /// Whether `tenant`'s attempt history (`history:<tenant>`) names `hook`.
     pub async fn in_history(&self, tenant: &str, hook: u64) -> Result<bool, StoreError> {
         Ok(self

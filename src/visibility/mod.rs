@@ -35,6 +35,9 @@ pub use tenants::*;
 mod pending;
 pub use pending::*;
 
+mod health;
+pub use health::*;
+
 /// Rows of a tenant's due set that [`list_rows`] and [`tenants_top`] read at most.
 pub const SCAN_ROWS: i64 = 10_000;
 /// Dead letters (newest first) searched for a row by [`show_hook`].
