@@ -1005,6 +1005,27 @@ async fn entry_health_gives_each_sink_entry_its_success_rate_latency_and_last_er
     assert!(bad["last_error_at_ms"].as_i64().unwrap() >= health["since_ms"].as_i64().unwrap());
     assert_eq!(health["hooks"], 4);
     assert_eq!(health["more"], false);
+    // The same from the CLI: a table a person reads, and the JSON document.
+    let (code, out, _) = ankusa(&env, &["tenants", "health", "acme"]).await;
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("SINK") && lines[0].contains("SUCCESS"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("orders/0") && lines[1].contains("100.0%"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("orders/1") && lines[2].contains("0.0%") && lines[2].contains("503"),
+        "{out}"
+    );
+    let v = ankusa_json(&env, &["tenants", "health", "acme"]).await;
+    assert_eq!(v["entries"][1]["success_rate"], 0.0, "{v}");
+    let (code, out, _) = ankusa(&env, &["tenants", "health", "globex"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("no attempt of tenant globex"), "{out}");
     // Another tenant's page is empty, not acme's.
     let other = ankusa::visibility::entry_health(&env.store, "globex")
         .await

@@ -96,6 +96,15 @@ pub enum TenantsCmd {
         /// Order: `rows` (who waits) or `bytes` (who holds Redis' memory).
         #[arg(long, value_enum, default_value_t = TopOrder::Rows)]
         by: TopOrder,
+        /// Only tenants whose id contains this text (searched over every tenant with rows).
+        #[arg(long)]
+        search: Option<String>,
+    },
+    /// Each sink entry of a tenant over the last hour: attempts, success rate, p50/p99
+    /// attempt duration, last error (from the attempt history).
+    Health {
+        /// Tenant id.
+        tenant: String,
     },
 }
 
@@ -360,12 +369,15 @@ pub async fn rows(store: &Store, cmd: &RowsCmd, json: bool) -> Result<(), Error>
 
 /// `ankusa tenants top`.
 pub async fn tenants(store: &Store, cmd: &TenantsCmd, json: bool) -> Result<(), Error> {
-    let TenantsCmd::Top { limit, by } = cmd;
+    let (limit, by, search) = match cmd {
+        TenantsCmd::Top { limit, by, search } => (limit, by, search),
+        TenantsCmd::Health { tenant } => return tenant_health(store, tenant, json).await,
+    };
     let by = match by {
         TopOrder::Rows => visibility::TopBy::Rows,
         TopOrder::Bytes => visibility::TopBy::Bytes,
     };
-    let top = visibility::tenants_top_by(store, None, None, *limit, by).await?;
+    let top = visibility::tenants_top_by(store, None, search.as_deref(), *limit, by).await?;
     if json {
         return print_json(&top);
     }
@@ -420,6 +432,58 @@ pub async fn tenants(store: &Store, cmd: &TenantsCmd, json: bool) -> Result<(), 
     );
     if top.more {
         outln!("… more tenants have rows: raise --limit");
+    }
+    Ok(())
+}
+
+/// `ankusa tenants health TENANT`.
+async fn tenant_health(store: &Store, tenant: &str, json: bool) -> Result<(), Error> {
+    let h = visibility::entry_health(store, tenant).await?;
+    if json {
+        return print_json(&h);
+    }
+    if h.entries.is_empty() {
+        outln!(
+            "no attempt of tenant {} in the last hour (or history.enabled is false)",
+            human::esc(tenant)
+        );
+        return Ok(());
+    }
+    let now = h.since_ms + visibility::HEALTH_WINDOW_MS;
+    let lines = h.entries.iter().map(|e| {
+        vec![
+            format!("{}/{}", e.source, e.sink),
+            e.attempts.to_string(),
+            format!("{:.1}%", e.success_rate * 100.0),
+            human::span(e.p50_ms),
+            human::span(e.p99_ms),
+            e.last_error_at_ms
+                .map_or("-".into(), |at| human::relative(at, now)),
+            e.last_error
+                .as_deref()
+                .map_or("-".into(), |err| human::esc_cut_middle(err, 60)),
+        ]
+    });
+    outln!(
+        "{}",
+        human::table(
+            &[
+                "SINK",
+                "ATTEMPTS",
+                "SUCCESS",
+                "P50",
+                "P99",
+                "FAILED",
+                "LAST ERROR"
+            ],
+            lines
+        )
+    );
+    if h.more {
+        outln!(
+            "… of the newest {} hooks of the hour only",
+            visibility::HEALTH_HOOKS
+        );
     }
     Ok(())
 }
