@@ -1023,6 +1023,45 @@ async fn entry_health_gives_each_sink_entry_its_success_rate_latency_and_last_er
     );
     let v = ankusa_json(&env, &["tenants", "health", "acme"]).await;
     assert_eq!(v["entries"][1]["success_rate"], 0.0, "{v}");
+    // The delivered rows, newest hook first: the four of the good entry, none of the bad.
+    let v = ankusa_json(
+        &env,
+        &["rows", "list", "--tenant", "acme", "--state", "delivered"],
+    )
+    .await;
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{v}");
+    assert!(
+        rows.iter().all(|r| r["state"] == "delivered"
+            && r["sink"] == 0
+            && r["attempts"] == 1
+            && r["source"] == "orders"),
+        "{v}"
+    );
+    let hooks: Vec<u64> = rows.iter().map(|r| r["hook"].as_u64().unwrap()).collect();
+    assert!(
+        hooks.windows(2).all(|w| w[0] > w[1]),
+        "newest first: {hooks:?}"
+    );
+    let v = ankusa_json(
+        &env,
+        &[
+            "rows",
+            "list",
+            "--tenant",
+            "acme",
+            "--state",
+            "delivered",
+            "--limit",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(
+        (v["rows"].as_array().unwrap().len(), &v["more"]),
+        (3, &json!(true)),
+        "{v}"
+    );
     let (code, out, _) = ankusa(&env, &["tenants", "health", "globex"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("no attempt of tenant globex"), "{out}");

@@ -58,7 +58,8 @@ pub enum HooksCmd {
 /// `ankusa rows …`.
 #[derive(Subcommand)]
 pub enum RowsCmd {
-    /// A tenant's claimed and due rows with their last error and next attempt time.
+    /// A tenant's claimed and due rows with their last error and next attempt time
+    /// (`--state delivered`: the delivered rows of its newest hooks with attempt history).
     List {
         /// Tenant id.
         #[arg(long)]

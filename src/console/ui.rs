@@ -324,7 +324,7 @@ pub(crate) async fn delivery_lines(
         if let Some(s) = source {
             uri += &format!("&source={}", enc(s));
         }
-        if let Some(s @ ("retrying" | "parked" | "due" | "claimed")) = state {
+        if let Some(s @ ("retrying" | "parked" | "due" | "claimed" | "delivered")) = state {
             uri += &format!("&state={s}");
         }
         let rows = ctx.api.get(&ctx.who, &uri).await?;
@@ -337,7 +337,11 @@ pub(crate) async fn delivery_lines(
                 event_type: r["event_type"].as_str().unwrap_or("").into(),
                 state: text(&r["state"]),
                 attempts: text(&r["attempts"]),
-                when: r["due_at_ms"].as_i64().unwrap_or(0),
+                // A delivered row has no next attempt: its first attempt dates it.
+                when: r["due_at_ms"]
+                    .as_i64()
+                    .or_else(|| r["first_attempt_ms"].as_i64())
+                    .unwrap_or(0),
                 error: r["last_error"].as_str().unwrap_or("").into(),
             });
         }
@@ -407,18 +411,19 @@ pub(crate) fn deliveries_view(
             label for="f-state" { "State" }
             select id="f-state" name="state" {
                 option value="" { "any" }
-                @for s in ["retrying", "parked", "due", "claimed", "dead_lettered"] {
+                @for s in ["retrying", "parked", "due", "claimed", "dead_lettered", "delivered"] {
                     option value=(s) selected[state == s] { (s) }
                 }
             }
             button type="submit" { "Filter" }
         }
-        @if lines.is_empty() { p.empty { "No hook waiting or dead-lettered matches." } }
+        @if lines.is_empty() { p.empty { @if state == "delivered" { "No delivered hook matches (delivered hooks are listed from the attempt history)." }
+            @else { "No hook waiting or dead-lettered matches." } } }
         @else {
             table.deliveries {
                 thead { tr { th scope="col" { "Hook" } th scope="col" { "Row" } th scope="col" { "Source" }
                     th scope="col" { "Event type" } th scope="col" { "State" } th scope="col" { "Attempts" }
-                    th scope="col" { "Due / dead-lettered" } th scope="col" { "Last error" } } }
+                    th scope="col" { "Due / dead-lettered / first attempt" } th scope="col" { "Last error" } } }
                 tbody { @for l in shown {
                     tr {
                         td { a href={ (hook_base) (text(&l["hook"])) } { (text(&l["hook"])) } }

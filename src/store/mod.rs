@@ -75,7 +75,7 @@ pub use settle::{ExhaustedHook, Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
 pub use tokens::StoredToken;
 pub use url::{Topology, UnsupportedUrl};
-pub use views::{DueSummary, HookRecord, RowRead, StreamEntry};
+pub use views::{DueSummary, HookAttempts, HookRecord, RowRead, StreamEntry};
 
 /// A connection to one partition of one instance; [`Store::partition`] and
 /// [`Store::for_tenant`] address the others over the same pool.

@@ -94,6 +94,19 @@ fn items(v: Value) -> Vec<Value> {
     }
 }
 
+/// A hook's attempt records with what identifies it ([`Store::recent_attempts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookAttempts {
+    /// Hook id.
+    pub hook: u64,
+    /// Its source (empty when the hook and its kept copy are gone).
+    pub source: String,
+    /// Its event type, when its producer set one (and it is not gone).
+    pub event_type: Option<String>,
+    /// Its attempt records, oldest first.
+    pub records: Vec<AttemptRecord>,
+}
+
 /// A tenant's due set in brief ([`Store::due_summaries`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DueSummary {
@@ -275,15 +288,15 @@ impl Store {
     }
 
     /// The attempt records of `tenant`'s hooks with a record at or after `since_ms`, newest
-    /// hooks first, at most `max_hooks` of them, each with its source (`s` of the live or the
-    /// kept hook hash; empty when both are gone); and whether older hooks of the window were
-    /// left unread. Two pipelined round trips whatever the number of hooks.
+    /// hooks first, at most `max_hooks` of them, each with its source and event type (of the
+    /// live or the kept hook hash; empty when both are gone); and whether older hooks of the
+    /// window were left unread. Two pipelined round trips whatever the number of hooks.
     pub async fn recent_attempts(
         &self,
         tenant: &str,
         since_ms: i64,
         max_hooks: usize,
-    ) -> Result<(Vec<(String, Vec<AttemptRecord>)>, bool), StoreError> {
+    ) -> Result<(Vec<HookAttempts>, bool), StoreError> {
         let ids: Vec<String> = self
             .client()
             .zrevrangebyscore(
@@ -306,12 +319,12 @@ impl Store {
         let pipe = self.client().pipeline();
         for h in &hooks {
             let _: () = pipe.lrange(self.ks.attempts(*h), 0, -1).await?;
-            let _: () = pipe.hget(self.ks.hook(*h), "s").await?;
-            let _: () = pipe.hget(self.ks.kept(*h), "s").await?;
+            let _: () = pipe.hmget(self.ks.hook(*h), vec!["s", "et"]).await?;
+            let _: () = pipe.hmget(self.ks.kept(*h), vec!["s", "et"]).await?;
         }
         let replies: Vec<Result<Value, _>> = pipe.try_all().await;
         let mut out = Vec::with_capacity(hooks.len());
-        for chunk in replies.chunks(3) {
+        for (hook, chunk) in hooks.into_iter().zip(replies.chunks(3)) {
             let [records, live, kept] = chunk else { break };
             // A key of another type answers an error: read as empty, like a gone hook.
             let records: Vec<AttemptRecord> = match records {
@@ -322,11 +335,20 @@ impl Store {
                     .collect(),
                 _ => Vec::new(),
             };
-            let source = [live, kept]
+            let fields = [live, kept]
                 .into_iter()
-                .find_map(|v| v.as_ref().ok().and_then(text))
-                .unwrap_or_default();
-            out.push((source, records));
+                .filter_map(|v| match v {
+                    Ok(Value::Array(f)) => Some(f),
+                    _ => None,
+                })
+                .find(|f| f.first().and_then(text).is_some());
+            let field = |i: usize| fields.and_then(|f| f.get(i)).and_then(text);
+            out.push(HookAttempts {
+                hook,
+                source: field(0).unwrap_or_default(),
+                event_type: field(1).filter(|e| !e.is_empty()),
+                records,
+            });
         }
         Ok((out, more))
     }

@@ -63,7 +63,7 @@ pub async fn entry_health(store: &Store, tenant: &str) -> Result<TenantHealth, E
     let entries = summarize(
         hooks
             .iter()
-            .flat_map(|(source, records)| records.iter().map(move |r| (source.as_str(), r))),
+            .flat_map(|h| h.records.iter().map(move |r| (h.source.as_str(), r))),
         since,
     );
     Ok(TenantHealth {
@@ -113,6 +113,58 @@ fn rank(v: &[u64], q: f64) -> u64 {
     }
     let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
     v[i]
+}
+
+/// [`list_rows`] with [`RowFilter::Delivered`]: the delivered rows of the tenant's newest
+/// hooks with history (at most [`HEALTH_HOOKS`] hooks read), newest hook first, optionally of
+/// one source; at most `limit`. Empty with history off.
+pub(super) async fn delivered_rows(
+    store: &Store,
+    tenant: &str,
+    source: Option<&str>,
+    limit: usize,
+) -> Result<RowsPage, Error> {
+    let (hooks, _) = store.recent_attempts(tenant, 0, HEALTH_HOOKS).await?;
+    let mut page = RowsPage::default();
+    for h in hooks {
+        if source.is_some_and(|s| s != h.source) {
+            continue;
+        }
+        let mut last: BTreeMap<u32, &AttemptRecord> = BTreeMap::new();
+        for r in &h.records {
+            if last.get(&r.sink).map_or(true, |l| r.attempt >= l.attempt) {
+                last.insert(r.sink, r);
+            }
+        }
+        for (sink, r) in last.into_iter().filter(|(_, r)| r.outcome == "delivered") {
+            if page.rows.len() >= limit {
+                page.more = true;
+                return Ok(page);
+            }
+            let first = h
+                .records
+                .iter()
+                .filter(|a| a.sink == sink)
+                .map(|a| a.started_ms)
+                .min();
+            page.rows.push(RowView {
+                row: r.row.clone(),
+                hook: h.hook,
+                sink,
+                source: h.source.clone(),
+                event_type: h.event_type.clone(),
+                state: RowState::Delivered,
+                due_at_ms: None,
+                attempts: r.attempt,
+                first_attempt_ms: first,
+                last_error: None,
+                lane: None,
+                lane_position: None,
+                dead_letter: None,
+            });
+        }
+    }
+    Ok(page)
 }
 
 #[cfg(test)]

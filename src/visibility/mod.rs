@@ -344,6 +344,9 @@ pub enum RowFilter {
     Scheduled,
     /// Claimed rows.
     Claimed,
+    /// Delivered rows of the newest hooks with attempt history (`attempts` counts every
+    /// attempt, the last the delivery); none with `history.enabled = false`.
+    Delivered,
 }
 
 impl RowFilter {
@@ -356,6 +359,7 @@ impl RowFilter {
             RowFilter::Due => r.state == RowState::Due,
             RowFilter::Scheduled => r.state == RowState::Scheduled,
             RowFilter::Claimed => r.state == RowState::Claimed,
+            RowFilter::Delivered => r.state == RowState::Delivered,
         }
     }
 }
@@ -385,6 +389,9 @@ pub async fn list_rows(
     check_id("tenant", tenant)?;
     if let Some(s) = source {
         check_id("source", s)?;
+    }
+    if state == Some(RowFilter::Delivered) {
+        return delivered_rows(store, tenant, source, limit).await;
     }
     let now = store.now_ms().await?;
     let prefix = format!("{tenant}/");
