@@ -328,7 +328,8 @@ pub(super) fn record_outcome(result: &Result<(), AttemptError>, status: Option<u
     match result {
         Ok(()) => {}
         Err(AttemptError::Retry { error, .. }) | Err(AttemptError::Permanent { error, .. }) => {
-            span.record("error", error.as_str());
+            // Display, not str: the pretty log escapes it as every other text (`\x1b`).
+            span.record("error", tracing::field::display(error));
         }
         Err(AttemptError::Timeout(d)) => {
             span.record(
