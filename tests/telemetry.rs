@@ -244,7 +244,7 @@ async fn each_attempt_is_exported_as_a_child_of_its_producers_traceparent() {
             ok(0, 1),
             ok(0, 1),
             ok(1, 1),
-            (Some(1), Some(1), Some("retry".into()), None, true),
+            (Some(1), Some(1), Some("retry".into()), Some(503), true),
             ok(1, 2),
         ],
         "sink, attempt, outcome, status, error of every span"

@@ -322,6 +322,8 @@ pub(super) fn record_outcome(result: &Result<(), AttemptError>, status: Option<u
         "outcome",
         result.as_ref().err().map_or("ok", AttemptError::outcome),
     );
+    // A failed attempt's status is in its error's kind (`job.status` is set on success only).
+    let status = status.or_else(|| result.as_ref().err().and_then(|e| e.kind().status()));
     if let Some(status) = status {
         span.record("status", i64::from(status));
     }
