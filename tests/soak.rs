@@ -533,10 +533,20 @@ async fn inject(
         "failover_graceful" => {
             // The sentinels may still refuse (`NOGOODSLAVE`, `INPROG`) while they catch up.
             match blocking(|| d.failover()) {
-                Ok(old) => {
-                    injected.add("sentinel failover, graceful", true);
-                    blocking(|| d.wait_failover(old)).expect("the replica is promoted");
-                }
+                Ok(old) => match blocking(|| d.wait_failover(old)) {
+                    Ok(_) => injected.add("sentinel failover, graceful", true),
+                    // Sentinel may abort a failover it accepted (`-failover-abort-slave-
+                    // timeout`: the replica it chose was still resyncing after the previous
+                    // fault); the old primary stays, so no fault happened.
+                    Err(e) => {
+                        let why = e.to_string();
+                        eprintln!(
+                            "soak: the sentinels aborted the failover: {}",
+                            why.lines().next().unwrap_or_default()
+                        );
+                        injected.add("(skipped: sentinels aborted a failover)", false)
+                    }
+                },
                 Err(_) => injected.add("(skipped: sentinels refused a failover)", false),
             }
         }
