@@ -481,14 +481,6 @@ impl Store {
         Ok(self.client().zcard(self.ks.due(tenant)).await?)
     }
 
-    /// Rows of `tenant` due at or before `now_ms`.
-    pub async fn due_by(&self, tenant: &str, now_ms: i64) -> Result<u64, StoreError> {
-        Ok(self
-            .client()
-            .zcount(self.ks.due(tenant), f64::NEG_INFINITY, now_ms as f64)
-            .await?)
-    }
-
     /// Each live hook's source and event type (`s`, `et`), one pipelined round trip; a hook
     /// that is gone or not a hash is left out.
     pub async fn hook_sources(
