@@ -124,7 +124,10 @@ pub(super) async fn delivered_rows(
     source: Option<&str>,
     limit: usize,
 ) -> Result<RowsPage, Error> {
-    let (hooks, _) = store.recent_attempts(tenant, 0, HEALTH_HOOKS).await?;
+    let (mut hooks, _) = store.recent_attempts(tenant, 0, HEALTH_HOOKS).await?;
+    // The history orders hooks by their last record's time; the list promises hook ids,
+    // newest first (a retried older hook can record after a newer one).
+    hooks.sort_unstable_by_key(|h| std::cmp::Reverse(h.hook));
     let mut page = RowsPage::default();
     for h in hooks {
         if source.is_some_and(|s| s != h.source) {
