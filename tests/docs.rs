@@ -10,14 +10,20 @@ use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The Markdown files a user reads: README, CHANGELOG, CONTRIBUTING, `docs/*.md` and the
-/// Python package's README.
+/// The Markdown files a user reads: README, CHANGELOG, CONTRIBUTING, BENCHMARKS (the README
+/// links it), `docs/*.md`, the Python package's README and the peers harness' README.
 fn markdown_files() -> Vec<PathBuf> {
     let root = Path::new(ROOT);
-    let mut files: Vec<PathBuf> = ["README.md", "CHANGELOG.md", "CONTRIBUTING.md"]
-        .iter()
-        .map(|f| root.join(f))
-        .chain([root.join("clients/python/README.md")])
+    let mut files: Vec<PathBuf> = [
+        "README.md",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+        "BENCHMARKS.md",
+        "clients/python/README.md",
+        "bench/peers/README.md",
+    ]
+    .iter()
+    .map(|f| root.join(f))
         .collect();
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
         .expect("docs/")
