@@ -24,7 +24,7 @@ fn markdown_files() -> Vec<PathBuf> {
     ]
     .iter()
     .map(|f| root.join(f))
-        .collect();
+    .collect();
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
         .expect("docs/")
         .map(|e| e.expect("entry").path())

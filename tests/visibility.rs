@@ -660,6 +660,12 @@ async fn resend_of_many_hooks_reports_each_and_is_paced_by_pressure() {
     .await;
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("paused"), "{err}");
+    // Said when the pause began (stderr is no terminal here, so there is no bar), not only
+    // in the final error: a user sees at once why nothing moves.
+    assert!(
+        err.lines().any(|l| l.starts_with("paused: ")),
+        "no pause line before the error: {err}"
+    );
     let due = env.redis_cmd(&["ZCARD", &env.key("due:acme")]);
     assert_eq!(due, "1", "only the first hook was resent before the pause");
 }

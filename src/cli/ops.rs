@@ -567,12 +567,19 @@ pub fn paced_bar(json: bool, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
-/// Show one [`ReplayProgress`] on a [`paced_bar`].
+/// Show one [`ReplayProgress`] on a [`paced_bar`]. Without a bar (`--json`, or stderr not a
+/// terminal) a pause and its end are still said on stderr, one line each: a paced command
+/// that waits for a live leader or a drained backlog must not look hung for up to
+/// `--max-pause-ms`.
 pub fn show_pace(bar: &indicatif::ProgressBar, p: ReplayProgress) {
     match p {
         ReplayProgress::Matched { total } => bar.set_length(total),
         ReplayProgress::Step { done, .. } => bar.set_position(done),
+        ReplayProgress::Paused { why } if bar.is_hidden() => {
+            eprintln!("paused: {}", human::esc(&why))
+        }
         ReplayProgress::Paused { why } => bar.set_message(format!("paused: {why}")),
+        ReplayProgress::Resumed if bar.is_hidden() => eprintln!("resumed"),
         ReplayProgress::Resumed => bar.set_message(""),
     }
 }

@@ -135,20 +135,26 @@ fn print_table(tokens: &[TokenInfo]) {
         .max()
         .unwrap_or(0)
         .max(6);
+    let now = ankusa::console::now_ms();
+    let expires: Vec<String> = tokens
+        .iter()
+        .map(|t| super::human::when(t.expires_at_ms, now))
+        .collect();
+    let w_expires = expires.iter().map(|e| e.len()).max().unwrap_or(0).max(7);
     outln!(
-        "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<20}  NAME",
+        "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<w_expires$}  NAME",
         "ID",
         "TENANT",
         "SCOPES",
         "EXPIRES"
     );
-    for t in tokens {
+    for (t, expires) in tokens.iter().zip(&expires) {
         outln!(
-            "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<20}  {}",
+            "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<w_expires$}  {}",
             t.id,
             t.tenant,
             scopes(t),
-            when(t.expires_at_ms),
+            expires,
             t.name
         );
     }

@@ -456,8 +456,10 @@ async fn tenant_health(store: &Store, tenant: &str, json: bool) -> Result<(), Er
             format!("{}/{}", e.source, e.sink),
             e.attempts.to_string(),
             format!("{:.1}%", e.success_rate * 100.0),
-            human::span(e.p50_ms),
-            human::span(e.p99_ms),
+            // Milliseconds as the attempts table's TOOK shows them: a span would print a
+            // sub-millisecond p50 as `0s` beside a p99 of `1ms`.
+            format!("{} ms", e.p50_ms),
+            format!("{} ms", e.p99_ms),
             e.last_error_at_ms
                 .map_or("-".into(), |at| human::relative(at, now)),
             e.last_error
