@@ -123,41 +123,22 @@ fn print_table(tokens: &[TokenInfo]) {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let w_tenant = tokens
-        .iter()
-        .map(|t| t.tenant.len())
-        .max()
-        .unwrap_or(0)
-        .max(6);
-    let w_scopes = tokens
-        .iter()
-        .map(|t| scopes(t).len())
-        .max()
-        .unwrap_or(0)
-        .max(6);
     let now = ankusa::console::now_ms();
-    let expires: Vec<String> = tokens
-        .iter()
-        .map(|t| super::human::when(t.expires_at_ms, now))
-        .collect();
-    let w_expires = expires.iter().map(|e| e.len()).max().unwrap_or(0).max(7);
-    outln!(
-        "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<w_expires$}  NAME",
-        "ID",
-        "TENANT",
-        "SCOPES",
-        "EXPIRES"
-    );
-    for (t, expires) in tokens.iter().zip(&expires) {
-        outln!(
-            "{:<16}  {:<w_tenant$}  {:<w_scopes$}  {:<w_expires$}  {}",
-            t.id,
-            t.tenant,
+    // The shared table: padded columns, and every cell escaped (a token's name is free
+    // text, written through the admin API too).
+    let rows = tokens.iter().map(|t| {
+        vec![
+            t.id.clone(),
+            t.tenant.clone(),
             scopes(t),
-            expires,
-            t.name
-        );
-    }
+            super::human::when(t.expires_at_ms, now),
+            t.name.clone(),
+        ]
+    });
+    outln!(
+        "{}",
+        super::human::table(&["ID", "TENANT", "SCOPES", "EXPIRES", "NAME"], rows)
+    );
 }
 
 /// `ms` since the epoch as RFC 3339 (UTC, seconds).
