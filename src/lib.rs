@@ -8,7 +8,7 @@
 //! ## Map of the crate
 //! | module | concept |
 //! | --- | --- |
-//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the sections, the operator's bounds on sources (`[limits]`, `[tenants.<id>]`) |
+//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`) |
 //! | [`keyspace`] | every Redis key name, hash-tagged per partition (R26, R29) |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
 //! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers (P9) |

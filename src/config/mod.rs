@@ -29,17 +29,21 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
 mod duration;
+mod edge;
 mod env;
 mod sections;
 mod validate;
 
 pub use duration::parse_ms;
+pub use edge::{
+    Bound, ConnectionConfig, HttpConfig, LimitsConfig, SecretsConfig, SourceBounds, SourcePolicy,
+    TenantConfig,
+};
 use env::{parse_error, EnvOverrides};
 pub use sections::{
-    AdminConfig, Bound, ClaimCheckConfig, CommitConfig, ConnectionConfig, DispatchConfig,
-    DlqConfig, HistoryConfig, HttpConfig, LeaderConfig, LimitsConfig, OperatorConfig, RedisConfig,
-    ResolvedLimits, RetryConfig, SecretsConfig, SourceBounds, SourcePolicy, TelemetryConfig,
-    TenantConfig, TenantLimits,
+    AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
+    LeaderConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig, TelemetryConfig,
+    TenantLimits,
 };
 
 /// The default configuration: every key with its default value and a comment.
