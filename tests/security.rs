@@ -494,28 +494,6 @@ async fn huge_and_endless_2xx_bodies_are_delivered_and_the_worker_stays_under_10
     eprintln!("hostile bodies: worker max RSS {max_rss} KiB");
 }
 
-/// Every value of every key in `env`'s Redis, as text.
-fn all_values(env: &Env) -> String {
-    let mut out = String::new();
-    for k in env.keys() {
-        let t = env.redis_cmd(&["TYPE", &k]);
-        let v = match t.as_str() {
-            "string" => env.redis_cmd(&["GET", &k]),
-            "hash" => env.redis_cmd(&["HGETALL", &k]),
-            "list" => env.redis_cmd(&["LRANGE", &k, "0", "-1"]),
-            "set" => env.redis_cmd(&["SMEMBERS", &k]),
-            "zset" => env.redis_cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"]),
-            "stream" => env.redis_cmd(&["XRANGE", &k, "-", "+"]),
-            other => format!("<{other}>"),
-        };
-        out.push_str(&k);
-        out.push('\n');
-        out.push_str(&v);
-        out.push('\n');
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workers_own_settings_are_never_sent_and_resolved_secrets_never_reach_redis() {
     const ADMIN: &str = "admin-token-8f3a61";
@@ -578,7 +556,7 @@ async fn the_workers_own_settings_are_never_sent_and_resolved_secrets_never_reac
         "{leak_dead:?}"
     );
     assert_eq!(env.receiver.count_for("busy"), 2);
-    let everything = all_values(&env);
+    let everything = env.all_values();
     assert!(
         everything.contains("connect"),
         "the transport error is stored"
@@ -691,160 +669,4 @@ async fn a_tenants_events_url_on_loopback_is_refused_by_default() {
         "the log says the event was refused; log:\n{}",
         worker.log_text()
     );
-}
-
-/// `basic_auth` reaches the receiver as RFC 7617's `Authorization` with the password
-/// resolved from the tenant's own namespace at attempt time, replacing the producer's
-/// `Authorization`; the resolved password is never written to Redis. A reference to
-/// another tenant's variable is refused at `source put`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn basic_auth_sends_the_tenants_password_and_never_stores_it() {
-    const PW: &str = "basic-pw-5d1e93";
-    std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_BASIC_PW", PW);
-    let env = Env::new().await;
-    let entry = |var: &str| {
-        http_entry(serde_json::json!({
-            "url": env.receiver.url("basic"),
-            "basic_auth": {"username": "acme-hooks", "password": format!("${{env:{var}}}")},
-        }))
-    };
-    let other = SourceSpec {
-        sinks: vec![entry("ANKUSA_SECRET_GLOBEX__SECURITY_BASIC_PW")],
-    };
-    let e = env.store.put_source("acme", "s", &other).await.unwrap_err();
-    assert!(e.to_string().contains("basic_auth.password"), "{e}");
-    let spec = SourceSpec {
-        sinks: vec![entry("ANKUSA_SECRET_ACME__SECURITY_BASIC_PW")],
-    };
-    env.store.put_source("acme", "s", &spec).await.unwrap();
-    let hook = Hook::new(b"{}".to_vec()).header("authorization", "Bearer from-producer");
-    env.producer.commit("acme", "s", hook).await.unwrap();
-    let worker = env.worker().await;
-    env.drain(&worker).await;
-    let got = env.receiver.requests_for("basic");
-    assert_eq!(got.len(), 1);
-    let expected = format!(
-        "Basic {}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("acme-hooks:{PW}")
-        )
-    );
-    let auth: Vec<&str> = got[0]
-        .headers
-        .iter()
-        .filter(|(k, _)| k == "authorization")
-        .map(|(_, v)| v.as_str())
-        .collect();
-    assert_eq!(auth, [expected.as_str()]);
-    assert!(!all_values(&env).contains(PW), "the password reached Redis");
-    worker.shutdown().await;
-}
-
-/// What the token endpoint of the OAuth2 test saw.
-#[derive(Default)]
-struct TokenRequests {
-    /// Each request's `Authorization` header and form body.
-    seen: std::sync::Mutex<Vec<(String, String)>>,
-}
-
-/// An OAuth 2.0 token endpoint on loopback: answers `tok-<n>` (n counts requests) as a
-/// bearer token valid for an hour.
-async fn token_endpoint() -> (String, Arc<TokenRequests>) {
-    let seen = Arc::new(TokenRequests::default());
-    let s = seen.clone();
-    let app = axum::Router::new().route(
-        "/token",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
-            let s = s.clone();
-            async move {
-                let auth = headers
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let n = {
-                    let mut seen = s.seen.lock().unwrap();
-                    seen.push((auth, body));
-                    seen.len()
-                };
-                axum::Json(serde_json::json!({
-                    "access_token": format!("tok-{n}"),
-                    "token_type": "Bearer",
-                    "expires_in": 3600,
-                }))
-            }
-        }),
-    );
-    let listener = common::tokio_listener();
-    let url = format!("http://{}/token", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, seen)
-}
-
-/// `oauth2` client credentials: one token request (HTTP Basic client authentication with
-/// the secret resolved in the tenant's namespace, `grant_type=client_credentials`, the
-/// scope) serves every attempt until the endpoint answers 401, which drops the token so
-/// the retry fetches a new one; the client secret and the tokens never reach Redis.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn oauth2_client_credentials_fetch_one_token_and_renew_it_after_a_401() {
-    const SECRET: &str = "oauth-secret-77c2a0";
-    std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_OAUTH", SECRET);
-    let env = Env::new().await;
-    let (token_url, tokens) = token_endpoint().await;
-    let spec = SourceSpec {
-        sinks: vec![http_entry(serde_json::json!({
-            "url": env.receiver.url("api"),
-            "oauth2": {
-                "token_url": token_url,
-                "client_id": "acme-client",
-                "client_secret": "${env:ANKUSA_SECRET_ACME__SECURITY_OAUTH}",
-                "scope": "webhooks:write",
-            },
-        }))],
-    };
-    env.store.put_source("acme", "s", &spec).await.unwrap();
-    for i in 0..5 {
-        env.commit("acme", "s", format!("{{\"n\":{i}}}")).await;
-    }
-    let worker = env.worker().await;
-    env.drain(&worker).await;
-    let bearer = |path: &str| -> Vec<String> {
-        env.receiver
-            .requests_for(path)
-            .iter()
-            .filter_map(|r| r.header("authorization").map(str::to_string))
-            .collect()
-    };
-    assert_eq!(bearer("api"), vec!["Bearer tok-1".to_string(); 5]);
-    {
-        let seen = tokens.seen.lock().unwrap();
-        assert_eq!(seen.len(), 1, "one token for five attempts");
-        let basic = base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("acme-client:{SECRET}"),
-        );
-        assert_eq!(seen[0].0, format!("Basic {basic}"));
-        assert_eq!(
-            seen[0].1,
-            "grant_type=client_credentials&scope=webhooks%3Awrite"
-        );
-    }
-    // The endpoint refuses the token once: the retry carries a new one.
-    env.receiver.set(
-        "api",
-        ankusa::testkit::Behavior::Sequence(vec![ankusa::testkit::Reply::status(401)]),
-    );
-    env.commit("acme", "s", "{\"n\":5}").await;
-    env.drain(&worker).await;
-    let all = bearer("api");
-    assert_eq!(all[5..], ["Bearer tok-1", "Bearer tok-2"], "{all:?}");
-    assert_eq!(tokens.seen.lock().unwrap().len(), 2);
-    let everything = all_values(&env);
-    assert!(
-        !everything.contains(SECRET),
-        "the client secret reached Redis"
-    );
-    assert!(!everything.contains("tok-1"), "a token reached Redis");
-    worker.shutdown().await;
 }

@@ -211,6 +211,29 @@ impl Env {
         keys
     }
 
+    /// Every value of every key in this test's Redis, as text: what a secret must never be
+    /// found in.
+    pub fn all_values(&self) -> String {
+        let mut out = String::new();
+        for k in self.keys() {
+            let t = self.redis_cmd(&["TYPE", &k]);
+            let v = match t.as_str() {
+                "string" => self.redis_cmd(&["GET", &k]),
+                "hash" => self.redis_cmd(&["HGETALL", &k]),
+                "list" => self.redis_cmd(&["LRANGE", &k, "0", "-1"]),
+                "set" => self.redis_cmd(&["SMEMBERS", &k]),
+                "zset" => self.redis_cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"]),
+                "stream" => self.redis_cmd(&["XRANGE", &k, "-", "+"]),
+                other => format!("<{other}>"),
+            };
+            out.push_str(&k);
+            out.push('\n');
+            out.push_str(&v);
+            out.push('\n');
+        }
+        out
+    }
+
     /// `DBSIZE`.
     pub fn dbsize(&self) -> u64 {
         self.redis_cmd(&["DBSIZE"])

@@ -5,6 +5,7 @@
 //! honouring `Retry-After`; any other 4xx is permanent (R8).
 
 mod entry;
+pub mod mtls;
 pub mod oauth2;
 
 pub use entry::{check_headers, client, MODULE};
@@ -72,6 +73,18 @@ pub struct HttpOpts {
     /// until shortly before it expires. Unset: no token.
     #[serde(default)]
     pub oauth2: Option<oauth2::OAuth2>,
+    /// mTLS: the client certificate chain presented to the endpoint, PEM (leaf first) or a
+    /// secret reference to it; needs `client_key` and an `https://` URL.
+    #[serde(default)]
+    pub client_cert: Option<String>,
+    /// mTLS: the private key of `client_cert`, always a secret reference (a key written into
+    /// the source itself would be stored in Redis and shown by `source get`).
+    #[serde(default)]
+    pub client_key: Option<String>,
+    /// The roots trusted for this endpoint instead of the public ones, PEM (one or more
+    /// certificates) or a secret reference: a receiver behind a private CA.
+    #[serde(default)]
+    pub ca: Option<String>,
 }
 
 /// `basic_auth` of an `http` sink entry.
@@ -178,6 +191,7 @@ impl HttpOpts {
             refs("basic_auth.username", &auth.username)?;
             refs("basic_auth.password", &auth.password)?;
         }
+        check_tls(&o, &refs)?;
         if let Some(secrets) = &o.signing_secret {
             if secrets.as_slice().is_empty() {
                 return Err("signing_secret: the list is empty".into());
@@ -192,6 +206,63 @@ impl HttpOpts {
         }
         Ok(o)
     }
+}
+
+/// The `source put` checks of `client_cert`, `client_key` and `ca`: the pair set together, the
+/// key only by reference, an `https://` URL, literal PEM that parses; `refs` checks a secret
+/// reference in the tenant's namespace.
+fn check_tls(o: &HttpOpts, refs: &dyn Fn(&str, &str) -> Result<(), String>) -> Result<(), String> {
+    match (&o.client_cert, &o.client_key) {
+        (Some(_), None) => {
+            return Err(
+                "client_cert: set client_key too (mTLS needs the certificate and its \
+                        private key)"
+                    .into(),
+            )
+        }
+        (None, Some(_)) => {
+            return Err("client_key: set client_cert too (the key of which certificate?)".into())
+        }
+        _ => {}
+    }
+    if o.client_cert.is_none() && o.ca.is_none() {
+        return Ok(());
+    }
+    if o.url.starts_with("http://") {
+        let what = if o.client_cert.is_some() {
+            "client_cert"
+        } else {
+            "ca"
+        };
+        return Err(format!(
+            "{what}: needs an https:// url (TLS options on a plain http url)"
+        ));
+    }
+    if let Some(key) = &o.client_key {
+        if !has_reference(key) {
+            return Err(
+                "client_key: must be a secret reference (${env:ANKUSA_SECRET_<TENANT>__…} \
+                        or ${file:…}), never the key itself: the source is stored in Redis"
+                    .into(),
+            );
+        }
+        refs("client_key", key)?;
+    }
+    if let Some(cert) = &o.client_cert {
+        if has_reference(cert) {
+            refs("client_cert", cert)?;
+        } else {
+            mtls::check_certificates(cert).map_err(|e| format!("client_cert: {e}"))?;
+        }
+    }
+    if let Some(ca) = &o.ca {
+        if has_reference(ca) {
+            refs("ca", ca)?;
+        } else {
+            mtls::parse_roots(ca).map_err(|e| format!("ca: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Check a (resolved) endpoint URL: it parses, is `http`/`https`, and an IP-literal host is
@@ -308,6 +379,8 @@ pub struct HttpSink {
     edge: EdgePolicy,
     /// OAuth 2.0 tokens of the entries that use `oauth2`, shared by every clone.
     tokens: std::sync::Arc<oauth2::Tokens>,
+    /// The clients of the entries that use `client_cert` or `ca`, shared by every clone.
+    tls: std::sync::Arc<mtls::TlsClients>,
 }
 
 impl HttpSink {
@@ -333,6 +406,7 @@ impl HttpSink {
             client,
             edge,
             tokens: Default::default(),
+            tls: Default::default(),
         })
     }
 
@@ -377,7 +451,8 @@ impl HttpSink {
             }
             None => None,
         };
-        let req = self.client.post(url).headers(headers).body(d.body.clone());
+        let client = self.client_for(opts, &d.tenant)?;
+        let req = client.post(url).headers(headers).body(d.body.clone());
         let resp = req.send().await.map_err(|e| match blocked_in(&e) {
             Some(b) => AttemptError::permanent(ErrorKind::Other, b.to_string()),
             None => {
@@ -440,6 +515,31 @@ impl HttpSink {
                 })
             }
         }
+    }
+
+    /// The client for an entry: the shared one, or with `client_cert`/`ca` its own, made
+    /// from the material resolved in `tenant`'s namespace.
+    fn client_for(&self, opts: &HttpOpts, tenant: &str) -> Result<reqwest::Client, AttemptError> {
+        if opts.client_cert.is_none() && opts.ca.is_none() {
+            return Ok(self.client.clone());
+        }
+        let resolve = |v: &Option<String>, what: &str| {
+            v.as_deref()
+                .map(|v| self.resolve(tenant, v, what))
+                .transpose()
+        };
+        let material = mtls::Material {
+            cert: resolve(&opts.client_cert, "client_cert")?,
+            key: resolve(&opts.client_key, "client_key")?,
+            ca: resolve(&opts.ca, "ca")?,
+        };
+        if material.cert.is_some() != material.key.is_some() {
+            return Err(AttemptError::permanent(
+                ErrorKind::Other,
+                "client_cert and client_key: set both or neither",
+            ));
+        }
+        self.tls.client(&material, &self.edge.addresses)
     }
 
     /// The resolved credentials of an entry's `oauth2` in `tenant`'s namespace.

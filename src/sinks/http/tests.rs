@@ -112,6 +112,9 @@ fn delivery_headers_replace_earlier_values_never_append() {
         )),
         basic_auth: None,
         oauth2: None,
+        client_cert: None,
+        client_key: None,
+        ca: None,
     };
     let h = sink.headers(&opts, &d).unwrap();
     let all = |n: &str| {
@@ -268,6 +271,9 @@ async fn waves_of_concurrent_attempts_reuse_their_connections() {
         signing_secret: None,
         basic_auth: None,
         oauth2: None,
+        client_cert: None,
+        client_key: None,
+        ca: None,
     };
     let concurrency = 100;
     for wave in 0..10u64 {
@@ -339,6 +345,9 @@ fn signing_cost_per_delivery() {
             signing_secret: secret,
             basic_auth: None,
             oauth2: None,
+            client_cert: None,
+            client_key: None,
+            ca: None,
         };
         let _ = sink.headers(&opts, &d).unwrap();
         let t = std::time::Instant::now();

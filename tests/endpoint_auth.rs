@@ -1,0 +1,459 @@
+//! Endpoint authentication of `http` entries, end to end (`docs/sinks.md`, `http`): HTTP
+//! Basic, OAuth 2.0 client credentials and mutual TLS, each with its secrets resolved in the
+//! tenant's namespace at attempt time and never written to Redis.
+mod common;
+
+use ankusa::model::{SinkEntry, SourceSpec};
+use ankusa::Hook;
+use common::Env;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn http_entry(opts: serde_json::Value) -> SinkEntry {
+    SinkEntry {
+        module: "http".into(),
+        opts: opts.as_object().cloned().unwrap(),
+        ordered: false,
+        key: None,
+        ..Default::default()
+    }
+}
+
+/// `basic_auth` reaches the receiver as RFC 7617's `Authorization` with the password
+/// resolved from the tenant's own namespace at attempt time, replacing the producer's
+/// `Authorization`; the resolved password is never written to Redis. A reference to
+/// another tenant's variable is refused at `source put`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_sends_the_tenants_password_and_never_stores_it() {
+    const PW: &str = "basic-pw-5d1e93";
+    std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_BASIC_PW", PW);
+    let env = Env::new().await;
+    let entry = |var: &str| {
+        http_entry(serde_json::json!({
+            "url": env.receiver.url("basic"),
+            "basic_auth": {"username": "acme-hooks", "password": format!("${{env:{var}}}")},
+        }))
+    };
+    let other = SourceSpec {
+        sinks: vec![entry("ANKUSA_SECRET_GLOBEX__SECURITY_BASIC_PW")],
+    };
+    let e = env.store.put_source("acme", "s", &other).await.unwrap_err();
+    assert!(e.to_string().contains("basic_auth.password"), "{e}");
+    let spec = SourceSpec {
+        sinks: vec![entry("ANKUSA_SECRET_ACME__SECURITY_BASIC_PW")],
+    };
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    let hook = Hook::new(b"{}".to_vec()).header("authorization", "Bearer from-producer");
+    env.producer.commit("acme", "s", hook).await.unwrap();
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let got = env.receiver.requests_for("basic");
+    assert_eq!(got.len(), 1);
+    let expected = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("acme-hooks:{PW}")
+        )
+    );
+    let auth: Vec<&str> = got[0]
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "authorization")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(auth, [expected.as_str()]);
+    assert!(!env.all_values().contains(PW), "the password reached Redis");
+    worker.shutdown().await;
+}
+
+/// What the token endpoint of the OAuth2 test saw.
+#[derive(Default)]
+struct TokenRequests {
+    /// Each request's `Authorization` header and form body.
+    seen: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+/// An OAuth 2.0 token endpoint on loopback: answers `tok-<n>` (n counts requests) as a
+/// bearer token valid for an hour.
+async fn token_endpoint() -> (String, Arc<TokenRequests>) {
+    let seen = Arc::new(TokenRequests::default());
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/token",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let s = s.clone();
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let n = {
+                    let mut seen = s.seen.lock().unwrap();
+                    seen.push((auth, body));
+                    seen.len()
+                };
+                axum::Json(serde_json::json!({
+                    "access_token": format!("tok-{n}"),
+                    "token_type": "Bearer",
+                    "expires_in": 3600,
+                }))
+            }
+        }),
+    );
+    let listener = common::tokio_listener();
+    let url = format!("http://{}/token", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+/// `oauth2` client credentials: one token request (HTTP Basic client authentication with
+/// the secret resolved in the tenant's namespace, `grant_type=client_credentials`, the
+/// scope) serves every attempt until the endpoint answers 401, which drops the token so
+/// the retry fetches a new one; the client secret and the tokens never reach Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_client_credentials_fetch_one_token_and_renew_it_after_a_401() {
+    const SECRET: &str = "oauth-secret-77c2a0";
+    std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_OAUTH", SECRET);
+    let env = Env::new().await;
+    let (token_url, tokens) = token_endpoint().await;
+    let spec = SourceSpec {
+        sinks: vec![http_entry(serde_json::json!({
+            "url": env.receiver.url("api"),
+            "oauth2": {
+                "token_url": token_url,
+                "client_id": "acme-client",
+                "client_secret": "${env:ANKUSA_SECRET_ACME__SECURITY_OAUTH}",
+                "scope": "webhooks:write",
+            },
+        }))],
+    };
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    for i in 0..5 {
+        env.commit("acme", "s", format!("{{\"n\":{i}}}")).await;
+    }
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+    let bearer = |path: &str| -> Vec<String> {
+        env.receiver
+            .requests_for(path)
+            .iter()
+            .filter_map(|r| r.header("authorization").map(str::to_string))
+            .collect()
+    };
+    assert_eq!(bearer("api"), vec!["Bearer tok-1".to_string(); 5]);
+    {
+        let seen = tokens.seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "one token for five attempts");
+        let basic = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("acme-client:{SECRET}"),
+        );
+        assert_eq!(seen[0].0, format!("Basic {basic}"));
+        assert_eq!(
+            seen[0].1,
+            "grant_type=client_credentials&scope=webhooks%3Awrite"
+        );
+    }
+    // The endpoint refuses the token once: the retry carries a new one.
+    env.receiver.set(
+        "api",
+        ankusa::testkit::Behavior::Sequence(vec![ankusa::testkit::Reply::status(401)]),
+    );
+    env.commit("acme", "s", "{\"n\":5}").await;
+    env.drain(&worker).await;
+    let all = bearer("api");
+    assert_eq!(all[5..], ["Bearer tok-1", "Bearer tok-2"], "{all:?}");
+    assert_eq!(tokens.seen.lock().unwrap().len(), 2);
+    let everything = env.all_values();
+    assert!(
+        !everything.contains(SECRET),
+        "the client secret reached Redis"
+    );
+    assert!(!everything.contains("tok-1"), "a token reached Redis");
+    worker.shutdown().await;
+}
+
+/// A private CA and what it signed, as PEM.
+struct Pki {
+    /// The server's CA (the entry's `ca`).
+    server_ca: String,
+    /// The server's certificate for `localhost` and its key.
+    server: (rcgen::Certificate, rcgen::KeyPair),
+    /// The CA the server trusts for client certificates.
+    client_ca: rcgen::Certificate,
+    /// The client certificate (`client_cert`) and its key (`client_key`), PEM.
+    client: (String, String),
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        let cert = p.self_signed(&key).unwrap();
+        (cert, Issuer::new(p, key))
+    };
+    let (server_ca, server_issuer) = ca("ankusa test server CA");
+    let (client_ca, client_issuer) = ca("ankusa test client CA");
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &server_issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, "acme-hooks");
+    let client = p.signed_by(&client_key, &client_issuer).unwrap();
+    Pki {
+        server_ca: server_ca.pem(),
+        server: (server, server_key),
+        client_ca,
+        client: (client.pem(), client_key.serialize_pem()),
+    }
+}
+
+/// What the mTLS receiver saw.
+#[derive(Default)]
+struct Seen {
+    /// Bodies of the requests, each with the number of certificates its client presented.
+    requests: Mutex<Vec<(usize, Vec<u8>)>>,
+    /// TLS handshakes the receiver refused (no or an untrusted client certificate).
+    refused: AtomicUsize,
+    /// TLS connections accepted.
+    connections: AtomicUsize,
+}
+
+/// An HTTPS receiver on loopback that requires a client certificate signed by `pki`'s client
+/// CA: answers 200 to `POST /hooks`. Returns its port.
+async fn mtls_receiver(pki: &Pki) -> (u16, Arc<Seen>) {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pki.client_ca.der().clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.server.1.serialize_der()));
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![pki.server.0.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = common::tokio_listener();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Seen::default());
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let seen = s.clone();
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(tls) => tls,
+                    Err(_) => {
+                        seen.refused.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                };
+                seen.connections.fetch_add(1, Ordering::SeqCst);
+                let certs = tls.get_ref().1.peer_certificates().map_or(0, |c| c.len());
+                let app = axum::Router::new().route(
+                    "/hooks",
+                    axum::routing::post(move |body: axum::body::Bytes| {
+                        let seen = seen.clone();
+                        async move {
+                            seen.requests.lock().unwrap().push((certs, body.to_vec()));
+                            "ok"
+                        }
+                    }),
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(
+                        hyper_util::rt::TokioIo::new(tls),
+                        hyper_util::service::TowerToHyperService::new(app),
+                    )
+                    .await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// `client_cert` + `client_key` + `ca`: every hook reaches a receiver that requires a client
+/// certificate from a private CA, byte-exact, over connections the entry's own client
+/// reuses. Without the certificate the handshake is refused and the row dead-letters with
+/// the TLS error; without `ca` the private server certificate is not trusted. The key never
+/// reaches Redis, and `source put` refuses a key written into the source, a certificate
+/// without its key, TLS options on a plain http URL and another tenant's reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_client_certificates_reach_a_receiver_that_requires_them_and_only_them() {
+    let pki = pki();
+    std::env::set_var("ANKUSA_SECRET_ACME__MTLS_CERT", &pki.client.0);
+    std::env::set_var("ANKUSA_SECRET_ACME__MTLS_KEY", &pki.client.1);
+    std::env::set_var("ANKUSA_SECRET_ACME__MTLS_CA", &pki.server_ca);
+    std::env::set_var("ANKUSA_SECRET_GLOBEX__MTLS_KEY", &pki.client.1);
+    let env = Env::tuned(|c| {
+        c.retry.max_attempts = 1;
+        c.dispatch.breaker_failures = 0;
+    })
+    .await;
+    let (port, seen) = mtls_receiver(&pki).await;
+    let url = format!("https://localhost:{port}/hooks");
+    let entry = |extra: serde_json::Value| {
+        let mut o = serde_json::json!({"url": url});
+        o.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        http_entry(o)
+    };
+    let with_cert = entry(serde_json::json!({
+        "client_cert": "${env:ANKUSA_SECRET_ACME__MTLS_CERT}",
+        "client_key": "${env:ANKUSA_SECRET_ACME__MTLS_KEY}",
+        "ca": "${env:ANKUSA_SECRET_ACME__MTLS_CA}",
+    }));
+
+    // What `source put` refuses, each naming the option.
+    let refused = [
+        (
+            entry(serde_json::json!({
+                "client_cert": "${env:ANKUSA_SECRET_ACME__MTLS_CERT}",
+                "client_key": pki.client.1,
+            })),
+            "client_key: must be a secret reference",
+        ),
+        (
+            entry(serde_json::json!({"client_cert": "${env:ANKUSA_SECRET_ACME__MTLS_CERT}"})),
+            "client_cert: set client_key too",
+        ),
+        (
+            entry(serde_json::json!({
+                "client_cert": "${env:ANKUSA_SECRET_ACME__MTLS_CERT}",
+                "client_key": "${env:ANKUSA_SECRET_GLOBEX__MTLS_KEY}",
+            })),
+            "client_key",
+        ),
+        (
+            http_entry(serde_json::json!({
+                "url": format!("http://localhost:{port}/hooks"),
+                "ca": pki.server_ca,
+            })),
+            "ca: needs an https:// url",
+        ),
+        (
+            entry(
+                serde_json::json!({"ca": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}),
+            ),
+            "ca: ",
+        ),
+    ];
+    for (e, want) in refused {
+        let spec = SourceSpec { sinks: vec![e] };
+        let err = env
+            .store
+            .put_source("acme", "bad", &spec)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(want), "{err} (wanted {want:?})");
+    }
+
+    env.store
+        .put_source(
+            "acme",
+            "mtls",
+            &SourceSpec {
+                sinks: vec![with_cert],
+            },
+        )
+        .await
+        .unwrap();
+    // The private CA as literal PEM is fine (it is no secret); no client certificate.
+    let no_cert = entry(serde_json::json!({"ca": pki.server_ca}));
+    env.store
+        .put_source(
+            "acme",
+            "no-cert",
+            &SourceSpec {
+                sinks: vec![no_cert],
+            },
+        )
+        .await
+        .unwrap();
+    let no_ca = entry(serde_json::json!({
+        "client_cert": "${env:ANKUSA_SECRET_ACME__MTLS_CERT}",
+        "client_key": "${env:ANKUSA_SECRET_ACME__MTLS_KEY}",
+    }));
+    env.store
+        .put_source("acme", "no-ca", &SourceSpec { sinks: vec![no_ca] })
+        .await
+        .unwrap();
+
+    let bodies: Vec<Vec<u8>> = (0..20)
+        .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "é".repeat(i)).into_bytes())
+        .collect();
+    for b in &bodies {
+        env.producer
+            .commit("acme", "mtls", Hook::new(b.clone()))
+            .await
+            .unwrap();
+    }
+    env.commit("acme", "no-cert", "{\"to\":\"no-cert\"}").await;
+    env.commit("acme", "no-ca", "{\"to\":\"no-ca\"}").await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+
+    let got = seen.requests.lock().unwrap().clone();
+    let mut got_bodies: Vec<Vec<u8>> = got.iter().map(|(_, b)| b.clone()).collect();
+    got_bodies.sort();
+    let mut want = bodies.clone();
+    want.sort();
+    assert_eq!(
+        got_bodies, want,
+        "the 20 hooks, byte-exact, and nothing else"
+    );
+    assert!(
+        got.iter().all(|(certs, _)| *certs >= 1),
+        "each with a client certificate"
+    );
+    assert!(
+        seen.connections.load(Ordering::SeqCst) <= 12,
+        "the entry's client reuses its connections ({} for 20 hooks)",
+        seen.connections.load(Ordering::SeqCst)
+    );
+    assert!(
+        seen.refused.load(Ordering::SeqCst) >= 1,
+        "the handshake without a certificate"
+    );
+
+    let dead = env.dead_letters("acme").await;
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let error_of = |source: &str| {
+        dead.iter()
+            .find(|d| d.source == source)
+            .unwrap_or_else(|| panic!("{source} dead-lettered: {dead:?}"))
+            .error
+            .clone()
+            .to_lowercase()
+    };
+    let e = error_of("no-cert");
+    assert!(e.contains("certificate"), "no-cert: {e}");
+    let e = error_of("no-ca");
+    assert!(
+        e.contains("unknownissuer") || e.contains("unknown issuer"),
+        "no-ca: {e}"
+    );
+    assert!(
+        !env.all_values()
+            .contains(pki.client.1.lines().nth(1).unwrap()),
+        "the client key reached Redis"
+    );
+    worker.shutdown().await;
+}
