@@ -18,6 +18,7 @@
 //! maps to its options parser, its `source put` checks and its [`registry::Target`]; the
 //! clients the modules keep live in the process's [`registry::Sinks`].
 
+pub mod aws;
 pub mod batcher;
 pub mod connections;
 pub mod guard;
