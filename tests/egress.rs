@@ -331,7 +331,7 @@ async fn ambient_credentials_are_refused_for_a_tenant_without_the_grant() {
     }
     env.drain(&worker).await;
     let dead = env.dead_letters("beta").await;
-    assert_eq!(dead.len(), 4, "{dead:#?}");
+    assert_eq!(dead.len(), 2, "{dead:#?}");
     for d in &dead {
         assert!(
             d.reason.starts_with("permanent(")

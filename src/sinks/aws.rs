@@ -11,7 +11,7 @@
 //! is checked against the address guard as written, a name by the guard's resolver.
 
 use super::guard::{AddressPolicy, EgressGrant};
-use super::{AttemptError, EdgePolicy, ErrorKind};
+use super::{AttemptError, BatchMessage, EdgePolicy, ErrorKind};
 use crate::secrets::{has_reference, SecretPolicy};
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials;
@@ -148,6 +148,88 @@ pub fn ambient_arn(
     ))
 }
 
+/// The kind of resource an AWS sink entry sends to (a Kinesis stream, an EventBridge bus):
+/// the option that names it, by name or by ARN, and the ARN's form.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceKind {
+    /// The option naming it, e.g. `stream`.
+    pub option: &'static str,
+    /// The ARN's service, e.g. `kinesis`, `events`.
+    pub service: &'static str,
+    /// The ARN resource's kind, e.g. `stream`, `event-bus`.
+    pub kind: &'static str,
+    /// A valid name, as refusals state it, e.g. `1..=128 of A-Z a-z 0-9 _ . -`.
+    pub name_rule: &'static str,
+    /// Whether a name is valid.
+    pub valid_name: fn(&str) -> bool,
+}
+
+impl ResourceKind {
+    /// The ARN `s` is, if it is one of this kind.
+    pub fn arn(&self, s: &str) -> Option<Arn> {
+        Arn::parse(s, self.service, self.kind, self.valid_name)
+    }
+
+    /// The ARN form, e.g. `arn:aws:kinesis:<region>:<account>:stream/<name>`.
+    fn form(&self) -> String {
+        format!(
+            "arn:aws:{}:<region>:<account>:{}/<name>",
+            self.service, self.kind
+        )
+    }
+
+    /// Check the option as written: a secret reference allowed under `edge` (at `source
+    /// put`), else a valid name or ARN. The error names the option.
+    pub fn check(&self, v: &str, edge: Option<&EdgePolicy>) -> Result<(), String> {
+        if let Some(edge) = edge {
+            edge.secrets
+                .check(v)
+                .map_err(|e| format!("{}: {e}", self.option))?;
+        }
+        if has_reference(v) || (self.valid_name)(v) || self.arn(v).is_some() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} {v:?}: a {} name ({}) or an ARN {}",
+            self.option,
+            self.kind,
+            self.name_rule,
+            self.form()
+        ))
+    }
+
+    /// Resolve the option (under `secrets`) into the value sent and its ARN, if it is one;
+    /// a value that resolves to neither a name nor an ARN is refused (its size only named).
+    pub fn resolve(
+        &self,
+        v: &str,
+        secrets: &SecretPolicy,
+    ) -> Result<(String, Option<Arn>), String> {
+        let value = secrets.resolve(v)?;
+        let arn = self.arn(&value);
+        if arn.is_none() && !(self.valid_name)(&value) {
+            return Err(format!(
+                "{}: resolves to neither a {} name nor an ARN ({} bytes)",
+                self.option,
+                self.kind,
+                value.len()
+            ));
+        }
+        Ok((value, arn))
+    }
+
+    /// The ARN the worker's own credentials would sign for ([`ambient_arn`]).
+    fn ambient_arn(
+        &self,
+        arn: Option<&Arn>,
+        region: &str,
+        endpoint: Option<&str>,
+    ) -> Result<String, String> {
+        let what = format!("a {} ({})", self.kind, self.form());
+        ambient_arn(arn, &what, region, endpoint, self.service)
+    }
+}
+
 /// The access options every AWS sink has besides its resource, as written (values may be
 /// `${env:NAME}` references): a view on the module's own options struct.
 #[derive(Debug, Clone, Copy)]
@@ -226,15 +308,16 @@ impl AccessOpts<'_> {
 
     /// The operator's grants to `tenant` (at `source put`): a custom endpoint needs
     /// `tenants.<id>.custom_endpoints`; the worker's own credentials (no `access_key_id`)
-    /// need the resource's ARN (from `arn`, which sees the resource option) in
-    /// `tenants.<id>.ambient_credentials`. Options that are secret references are checked
-    /// when resolved, at attempt time.
+    /// need the ARN of the resource the option `value` of `resource` names in
+    /// `tenants.<id>.ambient_credentials` (so it must be written as an ARN, in the signing
+    /// region). Options that are secret references are checked when resolved, at attempt
+    /// time.
     pub fn check_grant(
         &self,
         tenant: &str,
         grant: &EgressGrant,
-        resource_is_reference: bool,
-        arn: impl FnOnce() -> Result<String, String>,
+        resource: &ResourceKind,
+        value: &str,
     ) -> Result<(), String> {
         if self.custom_endpoint() && !grant.custom_endpoints {
             return Err(EgressGrant::custom_refused(tenant, "endpoint_url"));
@@ -243,7 +326,7 @@ impl AccessOpts<'_> {
             return Ok(());
         }
         let refs = [self.region, self.endpoint_url];
-        if resource_is_reference || refs.into_iter().flatten().any(has_reference) {
+        if has_reference(value) || refs.into_iter().flatten().any(has_reference) {
             return match grant.ambient_credentials.is_empty() {
                 true => Err(EgressGrant::ambient_refused(
                     tenant,
@@ -253,7 +336,15 @@ impl AccessOpts<'_> {
                 false => Ok(()),
             };
         }
-        let arn = arn().map_err(|e| format!("access_key_id: {e}"))?;
+        let parsed = resource.arn(value);
+        let region = self
+            .region
+            .map(str::to_string)
+            .or_else(|| parsed.as_ref().map(|a| a.region.clone()))
+            .unwrap_or_default();
+        let arn = resource
+            .ambient_arn(parsed.as_ref(), &region, self.endpoint_url)
+            .map_err(|e| format!("access_key_id: {e}"))?;
         match grant.ambient_allows(&arn) {
             true => Ok(()),
             false => Err(EgressGrant::ambient_refused(tenant, "access_key_id", &arn)),
@@ -336,14 +427,15 @@ impl AwsAccess {
     /// The egress checks of one attempt on the resolved options (a source stored before the
     /// grants, or with secret references, is checked here): a literal IP endpoint against
     /// the address guard, a custom endpoint against `tenants.<id>.custom_endpoints`, the
-    /// worker's own credentials against `tenants.<id>.ambient_credentials` for the ARN
-    /// `arn` computes. Any refusal is permanent: the same options fail the same way on
-    /// every attempt.
+    /// worker's own credentials against `tenants.<id>.ambient_credentials` for `arn`, the
+    /// resolved `resource`'s (none when it is named by name: refused). Any refusal is
+    /// permanent: the same options fail the same way on every attempt.
     pub fn check_egress(
         &self,
         tenant: &str,
         edge: &EdgePolicy,
-        arn: impl FnOnce() -> Result<String, String>,
+        resource: &ResourceKind,
+        arn: Option<&Arn>,
     ) -> Result<(), String> {
         if let Some(e) = &self.endpoint {
             check_literal(e, &edge.addresses).map_err(|e| format!("endpoint_url: {e}"))?;
@@ -358,7 +450,9 @@ impl AwsAccess {
             return Err(EgressGrant::custom_refused(tenant, "endpoint_url"));
         }
         if self.creds.is_none() {
-            let arn = arn().map_err(|e| format!("access_key_id: {e}"))?;
+            let arn = resource
+                .ambient_arn(arn, &self.region, self.endpoint.as_deref())
+                .map_err(|e| format!("access_key_id: {e}"))?;
             if !grant.ambient_allows(&arn) {
                 return Err(EgressGrant::ambient_refused(tenant, "access_key_id", &arn));
             }
@@ -553,6 +647,57 @@ where
         ),
         _ => classify(module, None, None, &chain(e)),
     }
+}
+
+/// One request of an AWS batch call whose answer holds one result per request entry, in
+/// request order (Kinesis `PutRecords`, EventBridge `PutEvents`): `build` makes each
+/// message's entry (an error is a permanent failure of that message alone, never sent),
+/// `send` sends the entries and answers each one's result in order, or the request's
+/// failure, which every sent entry gets. Exactly one result per message, in order; an
+/// entry the answer leaves out retries ([`no_result`]).
+pub async fn send_in_order<E, Fut>(
+    module: &'static str,
+    batch: Vec<BatchMessage>,
+    mut build: impl FnMut(BatchMessage) -> Result<E, String>,
+    send: impl FnOnce(Vec<E>) -> Fut,
+) -> Vec<Result<(), AttemptError>>
+where
+    Fut: std::future::Future<Output = Result<Vec<Result<(), AttemptError>>, AttemptError>>,
+{
+    let mut results: Vec<Option<Result<(), AttemptError>>> = vec![None; batch.len()];
+    // Which batch position each sent entry holds.
+    let mut sent = Vec::with_capacity(batch.len());
+    let mut entries = Vec::with_capacity(batch.len());
+    for (i, m) in batch.into_iter().enumerate() {
+        match build(m) {
+            Ok(e) => {
+                sent.push(i);
+                entries.push(e);
+            }
+            Err(e) => {
+                let e = AttemptError::permanent(ErrorKind::Other, format!("{module}: {e}"));
+                results[i] = Some(Err(e));
+            }
+        }
+    }
+    if !entries.is_empty() {
+        match send(entries).await {
+            Ok(answers) => {
+                for (i, r) in sent.iter().zip(answers) {
+                    results[*i] = Some(r);
+                }
+            }
+            Err(e) => {
+                for i in &sent {
+                    results[*i] = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(no_result(module))))
+        .collect()
 }
 
 /// An error and its sources, `: `-separated.

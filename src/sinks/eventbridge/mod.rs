@@ -16,12 +16,15 @@ mod opts;
 pub use entry::MODULE;
 pub use opts::*;
 
-use super::aws::{ambient_arn, AccessOpts, Arn, AwsAccess, AwsClients};
+use super::aws::{
+    classify_request, request_error, send_in_order, AccessOpts, Arn, AwsAccess, AwsClients,
+    ResourceKind,
+};
 use super::batcher::{BoxFuture, Limits, Transport};
 use super::guard::EgressGrant;
 use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
 use crate::claim_check::Payload;
-use crate::secrets::{has_reference, SecretPolicy};
+use crate::secrets::SecretPolicy;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -183,71 +186,51 @@ impl Transport for EventBridgeTransport {
     fn send(&self, batch: Vec<BatchMessage>) -> BoxFuture<Vec<Result<(), AttemptError>>> {
         let client = self.client.clone();
         let (bus, source) = (self.event_bus.clone(), self.source.clone());
-        Box::pin(async move {
-            let n = batch.len();
-            let mut results: Vec<Option<Result<(), AttemptError>>> = vec![None; n];
-            // Which batch position each sent event holds.
-            let mut sent = Vec::with_capacity(n);
-            let mut entries = Vec::with_capacity(n);
-            for (i, m) in batch.into_iter().enumerate() {
-                let detail_type = m
-                    .attributes
+        let build = move |m: BatchMessage| event(&bus, &source, m);
+        Box::pin(send_in_order(
+            "eventbridge",
+            batch,
+            build,
+            move |entries| async move {
+                let out = client
+                    .put_events()
+                    .set_entries(Some(entries))
+                    .send()
+                    .await
+                    .map_err(|e| request_error("eventbridge", &e, classify_request))?;
+                // The answer's entries are the request's, in order.
+                Ok(out
+                    .entries()
                     .iter()
-                    .find(|a| a.0 == DETAIL_TYPE)
-                    .map(|a| a.1.clone());
-                // The message was checked to be a JSON object, so UTF-8.
-                match String::from_utf8(m.body.to_vec()) {
-                    Ok(detail) => {
-                        sent.push(i);
-                        entries.push(
-                            aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                                .event_bus_name(bus.clone())
-                                .source(source.clone())
-                                .set_detail_type(detail_type)
-                                .detail(detail)
-                                .build(),
-                        );
-                    }
-                    Err(_) => {
-                        results[i] = Some(Err(AttemptError::permanent(
-                            ErrorKind::Other,
-                            "eventbridge: body is not UTF-8 text",
-                        )))
-                    }
-                }
-            }
-            if !entries.is_empty() {
-                let r = client.put_events().set_entries(Some(entries)).send().await;
-                match r {
-                    // The answer's entries are the request's, in order.
-                    Ok(out) => {
-                        for (i, e) in sent.iter().zip(out.entries()) {
-                            results[*i] = Some(match e.error_code() {
-                                Some(code) => {
-                                    Err(classify_entry(code, e.error_message().unwrap_or("")))
-                                }
-                                None => Ok(()),
-                            });
-                        }
-                    }
-                    Err(e) => {
-                        let err = super::aws::request_error(
-                            "eventbridge",
-                            &e,
-                            super::aws::classify_request,
-                        );
-                        for i in &sent {
-                            results[*i] = Some(Err(err.clone()));
-                        }
-                    }
-                }
-            }
-            results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(super::aws::no_result("eventbridge"))))
-                .collect()
-        })
+                    .map(|e| match e.error_code() {
+                        Some(code) => Err(classify_entry(code, e.error_message().unwrap_or(""))),
+                        None => Ok(()),
+                    })
+                    .collect())
+            },
+        ))
     }
+}
+
+/// One message as a `PutEvents` entry on `bus` from `source`: its detail-type and detail
+/// (checked to be a JSON object when the message was built, so UTF-8).
+fn event(
+    bus: &str,
+    source: &str,
+    m: BatchMessage,
+) -> Result<aws_sdk_eventbridge::types::PutEventsRequestEntry, String> {
+    let detail_type = m
+        .attributes
+        .into_iter()
+        .find(|a| a.0 == DETAIL_TYPE)
+        .map(|a| a.1);
+    let detail = String::from_utf8(m.body.to_vec()).map_err(|_| "body is not UTF-8 text")?;
+    Ok(aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name(bus)
+        .source(source)
+        .set_detail_type(detail_type)
+        .detail(detail)
+        .build())
 }
 
 #[cfg(test)]

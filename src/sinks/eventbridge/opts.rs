@@ -55,10 +55,14 @@ pub fn valid_bus_name(n: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/'))
 }
 
-/// The bus ARN `s` names, if it is one.
-pub(super) fn bus_arn(s: &str) -> Option<Arn> {
-    Arn::parse(s, "events", "event-bus", valid_bus_name)
-}
+/// The `event_bus` option: a bus name or ARN.
+pub const EVENT_BUS: ResourceKind = ResourceKind {
+    option: "event_bus",
+    service: "events",
+    kind: "event-bus",
+    name_rule: "1..=256 of A-Z a-z 0-9 . - _ /",
+    valid_name: valid_bus_name,
+};
 
 /// Whether `s` is a valid event field of at most `max` characters: not empty, no control
 /// characters.
@@ -89,21 +93,7 @@ impl EventBridgeOpts {
     ) -> Result<EventBridgeOpts, String> {
         let o: EventBridgeOpts = serde_json::from_value(serde_json::Value::Object(opts.clone()))
             .map_err(|e| e.to_string())?;
-        if let Some(edge) = edge {
-            edge.secrets
-                .check(&o.event_bus)
-                .map_err(|e| format!("event_bus: {e}"))?;
-        }
-        if !has_reference(&o.event_bus)
-            && !valid_bus_name(&o.event_bus)
-            && bus_arn(&o.event_bus).is_none()
-        {
-            return Err(format!(
-                "event_bus {:?}: a bus name (1..=256 of A-Z a-z 0-9 . - _ /) or an ARN \
-                 arn:aws:events:<region>:<account>:event-bus/<name>",
-                o.event_bus
-            ));
-        }
+        EVENT_BUS.check(&o.event_bus, edge)?;
         if !valid_field(&o.source, 256) || o.source.to_ascii_lowercase().starts_with("aws.") {
             return Err(format!(
                 "source {:?}: 1..=256 characters without control characters, not starting \
@@ -140,34 +130,13 @@ impl EventBridgeOpts {
     /// `tenants.<id>.ambient_credentials` (so the bus must be given as an ARN).
     pub fn check_grant(&self, tenant: &str, grant: &EgressGrant) -> Result<(), String> {
         self.access()
-            .check_grant(tenant, grant, has_reference(&self.event_bus), || {
-                let arn = bus_arn(&self.event_bus);
-                let region = self
-                    .region
-                    .clone()
-                    .or_else(|| arn.as_ref().map(|a| a.region.clone()))
-                    .unwrap_or_default();
-                ambient_arn(
-                    arn.as_ref(),
-                    BUS_FORM,
-                    &region,
-                    self.endpoint_url.as_deref(),
-                    "events",
-                )
-            })
+            .check_grant(tenant, grant, &EVENT_BUS, &self.event_bus)
     }
 
     /// Resolve secret references (under `secrets`) and defaults into what one attempt sends
     /// with. A custom endpoint without static credentials is refused.
     pub fn resolve(&self, secrets: &SecretPolicy) -> Result<EventBridgeTarget, String> {
-        let event_bus = secrets.resolve(&self.event_bus)?;
-        let arn = bus_arn(&event_bus);
-        if arn.is_none() && !valid_bus_name(&event_bus) {
-            return Err(format!(
-                "event_bus: resolves to neither a bus name nor a bus ARN ({} bytes)",
-                event_bus.len()
-            ));
-        }
+        let (event_bus, arn) = EVENT_BUS.resolve(&self.event_bus, secrets)?;
         let access = self
             .access()
             .resolve(arn.as_ref().map(|a| a.region.clone()), secrets)?;
@@ -186,21 +155,11 @@ impl EventBridgeOpts {
     }
 }
 
-/// The form of a bus the worker's own credentials sign for, as refusals name it.
-const BUS_FORM: &str = "a bus (arn:aws:events:<region>:<account>:event-bus/<name>)";
-
 impl EventBridgeTarget {
     /// The egress checks of one attempt on the resolved options ([`AwsAccess::check_egress`]
     /// with the bus's ARN). Any refusal is permanent.
     pub fn check_egress(&self, tenant: &str, edge: &EdgePolicy) -> Result<(), String> {
-        self.access.check_egress(tenant, edge, || {
-            ambient_arn(
-                self.arn.as_ref(),
-                BUS_FORM,
-                &self.access.region,
-                self.access.endpoint.as_deref(),
-                "events",
-            )
-        })
+        self.access
+            .check_egress(tenant, edge, &EVENT_BUS, self.arn.as_ref())
     }
 }

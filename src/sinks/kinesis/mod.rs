@@ -20,12 +20,15 @@ mod opts;
 pub use entry::MODULE;
 pub use opts::*;
 
-use super::aws::{ambient_arn, AccessOpts, Arn, AwsAccess, AwsClients};
+use super::aws::{
+    classify_request, request_error, send_in_order, AccessOpts, Arn, AwsAccess, AwsClients,
+    ResourceKind,
+};
 use super::batcher::{BoxFuture, Limits, Transport};
 use super::guard::EgressGrant;
 use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
 use crate::claim_check::Payload;
-use crate::secrets::{has_reference, SecretPolicy};
+use crate::secrets::SecretPolicy;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -148,63 +151,41 @@ impl Transport for KinesisTransport {
     fn send(&self, batch: Vec<BatchMessage>) -> BoxFuture<Vec<Result<(), AttemptError>>> {
         let client = self.client.clone();
         let (stream, by_arn) = (self.stream.clone(), self.by_arn);
-        Box::pin(async move {
-            let n = batch.len();
-            let mut results: Vec<Option<Result<(), AttemptError>>> = vec![None; n];
-            // Which batch position each sent record holds.
-            let mut sent = Vec::with_capacity(n);
-            let mut records = Vec::with_capacity(n);
-            for (i, m) in batch.into_iter().enumerate() {
-                let r = aws_sdk_kinesis::types::PutRecordsRequestEntry::builder()
-                    .data(aws_sdk_kinesis::primitives::Blob::new(m.body.to_vec()))
-                    .set_partition_key(m.group)
-                    .build();
-                match r {
-                    Ok(r) => {
-                        sent.push(i);
-                        records.push(r);
-                    }
-                    Err(e) => {
-                        results[i] = Some(Err(AttemptError::permanent(
-                            ErrorKind::Other,
-                            format!("kinesis: {e}"),
-                        )))
-                    }
-                }
-            }
-            if !records.is_empty() {
-                let mut req = client.put_records().set_records(Some(records));
-                req = match by_arn {
+        Box::pin(send_in_order(
+            "kinesis",
+            batch,
+            record,
+            move |records| async move {
+                let req = client.put_records().set_records(Some(records));
+                let req = match by_arn {
                     true => req.stream_arn(stream),
                     false => req.stream_name(stream),
                 };
-                match req.send().await {
-                    // The answer's records are the request's, in order.
-                    Ok(out) => {
-                        for (i, r) in sent.iter().zip(out.records()) {
-                            results[*i] = Some(match r.error_code() {
-                                Some(code) => {
-                                    Err(classify_record(code, r.error_message().unwrap_or("")))
-                                }
-                                None => Ok(()),
-                            });
-                        }
-                    }
-                    Err(e) => {
-                        let err =
-                            super::aws::request_error("kinesis", &e, super::aws::classify_request);
-                        for i in &sent {
-                            results[*i] = Some(Err(err.clone()));
-                        }
-                    }
-                }
-            }
-            results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(super::aws::no_result("kinesis"))))
-                .collect()
-        })
+                let out = req
+                    .send()
+                    .await
+                    .map_err(|e| request_error("kinesis", &e, classify_request))?;
+                // The answer's records are the request's, in order.
+                Ok(out
+                    .records()
+                    .iter()
+                    .map(|r| match r.error_code() {
+                        Some(code) => Err(classify_record(code, r.error_message().unwrap_or(""))),
+                        None => Ok(()),
+                    })
+                    .collect())
+            },
+        ))
     }
+}
+
+/// One message as a `PutRecords` entry: its data and partition key.
+fn record(m: BatchMessage) -> Result<aws_sdk_kinesis::types::PutRecordsRequestEntry, String> {
+    aws_sdk_kinesis::types::PutRecordsRequestEntry::builder()
+        .data(aws_sdk_kinesis::primitives::Blob::new(m.body.to_vec()))
+        .set_partition_key(m.group)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

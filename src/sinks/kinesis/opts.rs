@@ -42,10 +42,14 @@ pub fn valid_stream_name(n: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// The stream ARN `s` names, if it is one.
-pub(super) fn stream_arn(s: &str) -> Option<Arn> {
-    Arn::parse(s, "kinesis", "stream", valid_stream_name)
-}
+/// The `stream` option: a stream name or ARN.
+pub const STREAM: ResourceKind = ResourceKind {
+    option: "stream",
+    service: "kinesis",
+    kind: "stream",
+    name_rule: "1..=128 of A-Z a-z 0-9 _ . -",
+    valid_name: valid_stream_name,
+};
 
 impl KinesisOpts {
     /// Parse and check the options of a sink entry (syntax only); the error names the field.
@@ -70,21 +74,7 @@ impl KinesisOpts {
     ) -> Result<KinesisOpts, String> {
         let o: KinesisOpts = serde_json::from_value(serde_json::Value::Object(opts.clone()))
             .map_err(|e| e.to_string())?;
-        if let Some(edge) = edge {
-            edge.secrets
-                .check(&o.stream)
-                .map_err(|e| format!("stream: {e}"))?;
-        }
-        if !has_reference(&o.stream)
-            && !valid_stream_name(&o.stream)
-            && stream_arn(&o.stream).is_none()
-        {
-            return Err(format!(
-                "stream {:?}: a stream name (1..=128 of A-Z a-z 0-9 _ . -) or an ARN \
-                 arn:aws:kinesis:<region>:<account>:stream/<name>",
-                o.stream
-            ));
-        }
+        STREAM.check(&o.stream, edge)?;
         o.access().validate(edge)?;
         if o.linger_ms > 10_000 {
             return Err(format!("linger_ms {}: must be <= 10000", o.linger_ms));
@@ -107,35 +97,14 @@ impl KinesisOpts {
     /// `tenants.<id>.custom_endpoints`; the worker's own credentials need the stream's ARN
     /// in `tenants.<id>.ambient_credentials` (so the stream must be given as an ARN).
     pub fn check_grant(&self, tenant: &str, grant: &EgressGrant) -> Result<(), String> {
-        let access = self.access();
-        access.check_grant(tenant, grant, has_reference(&self.stream), || {
-            let arn = stream_arn(&self.stream);
-            let region = self
-                .region
-                .clone()
-                .or_else(|| arn.as_ref().map(|a| a.region.clone()))
-                .unwrap_or_default();
-            ambient_arn(
-                arn.as_ref(),
-                STREAM_FORM,
-                &region,
-                self.endpoint_url.as_deref(),
-                "kinesis",
-            )
-        })
+        self.access()
+            .check_grant(tenant, grant, &STREAM, &self.stream)
     }
 
     /// Resolve secret references (under `secrets`) and defaults into what one attempt sends
     /// with. A custom endpoint without static credentials is refused.
     pub fn resolve(&self, secrets: &SecretPolicy) -> Result<KinesisTarget, String> {
-        let stream = secrets.resolve(&self.stream)?;
-        let arn = stream_arn(&stream);
-        if arn.is_none() && !valid_stream_name(&stream) {
-            return Err(format!(
-                "stream: resolves to neither a stream name nor a stream ARN ({} bytes)",
-                stream.len()
-            ));
-        }
+        let (stream, arn) = STREAM.resolve(&self.stream, secrets)?;
         let access = self
             .access()
             .resolve(arn.as_ref().map(|a| a.region.clone()), secrets)?;
@@ -149,21 +118,11 @@ impl KinesisOpts {
     }
 }
 
-/// The form of a stream the worker's own credentials sign for, as refusals name it.
-const STREAM_FORM: &str = "a stream (arn:aws:kinesis:<region>:<account>:stream/<name>)";
-
 impl KinesisTarget {
     /// The egress checks of one attempt on the resolved options ([`AwsAccess::check_egress`]
     /// with the stream's ARN). Any refusal is permanent.
     pub fn check_egress(&self, tenant: &str, edge: &EdgePolicy) -> Result<(), String> {
-        self.access.check_egress(tenant, edge, || {
-            ambient_arn(
-                self.arn.as_ref(),
-                STREAM_FORM,
-                &self.access.region,
-                self.access.endpoint.as_deref(),
-                "kinesis",
-            )
-        })
+        self.access
+            .check_egress(tenant, edge, &STREAM, self.arn.as_ref())
     }
 }
