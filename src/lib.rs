@@ -19,7 +19,7 @@
 //! | [`health`] | what `/healthz` and `/readyz` report beyond "the process answers" |
 //! | [`dispatch`] | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
 //! | [`scheduler`] | pure decisions: [`scheduler::slots`], [`scheduler::breaker`], [`scheduler::backoff`] |
-//! | [`sinks`] | sink modules (http, sqs, pubsub, nats, rabbitmq) behind [`sinks::registry`], the batcher, retry classification (R8, R17) |
+//! | [`sinks`] | sink modules (http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge) behind [`sinks::registry`], the batcher, retry classification (R8, R17) |
 //! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references scoped per tenant |
 //! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18) |
 //! | [`worker`] | a worker process's library face |

@@ -1,5 +1,5 @@
-//! The egress guard on the batching sinks (`docs/security.md`, "Egress"): SQS and Pub/Sub
-//! endpoints a tenant names go through the same address guard as the http sink, their
+//! The egress guard on the batching sinks (`docs/security.md`, "Egress"): SQS, Pub/Sub,
+//! Kinesis and EventBridge endpoints a tenant names go through the same address guard as the http sink, their
 //! answers are read only up to a few KiB, custom endpoints need the operator's
 //! `tenants.<id>.custom_endpoints`, and the worker's own cloud credentials publish only to
 //! the queues and topics of `tenants.<id>.ambient_credentials`.
@@ -43,6 +43,16 @@ fn sqs_at(endpoint: &str) -> SinkEntry {
             "secret_access_key": KEY,
         }),
     )
+}
+
+/// A `kinesis` entry with static (moto-style) credentials putting through `endpoint`.
+fn kinesis_at(endpoint: &str) -> SinkEntry {
+    kinesis_entry(endpoint, "stream", serde_json::json!({}))
+}
+
+/// An `eventbridge` entry with static (moto-style) credentials putting through `endpoint`.
+fn eventbridge_at(endpoint: &str) -> SinkEntry {
+    eventbridge_entry(endpoint, "bus", "acme.test", serde_json::json!({}))
 }
 
 /// A `pubsub` entry publishing to `endpoint` without credentials (an emulator's way).
@@ -118,7 +128,12 @@ async fn sqs_and_pubsub_endpoints_on_loopback_and_the_metadata_address_are_refus
 
     // At source put: every literal address is refused, naming it and the config key.
     for (endpoint, addr) in forms.iter().filter(|(e, _)| !e.contains("localhost")) {
-        for sink in [sqs_at(endpoint), pubsub_at(endpoint)] {
+        for sink in [
+            sqs_at(endpoint),
+            pubsub_at(endpoint),
+            kinesis_at(endpoint),
+            eventbridge_at(endpoint),
+        ] {
             let module = sink.module.clone();
             let spec = SourceSpec { sinks: vec![sink] };
             let e = env
@@ -139,7 +154,12 @@ async fn sqs_and_pubsub_endpoints_on_loopback_and_the_metadata_address_are_refus
     let store = unguarded_store(&env).await;
     let mut sources = Vec::new();
     for (i, (endpoint, addr)) in forms.iter().enumerate() {
-        for sink in [sqs_at(endpoint), pubsub_at(endpoint)] {
+        for sink in [
+            sqs_at(endpoint),
+            pubsub_at(endpoint),
+            kinesis_at(endpoint),
+            eventbridge_at(endpoint),
+        ] {
             let source = format!("{}{i}", sink.module);
             let spec = SourceSpec { sinks: vec![sink] };
             store.put_source("acme", &source, &spec).await.unwrap();
@@ -182,6 +202,8 @@ async fn custom_endpoints_are_refused_for_a_tenant_without_the_grant_at_put_and_
     for (sink, field) in [
         (sqs_at(&endpoint), "endpoint_url"),
         (pubsub_at(&endpoint), "endpoint"),
+        (kinesis_at(&endpoint), "endpoint_url"),
+        (eventbridge_at(&endpoint), "endpoint_url"),
     ] {
         let spec = SourceSpec { sinks: vec![sink] };
         let e = env
@@ -200,7 +222,12 @@ async fn custom_endpoints_are_refused_for_a_tenant_without_the_grant_at_put_and_
     }
     // A source stored before the grants existed is refused when it is attempted.
     let store = unguarded_store(&env).await;
-    for sink in [sqs_at(&endpoint), pubsub_at(&endpoint)] {
+    for sink in [
+        sqs_at(&endpoint),
+        pubsub_at(&endpoint),
+        kinesis_at(&endpoint),
+        eventbridge_at(&endpoint),
+    ] {
         let source = sink.module.clone();
         let spec = SourceSpec { sinks: vec![sink] };
         store.put_source("acme", &source, &spec).await.unwrap();
@@ -209,7 +236,7 @@ async fn custom_endpoints_are_refused_for_a_tenant_without_the_grant_at_put_and_
     let worker = env.worker().await;
     env.drain(&worker).await;
     let dead = env.dead_letters("acme").await;
-    assert_eq!(dead.len(), 2, "{dead:#?}");
+    assert_eq!(dead.len(), 4, "{dead:#?}");
     for d in &dead {
         assert!(
             d.reason.starts_with(&format!("permanent({}: ", d.module))

@@ -98,8 +98,8 @@ pub struct LimitsConfig {
     /// Most bytes of one http entry's `headers`, names and values as written; <= 1048576.
     /// Default 8192.
     pub max_header_bytes: usize,
-    /// Sink modules a source may use (`http`, `sqs`, `pubsub`, `nats`, `rabbitmq`). Default
-    /// all of them (a broker entry also needs a `[connections.<name>]` listing the tenant).
+    /// Sink modules a source may use (`http`, `sqs`, `pubsub`, `nats`, `rabbitmq`,
+    /// `kinesis`, `eventbridge`). Default all of them (a broker entry also needs a `[connections.<name>]` listing the tenant).
     pub modules: Vec<String>,
 }
 

@@ -616,6 +616,14 @@ fn limits_tenant_sections_and_secret_namespaces_are_checked_naming_the_key() {
     );
     assert_eq!(
         beta.modules.value,
-        ["http", "sqs", "pubsub", "nats", "rabbitmq"]
+        [
+            "http",
+            "sqs",
+            "pubsub",
+            "nats",
+            "rabbitmq",
+            "kinesis",
+            "eventbridge"
+        ]
     );
 }

@@ -1,9 +1,9 @@
 //! The scheduler's side of batching sinks (R17) and of the claim check (R18).
 //!
-//! A claimed row of a batching sink (`sqs`, `pubsub`) holds window room like any row
-//! ([`super::slots::Slots::hold`] / `settled`, unchanged), but it never takes a slot: it is
-//! not counted against `dispatch.concurrency`, a tenant's `concurrency` or
-//! `dispatch.sink_concurrency`. Instead:
+//! A claimed row of a batching sink (`sqs`, `pubsub`, `kinesis`, `eventbridge`) holds
+//! window room like any row ([`super::slots::Slots::hold`] / `settled`, unchanged), but it
+//! never takes a slot: it is not counted against `dispatch.concurrency`, a tenant's
+//! `concurrency` or `dispatch.sink_concurrency`. Instead:
 //!
 //! 1. **Stage.** [`Session::push_batched`] resolves the row's destination (queue / topic and
 //!    client) and stages it, per destination and tenant, untimed — like a row waiting for a

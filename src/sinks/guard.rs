@@ -434,17 +434,21 @@ impl HttpConnector for BoundedConnector {
 /// (`[tenants.<id>]`); the default grants nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EgressGrant {
-    /// `tenants.<id>.custom_endpoints`: the tenant may name its own SQS endpoint (or a queue
-    /// URL outside AWS) and its own Pub/Sub endpoint; the address guard still applies.
+    /// `tenants.<id>.custom_endpoints`: the tenant may name its own SQS, Kinesis and
+    /// EventBridge endpoint (or a queue URL outside AWS) and its own Pub/Sub endpoint; the
+    /// address guard still applies.
     pub custom_endpoints: bool,
-    /// `tenants.<id>.ambient_credentials`: the SQS queue ARNs and Pub/Sub topics the
+    /// `tenants.<id>.ambient_credentials`: the SQS queue, Kinesis stream and EventBridge
+    /// bus ARNs and the Pub/Sub topics the
     /// worker's own cloud identity (the AWS credential chain, the metadata server's token)
     /// may publish to for this tenant; an entry ending in `*` grants every name it prefixes.
     pub ambient_credentials: Vec<String>,
 }
 
 /// Whether `g` is a valid `ambient_credentials` entry: an SQS queue ARN
-/// `arn:<partition>:sqs:<region>:<account>:<queue>` or a Pub/Sub topic
+/// `arn:<partition>:sqs:<region>:<account>:<queue>`, a Kinesis stream ARN
+/// `arn:<partition>:kinesis:<region>:<account>:stream/<name>`, an EventBridge bus ARN
+/// `arn:<partition>:events:<region>:<account>:event-bus/<name>`, or a Pub/Sub topic
 /// `projects/<project>/topics/<topic>`, its last part possibly ending in `*` (a prefix; a
 /// bare `*` in the account or project is not allowed, so a grant never spans every account).
 pub fn valid_ambient_grant(g: &str) -> bool {
@@ -464,10 +468,25 @@ pub fn valid_ambient_grant(g: &str) -> bool {
         };
     }
     let parts: Vec<&str> = g.split(':').collect();
-    matches!(parts.as_slice(), ["arn", partition, "sqs", region, account, queue]
-        if partition.starts_with("aws") && part(partition) && part(region)
-            && account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())
-            && last(queue))
+    let ["arn", partition, service, region, account, resource] = parts.as_slice() else {
+        return false;
+    };
+    let resource_ok = match *service {
+        "sqs" => last(resource),
+        "kinesis" => resource.strip_prefix("stream/").is_some_and(last),
+        // A partner bus's name has parts: `aws.partner/<partner>/<name>`.
+        "events" => resource.strip_prefix("event-bus/").is_some_and(|bus| {
+            let (path, name) = bus.rsplit_once('/').unwrap_or(("", bus));
+            (path.is_empty() || path.split('/').all(part)) && last(name)
+        }),
+        _ => false,
+    };
+    partition.starts_with("aws")
+        && part(partition)
+        && part(region)
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && resource_ok
 }
 
 /// The grant of a tenant the config does not name: nothing.

@@ -8,6 +8,8 @@
 //! | `pubsub` | yes: 1 000 messages / 10 MB per request | 7 MB (base64 in JSON) minus attributes | [`pubsub`] |
 //! | `nats` | no: one JetStream publish per row | the server's `max_payload` | [`nats`] |
 //! | `rabbitmq` | no: one confirmed publish per row | none (the broker's frame limits) | [`rabbitmq`] |
+//! | `kinesis` | yes: 50 records / 5 MiB per request | 1 MiB minus the partition key | [`kinesis`] |
+//! | `eventbridge` | yes: 10 events / 256 KiB per request | 256 KiB minus the event's fields (JSON object bodies only) | [`eventbridge`] |
 //!
 //! The broker sinks reach brokers only through the operator's named [`connections`].
 //!
@@ -18,10 +20,13 @@
 //! maps to its options parser, its `source put` checks and its [`registry::Target`]; the
 //! clients the modules keep live in the process's [`registry::Sinks`].
 
+pub mod aws;
 pub mod batcher;
 pub mod connections;
+pub mod eventbridge;
 pub mod guard;
 pub mod http;
+pub mod kinesis;
 pub mod nats;
 pub mod pubsub;
 pub mod rabbitmq;

@@ -27,13 +27,15 @@ pub type DeliverFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Option<u16>, AttemptError>> + Send + 'a>>;
 
 /// Every sink module this build delivers to, in the order their names are listed (`known:
-/// http, sqs, pubsub, nats, rabbitmq` in errors and `limits.modules`' default).
+/// http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge` in errors and `limits.modules`' default).
 pub static MODULES: &[&Module] = &[
     &super::http::MODULE,
     &super::sqs::MODULE,
     &super::pubsub::MODULE,
     &super::nats::MODULE,
     &super::rabbitmq::MODULE,
+    &super::kinesis::MODULE,
+    &super::eventbridge::MODULE,
 ];
 
 /// A module's start-up hook ([`Module::warm`]): build its clients in `sinks`.
@@ -292,7 +294,18 @@ mod tests {
     #[test]
     fn every_module_name_finds_its_module_and_no_other_does() {
         let names: Vec<&str> = names().collect();
-        assert_eq!(names, ["http", "sqs", "pubsub", "nats", "rabbitmq"]);
+        assert_eq!(
+            names,
+            [
+                "http",
+                "sqs",
+                "pubsub",
+                "nats",
+                "rabbitmq",
+                "kinesis",
+                "eventbridge"
+            ]
+        );
         for m in MODULES {
             assert_eq!(find(m.name).map(|f| f.name), Some(m.name));
         }
@@ -307,7 +320,7 @@ mod tests {
             .filter(|m| m.batched)
             .map(|m| m.name)
             .collect();
-        assert_eq!(batched, ["sqs", "pubsub"]);
+        assert_eq!(batched, ["sqs", "pubsub", "kinesis", "eventbridge"]);
         let limited: Vec<&str> = MODULES
             .iter()
             .filter(|m| m.rate_limited)

@@ -1,11 +1,12 @@
-//! Harness of the batching-sink tests: a real AWS-compatible server (`moto_server`, SQS
-//! and S3), Google's Pub/Sub emulator, and a recording proxy in front of either. Every
-//! server runs on a free loopback port and is killed on drop.
+//! Harness of the batching-sink tests: a real AWS-compatible server (`moto_server`: SQS,
+//! S3, Kinesis, EventBridge), Google's Pub/Sub emulator, and a recording proxy in front of
+//! either. Every server runs on a free loopback port and is killed on drop.
 //!
 //! The proxy is the outside observer: it records every `SendMessageBatch` (entries, their
-//! sizes with attributes), every Pub/Sub publish and every S3 request, and can inject what
-//! the local servers cannot produce on demand: a failure of chosen entries inside a batch
-//! (as SQS reports throttling per entry) and failed S3 uploads.
+//! sizes with attributes), Kinesis `PutRecords`, EventBridge `PutEvents`, every Pub/Sub
+//! publish and every S3 request, and can inject what the local servers cannot produce on
+//! demand: a failure of chosen entries inside a batch (as SQS, Kinesis and EventBridge
+//! report throttling per entry) and failed S3 uploads.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -177,6 +178,234 @@ impl SqsWorld {
     /// An `sqs` sink entry for the queue, through the proxy.
     pub fn entry(&self, extra: serde_json::Value) -> ankusa::model::SinkEntry {
         sqs_entry(&self.proxy.url, &self.queue, extra)
+    }
+}
+
+/// The HTTP client of the test's own AWS clients (rustls with ring, no guard).
+fn test_aws_http() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
+/// A Kinesis client for the test itself (creating streams, reading records), against
+/// `endpoint`.
+pub fn kinesis_client(endpoint: &str) -> aws_sdk_kinesis::Client {
+    use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
+    let conf = aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new(KEY, KEY, None, None, "test"))
+        .http_client(test_aws_http())
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_kinesis::Client::from_conf(conf)
+}
+
+/// Create a stream of `shards` shards; returns its ARN.
+pub async fn create_stream(c: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> String {
+    c.create_stream()
+        .stream_name(name)
+        .shard_count(shards)
+        .send()
+        .await
+        .expect("stream created");
+    c.describe_stream_summary()
+        .stream_name(name)
+        .send()
+        .await
+        .expect("stream described")
+        .stream_description_summary()
+        .expect("a summary")
+        .stream_arn()
+        .to_string()
+}
+
+/// One record read back from a stream.
+#[derive(Debug, Clone)]
+pub struct StreamRecord {
+    pub shard: String,
+    pub partition_key: String,
+    pub data: Vec<u8>,
+}
+
+/// Every record of `stream`, shard by shard, each shard's in sequence order.
+pub async fn read_stream(c: &aws_sdk_kinesis::Client, stream: &str) -> Vec<StreamRecord> {
+    let shards = c
+        .list_shards()
+        .stream_name(stream)
+        .send()
+        .await
+        .expect("shards listed");
+    let mut out = Vec::new();
+    for shard in shards.shards() {
+        let mut it = c
+            .get_shard_iterator()
+            .stream_name(stream)
+            .shard_id(shard.shard_id())
+            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .expect("a shard iterator")
+            .shard_iterator()
+            .map(str::to_string);
+        while let Some(i) = it {
+            let r = c
+                .get_records()
+                .shard_iterator(i)
+                .limit(10_000)
+                .send()
+                .await
+                .expect("records read");
+            if r.records().is_empty() {
+                break;
+            }
+            for rec in r.records() {
+                out.push(StreamRecord {
+                    shard: shard.shard_id().to_string(),
+                    partition_key: rec.partition_key().unwrap_or_default().to_string(),
+                    data: rec.data().as_ref().to_vec(),
+                });
+            }
+            it = r.next_shard_iterator().map(str::to_string);
+        }
+    }
+    out
+}
+
+/// Read `stream` until it holds `n` records (liveness bound 30 s), then return them all.
+pub async fn read_stream_n(
+    c: &aws_sdk_kinesis::Client,
+    stream: &str,
+    n: usize,
+) -> Vec<StreamRecord> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = read_stream(c, stream).await;
+        if got.len() >= n || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `kinesis` sink entry putting to `stream` (name or ARN) through `endpoint` (moto
+/// itself, or a [`Proxy`] in front of it) with moto's credentials; `extra` merged in.
+pub fn kinesis_entry(
+    endpoint: &str,
+    stream: &str,
+    extra: serde_json::Value,
+) -> ankusa::model::SinkEntry {
+    aws_entry(
+        "kinesis",
+        serde_json::json!({"stream": stream, "endpoint_url": endpoint}),
+        extra,
+    )
+}
+
+/// An EventBridge client for the test itself (buses, rules, targets), against `endpoint`.
+pub fn events_client(endpoint: &str) -> aws_sdk_eventbridge::Client {
+    use aws_sdk_eventbridge::config::{BehaviorVersion, Credentials, Region};
+    let conf = aws_sdk_eventbridge::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new(KEY, KEY, None, None, "test"))
+        .http_client(test_aws_http())
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_eventbridge::Client::from_conf(conf)
+}
+
+/// Create bus `bus` with a rule matching `source` whose target is a new SQS queue `queue`,
+/// so the events the bus takes can be read back from the queue; returns the queue's URL.
+pub async fn bus_into_queue(
+    events: &aws_sdk_eventbridge::Client,
+    sqs: &aws_sdk_sqs::Client,
+    bus: &str,
+    source: &str,
+    queue: &str,
+) -> String {
+    let q = create_queue(sqs, queue).await;
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&q)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes")
+        .attributes()
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .cloned()
+        })
+        .expect("a queue ARN");
+    events
+        .create_event_bus()
+        .name(bus)
+        .send()
+        .await
+        .expect("bus created");
+    events
+        .put_rule()
+        .name(format!("{bus}-to-{queue}"))
+        .event_bus_name(bus)
+        .event_pattern(serde_json::json!({"source": [source]}).to_string())
+        .send()
+        .await
+        .expect("rule put");
+    events
+        .put_targets()
+        .rule(format!("{bus}-to-{queue}"))
+        .event_bus_name(bus)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(arn)
+                .build()
+                .expect("a target"),
+        )
+        .send()
+        .await
+        .expect("target put");
+    q
+}
+
+/// An `eventbridge` sink entry putting to `bus` with `source` through `endpoint` (moto
+/// itself, or a [`Proxy`]) with moto's credentials; `extra` merged in.
+pub fn eventbridge_entry(
+    endpoint: &str,
+    bus: &str,
+    source: &str,
+    extra: serde_json::Value,
+) -> ankusa::model::SinkEntry {
+    aws_entry(
+        "eventbridge",
+        serde_json::json!({"event_bus": bus, "source": source, "endpoint_url": endpoint}),
+        extra,
+    )
+}
+
+/// A sink entry of an AWS `module` with `opts`, moto's region and credentials, and `extra`.
+fn aws_entry(
+    module: &str,
+    mut opts: serde_json::Value,
+    extra: serde_json::Value,
+) -> ankusa::model::SinkEntry {
+    if let Some(o) = opts.as_object_mut() {
+        o.insert("region".into(), REGION.into());
+        o.insert("access_key_id".into(), KEY.into());
+        o.insert("secret_access_key".into(), KEY.into());
+        if let Some(e) = extra.as_object() {
+            o.extend(e.clone());
+        }
+    }
+    ankusa::model::SinkEntry {
+        module: module.into(),
+        opts: opts.as_object().cloned().expect("an object"),
+        ..Default::default()
     }
 }
 
@@ -369,7 +598,9 @@ impl Proxy {
         Proxy { state, url, task }
     }
 
-    /// Fail (retryably, `InternalError`) every SQS entry `rule` picks, until cleared.
+    /// Fail every SQS entry, Kinesis record or EventBridge event `rule` picks (retryably:
+    /// `InternalError`, `ProvisionedThroughputExceededException`, `InternalFailure`), until
+    /// cleared.
     pub fn fail_entries(&self, rule: impl Fn(&Entry) -> bool + Send + Sync + 'static) {
         *self.state.fail_entry.lock().unwrap() = Some(Arc::new(rule));
     }
@@ -421,6 +652,111 @@ fn attr_map(v: &serde_json::Value) -> (BTreeMap<String, String>, usize) {
     (out, size)
 }
 
+/// The batch calls of Kinesis (`PutRecords`) and EventBridge (`PutEvents`), as the proxy
+/// records them and fails chosen entries: both answer one result per request entry, in
+/// order, an error code marking a failed one, with a count of the failed.
+struct StreamShape {
+    /// The request's and the answer's list of entries.
+    list: &'static str,
+    result_list: &'static str,
+    /// The answer's count of failed entries.
+    count: &'static str,
+    /// The result of an entry the proxy fails (a retryable code).
+    error: serde_json::Value,
+    kinesis: bool,
+}
+
+impl StreamShape {
+    fn of(target: &str) -> Option<StreamShape> {
+        match target {
+            "Kinesis_20131202.PutRecords" => Some(StreamShape {
+                list: "Records",
+                result_list: "Records",
+                count: "FailedRecordCount",
+                error: serde_json::json!({"ErrorCode": "ProvisionedThroughputExceededException",
+                    "ErrorMessage": "injected by the test proxy"}),
+                kinesis: true,
+            }),
+            "AWSEvents.PutEvents" => Some(StreamShape {
+                list: "Entries",
+                result_list: "Entries",
+                count: "FailedEntryCount",
+                error: serde_json::json!({"ErrorCode": "InternalFailure",
+                    "ErrorMessage": "injected by the test proxy"}),
+                kinesis: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// One request entry as recorded: a Kinesis record's data (decoded, as text) and
+    /// partition key (`group`); an event's detail, with its detail-type, source and bus as
+    /// attributes.
+    fn entry(&self, i: usize, e: &serde_json::Value) -> Entry {
+        let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+        if self.kinesis {
+            use base64::Engine;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(s("Data"))
+                .unwrap_or_default();
+            Entry {
+                id: i.to_string(),
+                body: String::from_utf8_lossy(&data).into_owned(),
+                attrs: BTreeMap::new(),
+                size: data.len() + s("PartitionKey").len(),
+                group: Some(s("PartitionKey")),
+            }
+        } else {
+            let attrs: BTreeMap<String, String> = [
+                ("detail-type", s("DetailType")),
+                ("source", s("Source")),
+                ("bus", s("EventBusName")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            Entry {
+                id: i.to_string(),
+                size: s("Detail").len(),
+                body: s("Detail"),
+                attrs,
+                group: None,
+            }
+        }
+    }
+
+    /// The stream or bus a request goes to.
+    fn destination(&self, v: &serde_json::Value) -> String {
+        match self.kinesis {
+            true => v["StreamARN"].as_str().or(v["StreamName"].as_str()),
+            false => v["Entries"][0]["EventBusName"].as_str(),
+        }
+        .unwrap_or("")
+        .to_string()
+    }
+
+    /// The upstream's answer to the entries forwarded, with the failed positions put back
+    /// in request order as errors and counted.
+    fn merge(&self, mut v: serde_json::Value, failed_at: &[usize]) -> serde_json::Value {
+        let mut upstream = v[self.result_list]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter();
+        let total = upstream.len() + failed_at.len();
+        let merged: Vec<serde_json::Value> = (0..total)
+            .map(|i| match failed_at.contains(&i) {
+                true => self.error.clone(),
+                false => upstream.next().unwrap_or_default(),
+            })
+            .collect();
+        let count = v[self.count].as_u64().unwrap_or(0) + failed_at.len() as u64;
+        v[self.result_list] = serde_json::Value::Array(merged);
+        v[self.count] = count.into();
+        v
+    }
+}
+
 async fn handle(
     st: Arc<ProxyState>,
     client: reqwest::Client,
@@ -443,10 +779,40 @@ async fn handle(
         .to_string();
     let is_sqs_batch = target.ends_with("SendMessageBatch");
     let is_publish = path.ends_with(":publish");
-    let is_batch = is_sqs_batch || is_publish;
+    let stream_shape = StreamShape::of(&target);
+    let is_batch = is_sqs_batch || is_publish || stream_shape.is_some();
     let mut forward_body = body.clone();
     let mut injected: Vec<serde_json::Value> = Vec::new();
-    if is_sqs_batch {
+    // Kinesis and EventBridge: which positions of the request the proxy failed.
+    let mut failed_at: Vec<usize> = Vec::new();
+    if let Some(shape) = &stream_shape {
+        let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let rule = st.fail_entry.lock().unwrap().clone();
+        let mut entries = Vec::new();
+        let mut kept = Vec::new();
+        for (i, e) in v[shape.list]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let rec = shape.entry(i, &e);
+            if rule.as_ref().is_some_and(|r| r(&rec)) {
+                failed_at.push(i);
+            } else {
+                kept.push(e);
+            }
+            entries.push(rec);
+        }
+        st.batches.lock().unwrap().push(Batch {
+            target: shape.destination(&v),
+            failed: failed_at.iter().map(|i| i.to_string()).collect(),
+            entries,
+        });
+        v[shape.list] = serde_json::Value::Array(kept);
+        forward_body = serde_json::to_vec(&v).unwrap().into();
+    } else if is_sqs_batch {
         let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         let rule = st.fail_entry.lock().unwrap().clone();
         let mut entries = Vec::new();
@@ -541,7 +907,30 @@ async fn handle(
             .ok()
             .and_then(|v| v["Entries"].as_array().map(Vec::is_empty))
             .unwrap_or(false);
-    let (status, resp_headers, resp_body) = if all_failed {
+    let all_failed_stream = stream_shape.is_some()
+        && !failed_at.is_empty()
+        && serde_json::from_slice::<serde_json::Value>(&forward_body)
+            .ok()
+            .and_then(|v| {
+                v[stream_shape.as_ref().unwrap().list]
+                    .as_array()
+                    .map(Vec::is_empty)
+            })
+            .unwrap_or(false);
+    let (status, resp_headers, resp_body) = if all_failed_stream {
+        let shape = stream_shape.as_ref().unwrap();
+        (
+            200u16,
+            vec![(
+                "content-type".to_string(),
+                "application/x-amz-json-1.1".to_string(),
+            )],
+            shape
+                .merge(serde_json::json!({}), &failed_at)
+                .to_string()
+                .into_bytes(),
+        )
+    } else if all_failed {
         (
             200u16,
             vec![(
@@ -569,6 +958,10 @@ async fn handle(
                     .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
                     .collect();
                 let mut b = resp.bytes().await.unwrap_or_default().to_vec();
+                if let (Some(shape), 200, false) = (&stream_shape, status, failed_at.is_empty()) {
+                    let v: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
+                    b = serde_json::to_vec(&shape.merge(v, &failed_at)).unwrap();
+                }
                 if is_sqs_batch && !injected.is_empty() && status == 200 {
                     let mut v: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
                     let mut failed = v["Failed"].as_array().cloned().unwrap_or_default();

@@ -108,6 +108,6 @@ impl Destination for Queue {
     }
     fn transport(&self, sinks: &Sinks) -> Result<Arc<dyn Transport>, String> {
         let clients = sinks.clients(|edge| Ok(SqsClients::new(edge.addresses.clone())))?;
-        clients.transport(&self.target)
+        super::transport(&clients, &self.target)
     }
 }

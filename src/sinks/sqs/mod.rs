@@ -34,16 +34,13 @@ use super::{
 };
 use crate::claim_check::Payload;
 use crate::secrets::{has_reference, SecretPolicy};
-use aws_sdk_sqs::config::{
-    BehaviorVersion, Credentials, IdentityCache, ProvideCredentials, Region,
-    SharedCredentialsProvider, SharedHttpClient,
-};
+use aws_sdk_sqs::config::{BehaviorVersion, IdentityCache, Region};
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Entries per `SendMessageBatch` request (an SQS limit).
@@ -72,7 +69,7 @@ pub struct SqsTarget {
     /// Signing region.
     pub region: String,
     /// Static credentials `(key id, secret, session token)`; `None`: the environment's chain.
-    creds: Option<(String, String, Option<String>)>,
+    creds: Option<crate::sinks::aws::StaticCreds>,
     /// Which client serves this target: endpoint, region, credentials fingerprint.
     pub client_key: String,
     /// Which batcher serves this target: one per queue and client and limits.
@@ -84,6 +81,17 @@ pub struct SqsTarget {
 }
 
 impl SqsTarget {
+    /// The endpoint, region and credentials of this queue, as the shared AWS client cache
+    /// keys them.
+    fn access(&self) -> crate::sinks::aws::AwsAccess {
+        crate::sinks::aws::AwsAccess {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            creds: self.creds.clone(),
+            client_key: self.client_key.clone(),
+        }
+    }
+
     /// The request limits of this queue.
     pub fn limits(&self) -> Limits {
         Limits {

@@ -220,22 +220,12 @@ impl SqsOpts {
         if creds.is_none() && endpoint.as_deref().is_some_and(|e| !is_aws_endpoint(e)) {
             return Err(CUSTOM_ENDPOINT_NEEDS_CREDS.into());
         }
-        let fingerprint = match &creds {
-            Some((k, s, t)) => {
-                let mut h = Sha256::new();
-                h.update(k.as_bytes());
-                h.update([0]);
-                h.update(s.as_bytes());
-                h.update([0]);
-                h.update(t.as_deref().unwrap_or("").as_bytes());
-                hex::encode(&h.finalize()[..12])
-            }
-            None => "chain".into(),
-        };
-        let client_key = format!(
-            "{}|{region}|{fingerprint}",
-            endpoint.as_deref().unwrap_or("aws")
-        );
+        let crate::sinks::aws::AwsAccess {
+            endpoint,
+            region,
+            creds,
+            client_key,
+        } = crate::sinks::aws::AwsAccess::new(endpoint, region, creds);
         Ok(SqsTarget {
             fifo: queue_url.ends_with(".fifo"),
             destination: format!(
@@ -285,15 +275,7 @@ impl SqsTarget {
     }
 }
 
-/// Check a URL's literal IP host against the address guard (a name is left to the guard's
-/// resolver). The error never holds the URL, only the refused address.
-pub(super) fn check_literal(
-    u: &str,
-    addresses: &crate::sinks::guard::AddressPolicy,
-) -> Result<(), String> {
-    let url = url::Url::parse(u).map_err(|e| format!("not a valid URL: {e}"))?;
-    addresses.check_url(&url).map_err(|b| b.to_string())
-}
+pub(super) use crate::sinks::aws::{check_literal, is_aws_endpoint};
 
 /// The ARN of the queue at `queue_url` when the worker's own AWS credentials sign for it:
 /// `arn:<partition>:sqs:<region>:<account>:<queue>`. The queue URL must be AWS's
@@ -413,17 +395,6 @@ pub(super) const CUSTOM_ENDPOINT_NEEDS_CREDS: &str =
     "endpoint_url: a custom endpoint (or a queue URL \
      outside amazonaws.com) needs explicit access_key_id and secret_access_key; the worker's \
      own AWS credentials sign only requests to AWS";
-
-/// Whether `endpoint` is AWS's own (HTTPS, an `amazonaws.com` host), the only place the
-/// ambient credential chain signs for.
-pub(super) fn is_aws_endpoint(endpoint: &str) -> bool {
-    let Ok(u) = url::Url::parse(endpoint) else {
-        return false;
-    };
-    u.scheme() == "https"
-        && u.host_str()
-            .is_some_and(|h| h.ends_with(".amazonaws.com") || h.ends_with(".amazonaws.com.cn"))
-}
 
 pub(super) fn endpoint_of(queue_url: &str) -> Option<String> {
     let (scheme, rest) = queue_url.split_once("://")?;
