@@ -940,7 +940,7 @@ async fn a_real_prometheus_scrapes_the_worker_with_the_compose_config_and_every_
     );
     let delivered = poll(LIVENESS, || async {
         let q = format!(
-            r#"ankusa_deliveries_total{{job="ankusa", ankusa_instance="{}", outcome="delivered"}}"#,
+            r#"ankusa_deliveries_total{{job="ankusa", ankusa_instance="{}", module="http", outcome="delivered"}}"#,
             r.env.config.instance
         );
         let v = p.query(&r.http, &q).await;
