@@ -982,7 +982,16 @@ async fn a_worker_killed_mid_stream_leaves_every_hook_in_the_stream_exactly_once
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rabbitmq_restart_mid_run_loses_nothing() {
     let mut rabbit = Rabbit::start().await;
-    let env = Env::tuned(with_bus(&rabbit.url())).await;
+    let bus = with_bus(&rabbit.url());
+    // Retries every ~1 s and no breaker: the default backoff (1 s doubling to 10 min) and
+    // breaker (open 5 s, doubling) grow through the outage, so on a loaded machine a row's
+    // next attempt came after the drain's liveness bound (seen: 820 rows still pending).
+    let env = Env::tuned(|c| {
+        bus(c);
+        c.retry.max_backoff_ms = c.retry.initial_backoff_ms;
+        c.dispatch.breaker_failures = 0;
+    })
+    .await;
     bound_queue(&rabbit.url(), "restart-x", "restart-q", "#").await;
     env.put_source(
         "acme",
