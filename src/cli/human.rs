@@ -84,13 +84,16 @@ pub fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// How far `ms` is from `now_ms`, in words: `3m 20s ago`, `in 4s`, `now`.
+/// How far `ms` is from `now_ms`, in words, to its two largest units: `3m 20s ago`,
+/// `in 4s`, `in 29days 23h` (not `29days 23h 59m 59s`: beside an exact RFC 3339 time the
+/// rest is noise), `now`.
 pub fn relative(ms: i64, now_ms: i64) -> String {
     let d = ms - now_ms;
     if d.abs() < 1_000 {
         return "now".into();
     }
-    let words = span(d.unsigned_abs());
+    let exact = span(d.unsigned_abs());
+    let words = exact.split(' ').take(2).collect::<Vec<_>>().join(" ");
     if d < 0 {
         format!("{words} ago")
     } else {
@@ -195,6 +198,9 @@ mod tests {
         assert_eq!(when(t, t + 200_000), "2026-12-02T05:59:07Z (3m 20s ago)");
         assert_eq!(relative(t + 4_000, t), "in 4s");
         assert_eq!(relative(t, t + 300), "now");
+        let month = 30 * 86_400_000 - 1_000;
+        assert_eq!(relative(t + month, t), "in 29days 23h");
+        assert_eq!(relative(t, t + 7_503_000), "2h 5m ago");
         assert_eq!(span(850), "850ms");
         assert_eq!(span(7_503_000), "2h 5m 3s");
     }
