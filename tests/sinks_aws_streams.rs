@@ -5,6 +5,7 @@
 //! SQS queue. Counts are exact; times are liveness bounds only.
 
 mod common;
+mod common_bench;
 mod common_sinks;
 
 use ankusa::model::SourceSpec;
@@ -493,4 +494,52 @@ async fn source_put_names_the_bad_option_and_refuses_blocked_or_ungranted_endpoi
         );
         put("granted", sink).await.expect("the granted tenant may");
     }
+}
+
+/// Benchmark (not run by default): deliveries/s and worker CPU per delivery of `kinesis` and
+/// `eventbridge` against moto, beside `http` to an `ankusa receiver` process, one GitHub push
+/// body per hook (`BENCHMARKS.md` "Destinations side by side"). moto bounds these: it
+/// answers in Python on the same cores. The EventBridge bus has no rule (moto's matching of
+/// a rule into SQS costs it ~0.2 s an event: 6 events/s, which would measure moto alone).
+/// `ANKUSA_BENCH_ROWS=20000 ANKUSA_BENCH_EVENTS=200 cargo test --release --features
+/// fault-injection --test sinks_aws_streams -- --ignored --nocapture bench_aws_streams`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_aws_streams_deliveries_per_second() {
+    use common_bench::{measure, push_body, report, ReceiverProcess};
+    let rows = |var: &str, default: usize| -> usize {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, events) = (
+        rows("ANKUSA_BENCH_ROWS", 2_000),
+        rows("ANKUSA_BENCH_EVENTS", 200),
+    );
+    let receiver = ReceiverProcess::start();
+    let env = Env::tuned(|c| {
+        grant_custom_endpoints(c, &["bench"]);
+        c.dispatch.batch = 1_000;
+        c.dispatch.attempt_timeout_ms = 60_000;
+    })
+    .await;
+    let moto = Moto::start().await;
+    create_stream(&kinesis_client(&moto.url), "bench", 4).await;
+    let sqs = sqs_client(&moto.url);
+    bus_into_queue(
+        &events_client(&moto.url),
+        &sqs,
+        "bench",
+        "bench.push",
+        "bench-events",
+    )
+    .await;
+    let body = push_body();
+    let mut all = vec![measure(&env, "http", receiver.entry(), n, &body).await];
+    let e = kinesis_entry(&moto.url, "bench", serde_json::json!({}));
+    all.push(measure(&env, "kinesis", e, n, &body).await);
+    let e = eventbridge_entry(&moto.url, "bench", "bench.push", serde_json::json!({}));
+    all.push(measure(&env, "eventbridge", e, events, &body).await);
+    report(&all);
 }

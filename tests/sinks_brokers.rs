@@ -5,6 +5,7 @@
 //! read by sequence; a queue bound to the exchange). Times are liveness bounds only.
 
 mod common;
+mod common_bench;
 
 use ankusa::config::{Config, ConnectionConfig};
 use ankusa::model::{SinkEntry, SourceSpec};
@@ -1301,63 +1302,44 @@ async fn an_amqps_connection_with_a_private_ca_and_a_password_reference_delivers
 }
 
 /// Benchmark (not run by default): deliveries/s and worker CPU per delivery of the `nats`
-/// and `rabbitmq` sinks against this binary's brokers, one GitHub push body per hook.
-/// `ANKUSA_BENCH_BROKER_ROWS=5000 cargo test --release --test sinks_brokers -- --ignored
-/// --nocapture bench_brokers`
+/// and `rabbitmq` sinks against this binary's brokers, beside `http` to an `ankusa receiver`
+/// process, one GitHub push body per hook (`BENCHMARKS.md` "Destinations side by side").
+/// `ANKUSA_BENCH_ROWS=5000 cargo test --release --features fault-injection --test
+/// sinks_brokers -- --ignored --nocapture bench_brokers`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn bench_brokers_deliveries_per_second() {
-    let n: usize = std::env::var("ANKUSA_BENCH_BROKER_ROWS")
+    use common_bench::{measure, push_body, report, ReceiverProcess};
+    let n: usize = std::env::var("ANKUSA_BENCH_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000);
     let (nats, rabbit) = (nats().await, rabbit().await);
+    let receiver = ReceiverProcess::start();
     let env = Env::tuned(|c| {
         with_conn("bn", &nats.url())(c);
         with_conn("br", &rabbit.url())(c);
+        for conn in c.connections.values_mut() {
+            conn.tenants = vec!["*".into()];
+        }
         c.dispatch.batch = 1_000;
         c.dispatch.attempt_timeout_ms = 30_000;
     })
     .await;
     stream(&nats.url(), "BENCH", &["bench.>"]).await;
     bound_queue(&rabbit.url(), "bench-x", "bench-q", "#").await;
-    let nats_entry = entry(
+    let body = push_body();
+    let mut all = Vec::new();
+    all.push(measure(&env, "http", receiver.entry(), n, &body).await);
+    let e = entry(
         "nats",
         serde_json::json!({"connection": "bn", "subject": "bench.x"}),
     );
-    let rabbit_entry = entry(
+    all.push(measure(&env, "nats", e, n, &body).await);
+    let e = entry(
         "rabbitmq",
         serde_json::json!({"connection": "br", "exchange": "bench-x", "routing_key": "b"}),
     );
-    let body = github_hooks(1).remove(0).0;
-    let cpu = || {
-        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        tv(u.ru_utime) + tv(u.ru_stime)
-    };
-    for (name, e) in [("nats", nats_entry), ("rabbitmq", rabbit_entry)] {
-        env.put_source("acme", name, vec![e]).await;
-        let hooks: Vec<Hook> = (0..100)
-            .map(|_| Hook::new(body.clone()).header("X-GitHub-Event", "push"))
-            .collect();
-        for _ in 0..n / 100 {
-            env.producer
-                .commit_many("acme", name, &hooks)
-                .await
-                .unwrap();
-        }
-        let worker = env.worker().await;
-        let (t, c0) = (std::time::Instant::now(), cpu());
-        env.drain(&worker).await;
-        let secs = t.elapsed().as_secs_f64();
-        let us = (cpu() - c0) * 1e6 / n as f64;
-        println!(
-            "{name} bench: {n} deliveries of {} B in {secs:.2} s = {:.0} deliveries/s; \
-             CPU of the test process (the in-process worker; the hooks were committed before) {us:.0} µs/delivery",
-            body.len(),
-            n as f64 / secs
-        );
-        worker.shutdown().await;
-    }
+    all.push(measure(&env, "rabbitmq", e, n, &body).await);
+    report(&all);
 }
