@@ -1,6 +1,7 @@
 //! Endpoint authentication of `http` entries, end to end (`docs/sinks.md`, `http`): HTTP
 //! Basic, OAuth 2.0 client credentials and mutual TLS, each with its secrets resolved in the
-//! tenant's namespace at attempt time and never written to Redis.
+//! tenant's namespace at attempt time and never written to Redis; and the operator's guarded
+//! egress proxy (`[http] proxy`) all of them go through.
 mod common;
 
 use ankusa::model::{SinkEntry, SourceSpec};
@@ -457,4 +458,179 @@ async fn mtls_client_certificates_reach_a_receiver_that_requires_them_and_only_t
         "the client key reached Redis"
     );
     worker.shutdown().await;
+}
+
+/// `[http] proxy`: deliveries (plain HTTP by name, HTTPS with mTLS by name) and the OAuth2
+/// token request go through the operator's proxy, which is asked to `CONNECT` to the
+/// checked address, never to the name, with the proxy credentials from its URL; TLS is still
+/// to the host name (the private CA's certificate for `localhost` verifies). `no_proxy`
+/// hosts go direct. A destination on a refused address dead-letters without the proxy being
+/// contacted. The proxy password is redacted in the config dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
+    use ankusa::testkit::ConnectProxy;
+    const PROXY_PW: &str = "proxy-pw-0c4e1b";
+    let basic = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("egress:{PROXY_PW}"),
+    );
+    let proxy = ConnectProxy::start(Some(format!("Basic {basic}")));
+    let pki = pki();
+    std::env::set_var("ANKUSA_SECRET_ACME__PROXY_CERT", &pki.client.0);
+    std::env::set_var("ANKUSA_SECRET_ACME__PROXY_KEY", &pki.client.1);
+    std::env::set_var("ANKUSA_SECRET_ACME__PROXY_OAUTH", "proxy-oauth-secret");
+    std::env::set_var(
+        "ANKUSA_SECRET_ACME__PROXY_METADATA",
+        "http://169.254.169.254/latest/meta-data/",
+    );
+    let proxy_url = proxy.url(Some(&format!("egress:{PROXY_PW}")));
+    let env = Env::tuned(|c| {
+        c.http.proxy = Some(proxy_url.clone());
+        c.http.no_proxy = vec!["127.0.0.1".into()];
+        c.retry.max_attempts = 1;
+        c.dispatch.breaker_failures = 0;
+    })
+    .await;
+    let dump = env.config.redacted_toml();
+    assert!(!dump.contains(PROXY_PW), "{dump}");
+    assert!(dump.contains("egress:***@127.0.0.1"), "{dump}");
+
+    let by_name = |url: String| url.replace("127.0.0.1", "localhost");
+    let (tls_port, seen) = mtls_receiver(&pki).await;
+    let (token_url, tokens) = token_endpoint().await;
+    let sources = [
+        (
+            "plain",
+            http_entry(serde_json::json!({"url": by_name(env.receiver.url("plain"))})),
+        ),
+        (
+            "mtls",
+            http_entry(serde_json::json!({
+                "url": format!("https://localhost:{tls_port}/hooks"),
+                "client_cert": "${env:ANKUSA_SECRET_ACME__PROXY_CERT}",
+                "client_key": "${env:ANKUSA_SECRET_ACME__PROXY_KEY}",
+                "ca": pki.server_ca,
+            })),
+        ),
+        (
+            "oauth",
+            http_entry(serde_json::json!({
+                "url": by_name(env.receiver.url("oauth")),
+                "oauth2": {
+                    "token_url": by_name(token_url),
+                    "client_id": "acme-client",
+                    "client_secret": "${env:ANKUSA_SECRET_ACME__PROXY_OAUTH}",
+                },
+            })),
+        ),
+        (
+            "direct",
+            http_entry(serde_json::json!({"url": env.receiver.url("direct")})),
+        ),
+        (
+            "metadata",
+            http_entry(serde_json::json!({"url": "${env:ANKUSA_SECRET_ACME__PROXY_METADATA}"})),
+        ),
+    ];
+    for (name, e) in sources {
+        env.store
+            .put_source("acme", name, &SourceSpec { sinks: vec![e] })
+            .await
+            .unwrap();
+    }
+    let bodies: Vec<Vec<u8>> = (0..10)
+        .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "ü".repeat(i * 50)).into_bytes())
+        .collect();
+    for (name, _) in [("plain", ()), ("mtls", ()), ("oauth", ()), ("direct", ())] {
+        for b in &bodies {
+            env.producer
+                .commit("acme", name, Hook::new(b.clone()))
+                .await
+                .unwrap();
+        }
+    }
+    env.commit("acme", "metadata", "{\"to\":\"metadata\"}")
+        .await;
+    let worker = env.worker().await;
+    env.drain(&worker).await;
+
+    let mut want = bodies.clone();
+    want.sort();
+    let mut want_sha: Vec<String> = bodies
+        .iter()
+        .map(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b)))
+        .collect();
+    want_sha.sort();
+    for path in ["plain", "oauth", "direct"] {
+        let mut got: Vec<String> = env
+            .receiver
+            .requests_for(path)
+            .iter()
+            .map(|r| r.body_sha256.clone())
+            .collect();
+        got.sort();
+        assert_eq!(got, want_sha, "{path}: every hook byte-exact, once");
+    }
+    let mut got: Vec<Vec<u8>> = seen
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(certs, b)| {
+            assert!(*certs >= 1, "the client certificate through the tunnel");
+            b.clone()
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "mtls: every hook byte-exact, once");
+    assert!(env
+        .receiver
+        .requests_for("plain")
+        .iter()
+        .all(|r| r.header("host") == Some(&format!("localhost:{}", env.receiver.port())[..])));
+    assert_eq!(
+        tokens.seen.lock().unwrap().len(),
+        1,
+        "one token, fetched through the proxy"
+    );
+
+    // What the proxy was asked: only checked addresses (never a name), with its credentials;
+    // the receiver's direct path and the metadata address never.
+    let targets = proxy.targets();
+    let token_port: u16 = tokens_port(&targets, env.receiver.port(), tls_port);
+    for t in &targets {
+        assert!(t.starts_with("127.0.0.1:"), "an address, not a name: {t}");
+    }
+    for port in [env.receiver.port(), tls_port, token_port] {
+        assert!(
+            targets.contains(&format!("127.0.0.1:{port}")),
+            "{port} through the proxy: {targets:?}"
+        );
+    }
+    assert!(proxy
+        .authorizations()
+        .iter()
+        .all(|a| a.as_deref() == Some(&format!("Basic {basic}")[..])));
+    assert!(
+        !targets.iter().any(|t| t.contains("169.254")),
+        "{targets:?}"
+    );
+    let dead = env.dead_letters("acme").await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].source, "metadata");
+    assert!(
+        dead[0].error.contains("blocked address 169.254.169.254"),
+        "{dead:?}"
+    );
+    worker.shutdown().await;
+}
+
+/// The port of the one CONNECT target that is neither the receiver's nor the TLS one's: the
+/// token endpoint's.
+fn tokens_port(targets: &[String], receiver: u16, tls: u16) -> u16 {
+    targets
+        .iter()
+        .filter_map(|t| t.rsplit(':').next()?.parse::<u16>().ok())
+        .find(|p| *p != receiver && *p != tls)
+        .unwrap_or_else(|| panic!("the token endpoint through the proxy: {targets:?}"))
 }

@@ -14,6 +14,20 @@ pub struct HttpConfig {
     pub deny_private: bool,
     /// CIDR blocks exempt from `deny_private`, e.g. `["10.1.0.0/16", "::1/128"]`. Default empty.
     pub allow_cidrs: Vec<String>,
+    /// A forward proxy the `http` sink's requests (deliveries and OAuth2 token requests) go
+    /// through, for a fixed egress IP: `http://[user:password@]host[:port]` (port 80 by
+    /// default; the password is redacted in dumps). The worker resolves and checks each
+    /// destination itself, then asks the proxy to `CONNECT` to the checked address (TLS
+    /// still to the host name), so the guard holds through the proxy. The proxy's own
+    /// address is the operator's and is not checked. SQS, Pub/Sub, Kinesis, EventBridge,
+    /// brokers and `operator.events_url` connect directly. Read at start. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    /// Destinations reached directly although `proxy` is set: host names (`example.com`
+    /// matches it and its subdomains, `.example.com` only its subdomains), IP addresses or
+    /// CIDR blocks (matched against IP-literal hosts). The guard applies either way.
+    /// Default empty.
+    pub no_proxy: Vec<String>,
 }
 
 /// Which secret references (`${env:NAME}`, `${file:/path}`) sink options may use: each
@@ -263,6 +277,8 @@ impl Default for HttpConfig {
         HttpConfig {
             deny_private: true,
             allow_cidrs: Vec::new(),
+            proxy: None,
+            no_proxy: Vec::new(),
         }
     }
 }

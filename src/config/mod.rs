@@ -248,6 +248,7 @@ impl Config {
     pub fn redacted_toml(&self) -> String {
         let mut config = self.clone();
         config.redis.url = redact_url(&config.redis.url);
+        config.http.proxy = config.http.proxy.as_deref().map(redact_url);
         if config.admin.token.is_some() {
             config.admin.token = Some(REDACTED.into());
         }

@@ -300,6 +300,25 @@ fn edge_guards_are_validated_and_secret_variables_are_no_config_keys() {
 }
 
 #[test]
+fn the_egress_proxy_is_validated_naming_the_key() {
+    let found = problems("[http]\nproxy = \"https://proxy.internal:3128\"\n");
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("http.proxy") && p.contains("only http://")),
+        "{found:?}"
+    );
+    let found = problems(
+        "[http]\nproxy = \"http://proxy.internal:3128\"\nno_proxy = [\"ok.example\", \"a b\"]\n",
+    );
+    assert!(
+        found.iter().any(|p| p.starts_with("http.no_proxy[1]")),
+        "{found:?}"
+    );
+    assert!(problems("[http]\nproxy = \"http://u:p@proxy.internal:3128\"\nno_proxy = [\".corp\", \"10.0.0.0/8\"]\n").is_empty());
+}
+
+#[test]
 fn an_unknown_environment_key_is_rejected_naming_its_path() {
     let env = [("ANKUSA_DISPATCH__BOGUS", "1")];
     let message = parse_message(Config::load_with_env(None, env));
@@ -352,7 +371,13 @@ fn redaction_hides_the_admin_token_and_the_redis_password() {
     config.admin.token = Some("hunter2".into());
     config.claim_check.access_key_id = "AKIA".into();
     config.claim_check.secret_access_key = "s3kr1t".into();
+    config.http.proxy = Some("http://egress:proxy-pw@proxy.internal:3128".into());
     let dump = config.redacted_toml();
+    assert!(!dump.contains("proxy-pw"), "{dump}");
+    assert!(
+        dump.contains("http://egress:***@proxy.internal:3128"),
+        "{dump}"
+    );
     assert!(
         !dump.contains(":secret@") && !dump.contains("hunter2") && !dump.contains("s3kr1t"),
         "{dump}"

@@ -353,8 +353,17 @@ fn claim_check(cc: &ClaimCheckConfig, p: &mut Problems) {
     );
 }
 
-/// `[http]`: the allowed CIDR blocks of the http sink.
+/// `[http]`: the allowed CIDR blocks of the http sink, its egress proxy.
 fn http(http: &HttpConfig, p: &mut Problems) {
+    if let Err(why) = crate::sinks::http::proxy::EgressProxy::from_config(http) {
+        match why
+            .split_once(": ")
+            .filter(|(k, _)| k.starts_with("no_proxy["))
+        {
+            Some((key, why)) => p.check(false, format!("http.{key}"), why),
+            None => p.check(false, "http.proxy", why),
+        }
+    }
     for (i, c) in http.allow_cidrs.iter().enumerate() {
         if let Err(e) = c.parse::<ipnet::IpNet>() {
             p.check(

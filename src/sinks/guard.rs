@@ -227,7 +227,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Resolve `host` with the system resolver and check every address: all of them pass, or
 /// the name is refused with [`Blocked`].
-async fn resolve_checked(policy: &AddressPolicy, host: &str) -> Result<Vec<SocketAddr>, BoxError> {
+pub(crate) async fn resolve_checked(
+    policy: &AddressPolicy,
+    host: &str,
+) -> Result<Vec<SocketAddr>, BoxError> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
     if addrs.is_empty() {
         return Err(format!("{host}: no address").into());

@@ -60,6 +60,9 @@ pub struct EdgePolicy {
     /// The operator's broker connections (`[connections.<name>]`), by name: the only
     /// brokers `nats` and `rabbitmq` entries reach.
     pub connections: Arc<BTreeMap<String, crate::config::ConnectionConfig>>,
+    /// The operator's egress proxy for `http` entries (`http.proxy`, `http.no_proxy`), if
+    /// any: tunnels to checked addresses only.
+    pub proxy: Option<Arc<http::proxy::EgressProxy>>,
 }
 
 impl EdgePolicy {
@@ -82,6 +85,11 @@ impl EdgePolicy {
                     .collect(),
             ),
             connections: Arc::new(c.connections.clone()),
+            // Validated with the config (`http.proxy`), so an error cannot happen here.
+            proxy: http::proxy::EgressProxy::from_config(&c.http)
+                .ok()
+                .flatten()
+                .map(Arc::new),
         }
     }
 

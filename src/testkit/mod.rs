@@ -6,17 +6,21 @@
 //! - [`RedisSentinel`]: a master, a replica and sentinels monitoring them.
 //! - [`Receiver`]: a local webhook receiver that records every request and answers each
 //!   endpoint the way a test tells it to (fail, hang, slow down, redirect…).
+//! - [`ConnectProxy`]: a forward proxy answering `CONNECT`, recording what it was asked
+//!   (runs on the calling tokio runtime).
 //!
 //! Both are started and stopped synchronously and run on their own process or threads, so
 //! they work from any runtime or none, and a test's current-thread runtime that blocks never
 //! starves them. Every instance binds its own port, so tests run in parallel.
 
 pub mod cluster;
+pub mod connect_proxy;
 pub mod receiver;
 pub mod redis;
 pub mod sentinel;
 
 pub use cluster::RedisCluster;
+pub use connect_proxy::ConnectProxy;
 pub use receiver::{Behavior, Received, Receiver, ReceiverOptions, Reply};
 pub use redis::{free_port, listen_loopback, RedisOptions, RedisServer, RedisTls};
 pub use sentinel::RedisSentinel;

@@ -7,15 +7,17 @@
 mod entry;
 pub mod mtls;
 pub mod oauth2;
+pub mod proxy;
+pub mod transport;
 
 pub use entry::{check_headers, client, MODULE};
 
-use super::guard::{blocked_in, guarded_reqwest, read_bounded, AddressPolicy};
+use super::guard::{guarded_reqwest, read_bounded, AddressPolicy};
 use super::signing::{signature_header, SigningKey};
 use super::{
     is_framing_header, is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy, ErrorKind,
 };
-use crate::secrets::{has_reference, redact_url, SecretPolicy};
+use crate::secrets::{has_reference, SecretPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -371,11 +373,11 @@ fn httpdate(v: &str) -> Option<SystemTime> {
     )
 }
 
-/// The HTTP sink: one shared client (connection pool), no redirects, no proxy, the SSRF
-/// guard as its resolver.
+/// The HTTP sink: one shared client (connection pool), no redirects, the SSRF guard as its
+/// resolver, and no proxy but the operator's guarded one ([`proxy`]).
 #[derive(Debug, Clone)]
 pub struct HttpSink {
-    client: reqwest::Client,
+    transport: transport::Transport,
     edge: EdgePolicy,
     /// OAuth 2.0 tokens of the entries that use `oauth2`, shared by every clone.
     tokens: std::sync::Arc<oauth2::Tokens>,
@@ -384,9 +386,10 @@ pub struct HttpSink {
 }
 
 impl HttpSink {
-    /// A client with no redirect following, no proxy (a proxy would resolve the host itself,
-    /// past the guard) and no total timeout of its own: the attempt timeout (R7) wraps the
-    /// whole attempt, connect to last body byte. Names resolve through [`GuardedResolver`].
+    /// A client with no redirect following, no proxy from the environment (a proxy resolves
+    /// the host itself, past the guard; `[http] proxy` is tunnelled to checked addresses
+    /// instead) and no total timeout of its own: the attempt timeout (R7) wraps the whole
+    /// attempt, connect to last body byte. Names resolve through the guard's resolver.
     ///
     /// Idle connections are kept per host without a count limit, closed after 30 s unused:
     /// the pool can never hold more than the attempts that ran at once (at most
@@ -394,16 +397,28 @@ impl HttpSink {
     /// the surplus after every wave of attempts only to open it again for the next one
     /// (issue 12: a cap of 64 at concurrency 100 left ~12 800 sockets in TIME_WAIT per
     /// 50 000 deliveries).
-    pub fn new(edge: EdgePolicy) -> Result<HttpSink, reqwest::Error> {
+    ///
+    /// # Errors
+    /// The client cannot be made (the TLS backend failed to start).
+    pub fn new(edge: EdgePolicy) -> Result<HttpSink, String> {
         let client = guarded_reqwest(edge.addresses.clone())
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(usize::MAX)
             .tcp_nodelay(true)
             .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+            .build()
+            .map_err(|e| e.to_string())?;
+        let proxied = match &edge.proxy {
+            Some(p) => Some(std::sync::Arc::new(proxy::ProxiedClient::new(
+                p.clone(),
+                edge.addresses.clone(),
+                proxy::tls_config(None)?,
+            ))),
+            None => None,
+        };
         Ok(HttpSink {
-            client,
+            transport: transport::Transport::new(client, proxied),
             edge,
             tokens: Default::default(),
             tls: Default::default(),
@@ -444,22 +459,21 @@ impl HttpSink {
                 let creds = self.oauth_credentials(&d.tenant, o)?;
                 let bearer = self
                     .tokens
-                    .bearer(&self.client, &self.edge.addresses, &d.tenant, &creds)
+                    .bearer(&self.transport, &self.edge.addresses, &d.tenant, &creds)
                     .await?;
                 headers.insert(AUTHORIZATION, bearer);
                 Some(creds)
             }
             None => None,
         };
-        let client = self.client_for(opts, &d.tenant)?;
-        let req = client.post(url).headers(headers).body(d.body.clone());
-        let resp = req.send().await.map_err(|e| match blocked_in(&e) {
-            Some(b) => AttemptError::permanent(ErrorKind::Other, b.to_string()),
-            None => {
-                let (kind, error) = transport_error(e);
-                AttemptError::retry(kind, error)
-            }
-        })?;
+        let transport = self.client_for(opts, &d.tenant)?;
+        let mut req = reqwest::Request::new(reqwest::Method::POST, url);
+        *req.headers_mut() = headers;
+        *req.body_mut() = Some(d.body.clone().into());
+        let resp = transport
+            .execute(req)
+            .await
+            .map_err(|e| e.into_attempt(""))?;
         let status = resp.status().as_u16();
         if let (401, Some(creds)) = (status, &oauth) {
             // The token was refused (revoked, rotated keys): a retry, not the permanent 4xx
@@ -517,11 +531,15 @@ impl HttpSink {
         }
     }
 
-    /// The client for an entry: the shared one, or with `client_cert`/`ca` its own, made
+    /// The clients for an entry: the shared ones, or with `client_cert`/`ca` its own, made
     /// from the material resolved in `tenant`'s namespace.
-    fn client_for(&self, opts: &HttpOpts, tenant: &str) -> Result<reqwest::Client, AttemptError> {
+    fn client_for(
+        &self,
+        opts: &HttpOpts,
+        tenant: &str,
+    ) -> Result<transport::Transport, AttemptError> {
         if opts.client_cert.is_none() && opts.ca.is_none() {
-            return Ok(self.client.clone());
+            return Ok(self.transport.clone());
         }
         let resolve = |v: &Option<String>, what: &str| {
             v.as_deref()
@@ -539,7 +557,7 @@ impl HttpSink {
                 "client_cert and client_key: set both or neither",
             ));
         }
-        self.tls.client(&material, &self.edge.addresses)
+        self.tls.client(&material, &self.edge)
     }
 
     /// The resolved credentials of an entry's `oauth2` in `tenant`'s namespace.
@@ -709,32 +727,6 @@ fn secret_error(
 ) -> AttemptError {
     let error = format!("{what}: {e}");
     make(ErrorKind::of_text(&error), error)
-}
-
-/// A transport error's kind and its stored text: kind word and cause chain, without the URL
-/// (its query or userinfo may hold a resolved secret).
-fn transport_error(e: reqwest::Error) -> (ErrorKind, String) {
-    let (kind, word) = if e.is_connect() {
-        (ErrorKind::Connect, "connect")
-    } else if e.is_timeout() {
-        (ErrorKind::Timeout, "timeout")
-    } else if e.is_body() || e.is_decode() {
-        (ErrorKind::Transport, "body")
-    } else {
-        (ErrorKind::Transport, "transport")
-    };
-    let host = e.url().map(|u| redact_url(u.as_str()));
-    let e = e.without_url();
-    let mut s = format!("{word}: {e}");
-    if let Some(h) = host {
-        s.push_str(&format!(" ({h})"));
-    }
-    let mut src = std::error::Error::source(&e);
-    while let Some(inner) = src {
-        s.push_str(&format!(": {inner}"));
-        src = inner.source();
-    }
-    (kind, truncate(s, ERROR_BODY_MAX_BYTES))
 }
 
 #[cfg(test)]

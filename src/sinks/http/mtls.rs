@@ -7,10 +7,13 @@
 //! made on first use under the same guard as the shared one and kept in the worker's memory.
 //! The key of that cache is a SHA-256 of the *resolved* PEM text: a rotated certificate (a
 //! new `${file:…}` content) gets a new client on the next attempt without a restart, and the
-//! PEM itself is never a map key, a log field or a Redis value.
+//! PEM itself is never a map key, a log field or a Redis value. With `[http] proxy` the entry
+//! gets its own tunnelling client too, with the same identity and roots.
 
+use super::transport::Transport;
 use super::{AttemptError, ErrorKind};
-use crate::sinks::guard::{guarded_reqwest, AddressPolicy};
+use crate::sinks::guard::guarded_reqwest;
+use crate::sinks::EdgePolicy;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -65,24 +68,20 @@ impl Material {
 /// The mTLS clients of one worker, shared by every clone of its [`super::HttpSink`].
 #[derive(Debug, Default)]
 pub struct TlsClients {
-    made: Mutex<HashMap<[u8; 32], reqwest::Client>>,
+    made: Mutex<HashMap<[u8; 32], Transport>>,
 }
 
 impl TlsClients {
-    /// The client for `m`, made on first use under `addresses` (the destination guard).
+    /// The clients for `m`, made on first use under `edge`'s destination guard and proxy.
     /// A certificate, key or CA that does not parse is a retry naming the option (the
     /// tenant can fix the secret it points at; the row is not lost meanwhile); the error
     /// never quotes the PEM.
-    pub fn client(
-        &self,
-        m: &Material,
-        addresses: &Arc<AddressPolicy>,
-    ) -> Result<reqwest::Client, AttemptError> {
+    pub fn client(&self, m: &Material, edge: &EdgePolicy) -> Result<Transport, AttemptError> {
         let key = m.digest();
         if let Some(c) = self.lock().get(&key) {
             return Ok(c.clone());
         }
-        let client = build(m, addresses)?;
+        let client = build(m, edge)?;
         let mut made = self.lock();
         if made.len() >= MAX_TLS_CLIENTS {
             made.clear();
@@ -101,17 +100,18 @@ impl TlsClients {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], reqwest::Client>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Transport>> {
         // A panic while holding the lock leaves only a map of clients: still usable.
         self.made.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// A client like the shared one (guard, no redirects, no proxy) with `m`'s identity and roots.
-fn build(m: &Material, addresses: &Arc<AddressPolicy>) -> Result<reqwest::Client, AttemptError> {
+/// Clients like the shared ones (guard, no redirects, the operator's proxy if any) with `m`'s
+/// identity and roots.
+fn build(m: &Material, edge: &EdgePolicy) -> Result<Transport, AttemptError> {
     let bad =
         |what: &str, why: String| AttemptError::retry(ErrorKind::Other, format!("{what}: {why}"));
-    let mut b = guarded_reqwest(addresses.clone())
+    let mut b = guarded_reqwest(edge.addresses.clone())
         .use_rustls_tls()
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(30))
@@ -136,12 +136,25 @@ fn build(m: &Material, addresses: &Arc<AddressPolicy>) -> Result<reqwest::Client
             b = b.add_root_certificate(r);
         }
     }
-    b.build().map_err(|e| {
+    let direct = b.build().map_err(|e| {
         bad(
             "client_cert/ca",
             format!("the TLS client cannot be made ({e})"),
         )
-    })
+    })?;
+    let proxied = match &edge.proxy {
+        Some(p) => {
+            let tls = super::proxy::tls_config(Some(m))
+                .map_err(|e| AttemptError::retry(ErrorKind::Other, e))?;
+            Some(Arc::new(super::proxy::ProxiedClient::new(
+                p.clone(),
+                edge.addresses.clone(),
+                tls,
+            )))
+        }
+        None => None,
+    };
+    Ok(Transport::new(direct, proxied))
 }
 
 /// The certificates of a PEM bundle: at least one, each parsed as an X.509 certificate (a
@@ -192,11 +205,14 @@ pub fn check_pem(pem: &str, label: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn open() -> Arc<AddressPolicy> {
-        Arc::new(AddressPolicy {
-            deny_private: false,
-            allow: vec![],
-        })
+    fn open() -> EdgePolicy {
+        EdgePolicy {
+            addresses: Arc::new(crate::sinks::guard::AddressPolicy {
+                deny_private: false,
+                allow: vec![],
+            }),
+            ..EdgePolicy::default()
+        }
     }
 
     #[test]

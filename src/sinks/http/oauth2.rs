@@ -7,8 +7,9 @@
 //! client as the deliveries (the egress guard checks its address), without redirects. A
 //! delivery answered 401 drops the cached token, so the retry fetches a new one.
 
-use super::{check_url, transport_error, UrlProblem};
-use crate::sinks::guard::{blocked_in, read_bounded};
+use super::transport::Transport;
+use super::{check_url, UrlProblem};
+use crate::sinks::guard::read_bounded;
 use crate::sinks::{AttemptError, ErrorKind};
 use reqwest::header::HeaderValue;
 use serde::Deserialize;
@@ -133,7 +134,7 @@ impl Tokens {
     /// answer without a bearer `access_token` retries (the kind says which).
     pub(super) async fn bearer(
         &self,
-        client: &reqwest::Client,
+        client: &Transport,
         guard: &crate::sinks::guard::AddressPolicy,
         tenant: &str,
         creds: &Credentials,
@@ -170,7 +171,7 @@ struct TokenAnswer {
 
 /// One token request.
 async fn fetch(
-    client: &reqwest::Client,
+    client: &Transport,
     guard: &crate::sinks::guard::AddressPolicy,
     creds: &Credentials,
 ) -> Result<Cached, AttemptError> {
@@ -211,17 +212,15 @@ async fn fetch(
             super::basic_authorization(&enc(&creds.id), &enc(&creds.secret))?,
         );
     }
-    let resp = req
-        .body(form)
-        .send()
-        .await
-        .map_err(|e| match blocked_in(&e) {
-            Some(b) => AttemptError::permanent(ErrorKind::Other, format!("oauth2.token_url: {b}")),
-            None => {
-                let (kind, error) = transport_error(e);
-                AttemptError::retry(kind, format!("oauth2 token endpoint: {error}"))
-            }
-        })?;
+    let req = req.body(form).build().map_err(|e| {
+        AttemptError::permanent(ErrorKind::Other, format!("oauth2 token request: {e}"))
+    })?;
+    let resp = client.execute(req).await.map_err(|e| match e {
+        blocked @ super::transport::SendError::Blocked(_) => {
+            blocked.into_attempt("oauth2.token_url: ")
+        }
+        failed => failed.into_attempt("oauth2 token endpoint: "),
+    })?;
     let status = resp.status().as_u16();
     let body = read_bounded(resp, ANSWER_MAX_BYTES + 1).await;
     if !(200..300).contains(&status) {
