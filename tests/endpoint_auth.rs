@@ -64,6 +64,29 @@ async fn basic_auth_sends_the_tenants_password_and_never_stores_it() {
         .map(|(_, v)| v.as_str())
         .collect();
     assert_eq!(auth, [expected.as_str()]);
+    // The same credentials as the URL's user info (a reference inside the URL) are sent as
+    // Basic authorization too, and never in the request line.
+    let in_url = http_entry(serde_json::json!({
+        "url": env.receiver.url("userinfo").replace(
+            "http://",
+            "http://acme-hooks:${env:ANKUSA_SECRET_ACME__SECURITY_BASIC_PW}@",
+        ),
+    }));
+    env.store
+        .put_source(
+            "acme",
+            "userinfo",
+            &SourceSpec {
+                sinks: vec![in_url],
+            },
+        )
+        .await
+        .unwrap();
+    env.commit("acme", "userinfo", "{}").await;
+    env.drain(&worker).await;
+    let got = env.receiver.requests_for("userinfo");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].header("authorization"), Some(expected.as_str()));
     assert!(!env.all_values().contains(PW), "the password reached Redis");
     worker.shutdown().await;
 }
@@ -464,11 +487,15 @@ async fn mtls_client_certificates_reach_a_receiver_that_requires_them_and_only_t
 /// token request go through the operator's proxy, which is asked to `CONNECT` to the
 /// checked address, never to the name, with the proxy credentials from its URL; TLS is still
 /// to the host name (the private CA's certificate for `localhost` verifies). `no_proxy`
-/// hosts go direct. A destination on a refused address dead-letters without the proxy being
-/// contacted. The proxy password is redacted in the config dump.
+/// hosts go direct. The guard is off in this first world (`deny_private = false`), so
+/// loopback, the only address a test has, is tunnelled like a public address would be.
+/// In the second world (the guard on, loopback exempted by `allow_cidrs`), the exempted
+/// receiver is reached directly, since the proxy's loopback is not the worker's, and the
+/// metadata address dead-letters; that proxy is never contacted. The proxy password is
+/// redacted in the config dump.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
-    use ankusa::testkit::ConnectProxy;
+    use ankusa::testkit::{ConnectProxy, Receiver};
     const PROXY_PW: &str = "proxy-pw-0c4e1b";
     let basic = base64::Engine::encode(
         &base64::engine::general_purpose::STANDARD,
@@ -485,6 +512,7 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
     );
     let proxy_url = proxy.url(Some(&format!("egress:{PROXY_PW}")));
     let env = Env::tuned(|c| {
+        c.http.deny_private = false;
         c.http.proxy = Some(proxy_url.clone());
         c.http.no_proxy = vec!["127.0.0.1".into()];
         c.retry.max_attempts = 1;
@@ -498,6 +526,7 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
     let by_name = |url: String| url.replace("127.0.0.1", "localhost");
     let (tls_port, seen) = mtls_receiver(&pki).await;
     let (token_url, tokens) = token_endpoint().await;
+    let direct = Receiver::start().unwrap();
     let sources = [
         (
             "plain",
@@ -525,11 +554,7 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
         ),
         (
             "direct",
-            http_entry(serde_json::json!({"url": env.receiver.url("direct")})),
-        ),
-        (
-            "metadata",
-            http_entry(serde_json::json!({"url": "${env:ANKUSA_SECRET_ACME__PROXY_METADATA}"})),
+            http_entry(serde_json::json!({"url": direct.url("direct")})),
         ),
     ];
     for (name, e) in sources {
@@ -541,7 +566,7 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
     let bodies: Vec<Vec<u8>> = (0..10)
         .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "ü".repeat(i * 50)).into_bytes())
         .collect();
-    for (name, _) in [("plain", ()), ("mtls", ()), ("oauth", ()), ("direct", ())] {
+    for name in ["plain", "mtls", "oauth", "direct"] {
         for b in &bodies {
             env.producer
                 .commit("acme", name, Hook::new(b.clone()))
@@ -549,8 +574,6 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
                 .unwrap();
         }
     }
-    env.commit("acme", "metadata", "{\"to\":\"metadata\"}")
-        .await;
     let worker = env.worker().await;
     env.drain(&worker).await;
 
@@ -561,9 +584,12 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
         .map(|b| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b)))
         .collect();
     want_sha.sort();
-    for path in ["plain", "oauth", "direct"] {
-        let mut got: Vec<String> = env
-            .receiver
+    for (receiver, path) in [
+        (&env.receiver, "plain"),
+        (&env.receiver, "oauth"),
+        (&direct, "direct"),
+    ] {
+        let mut got: Vec<String> = receiver
             .requests_for(path)
             .iter()
             .map(|r| r.body_sha256.clone())
@@ -583,11 +609,12 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
         .collect();
     got.sort();
     assert_eq!(got, want, "mtls: every hook byte-exact, once");
+    let host = format!("localhost:{}", env.receiver.port());
     assert!(env
         .receiver
         .requests_for("plain")
         .iter()
-        .all(|r| r.header("host") == Some(&format!("localhost:{}", env.receiver.port())[..])));
+        .all(|r| r.header("host") == Some(host.as_str())));
     assert_eq!(
         tokens.seen.lock().unwrap().len(),
         1,
@@ -595,7 +622,7 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
     );
 
     // What the proxy was asked: only checked addresses (never a name), with its credentials;
-    // the receiver's direct path and the metadata address never.
+    // never the no_proxy receiver.
     let targets = proxy.targets();
     let token_port: u16 = tokens_port(&targets, env.receiver.port(), tls_port);
     for t in &targets {
@@ -607,21 +634,49 @@ async fn the_egress_proxy_carries_deliveries_to_checked_addresses_only() {
             "{port} through the proxy: {targets:?}"
         );
     }
+    assert!(
+        !targets.contains(&format!("127.0.0.1:{}", direct.port())),
+        "the no_proxy host went direct: {targets:?}"
+    );
     assert!(proxy
         .authorizations()
         .iter()
         .all(|a| a.as_deref() == Some(&format!("Basic {basic}")[..])));
-    assert!(
-        !targets.iter().any(|t| t.contains("169.254")),
-        "{targets:?}"
-    );
-    let dead = env.dead_letters("acme").await;
+    worker.shutdown().await;
+
+    // The guard on, loopback exempted: the exempted receiver is reached directly and the
+    // metadata address is refused; this proxy never hears of either.
+    let guarded_proxy = ConnectProxy::start(None);
+    let guarded = Env::tuned(|c| {
+        c.http.proxy = Some(guarded_proxy.url(None));
+        c.retry.max_attempts = 1;
+        c.dispatch.breaker_failures = 0;
+    })
+    .await;
+    for (name, url) in [
+        ("exempt", by_name(guarded.receiver.url("exempt"))),
+        (
+            "metadata",
+            "${env:ANKUSA_SECRET_ACME__PROXY_METADATA}".to_string(),
+        ),
+    ] {
+        let spec = SourceSpec {
+            sinks: vec![http_entry(serde_json::json!({ "url": url }))],
+        };
+        guarded.store.put_source("acme", name, &spec).await.unwrap();
+        guarded.commit("acme", name, "{\"guarded\":true}").await;
+    }
+    let worker = guarded.worker().await;
+    guarded.drain(&worker).await;
+    assert_eq!(guarded.receiver.requests_for("exempt").len(), 1);
+    let dead = guarded.dead_letters("acme").await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].source, "metadata");
     assert!(
         dead[0].error.contains("blocked address 169.254.169.254"),
         "{dead:?}"
     );
+    assert_eq!(guarded_proxy.connections(), 0);
     worker.shutdown().await;
 }
 

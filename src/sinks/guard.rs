@@ -13,10 +13,12 @@
 //!    ([`guarded_aws_client`]);
 //! 3. a resolution error fails the attempt (retried), it never lets the request through.
 //!
-//! Redirects are never followed and no proxy is used (a proxy would resolve the host itself,
-//! past the guard). Every answer a sink reads is bounded: at most [`ANSWER_READ_MAX_BYTES`]
-//! read, at most [`ANSWER_KEEP_BYTES`] kept as an error ([`read_bounded`], and the AWS SDK's
-//! connector wrapped by [`guarded_aws_client`]), so an endless answer cannot grow the worker.
+//! Redirects are never followed and no proxy from the environment is used (a proxy would
+//! resolve the host itself, past the guard); the operator's `[http] proxy` is tunnelled to
+//! checked addresses only (`sinks::http::proxy`). Every answer a sink reads is bounded: at
+//! most [`ANSWER_READ_MAX_BYTES`] read, at most [`ANSWER_KEEP_BYTES`] kept as an error
+//! ([`read_bounded`], and the AWS SDK's connector wrapped by [`guarded_aws_client`]), so an
+//! endless answer cannot grow the worker.
 //!
 //! Which tenants may name a custom SQS/Pub/Sub endpoint, and for which queues and topics the
 //! worker's own cloud identity may sign, is [`EgressGrant`] (`[tenants.<id>]`).

@@ -85,11 +85,15 @@ impl EdgePolicy {
                     .collect(),
             ),
             connections: Arc::new(c.connections.clone()),
-            // Validated with the config (`http.proxy`), so an error cannot happen here.
-            proxy: http::proxy::EgressProxy::from_config(&c.http)
-                .ok()
-                .flatten()
-                .map(Arc::new),
+            // Validated with the config (`http.proxy`); a config that skipped validation
+            // and holds a bad proxy is said loudly rather than quietly sent direct.
+            proxy: match http::proxy::EgressProxy::from_config(&c.http) {
+                Ok(p) => p.map(Arc::new),
+                Err(e) => {
+                    tracing::error!(error = %e, "http.proxy is invalid: the http sink goes direct");
+                    None
+                }
+            },
         }
     }
 

@@ -467,9 +467,16 @@ impl HttpSink {
             None => None,
         };
         let transport = self.client_for(opts, &d.tenant)?;
-        let mut req = reqwest::Request::new(reqwest::Method::POST, url);
-        *req.headers_mut() = headers;
-        *req.body_mut() = Some(d.body.clone().into());
+        // Built by reqwest's builder, which turns a URL's `user:password@` into Basic
+        // `Authorization` (and takes it out of the URL) as `send` always did.
+        let req = transport
+            .post(url)
+            .headers(headers)
+            .body(d.body.clone())
+            .build()
+            .map_err(|e| {
+                AttemptError::permanent(ErrorKind::Other, format!("request: {}", e.without_url()))
+            })?;
         let resp = transport
             .execute(req)
             .await

@@ -8,7 +8,9 @@
 //! ([`crate::sinks::guard`]; every address must pass), then asks the proxy to
 //! `CONNECT <checked-ip>:<port>` and speaks HTTP (or TLS to the *host name*, so the
 //! certificate is still checked against it) through that tunnel. A destination on a refused
-//! address is refused before the proxy is contacted.
+//! address is refused before the proxy is contacted, and one that passes only through
+//! `allow_cidrs` is connected to directly (the proxy's view of a private address is not the
+//! one the guard judged).
 //!
 //! reqwest's own proxy support tunnels to the host name, so the proxied path is a hyper
 //! client of its own with the connector below; requests are still built as reqwest
@@ -16,7 +18,7 @@
 //! bounded reads are one path for both ([`super::transport::Transport`]).
 
 use super::mtls::Material;
-use crate::sinks::guard::{resolve_checked, AddressPolicy};
+use crate::sinks::guard::{non_public, resolve_checked, AddressPolicy};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use ipnet::IpNet;
@@ -295,6 +297,11 @@ impl ProxiedClient {
     pub async fn execute(&self, req: reqwest::Request) -> Result<reqwest::Response, BoxError> {
         let timeout = req.timeout().copied();
         let mut req: http::Request<reqwest::Body> = req.try_into()?;
+        if !req.headers().contains_key(reqwest::header::ACCEPT) {
+            // What reqwest's direct client adds, so a receiver sees the same request either way.
+            req.headers_mut()
+                .insert(reqwest::header::ACCEPT, HeaderValue::from_static("*/*"));
+        }
         if !req.headers().contains_key(reqwest::header::USER_AGENT) {
             req.headers_mut().insert(
                 reqwest::header::USER_AGENT,
@@ -313,11 +320,10 @@ impl ProxiedClient {
 }
 
 /// The proxy refused or broke a `CONNECT` (its status and reason, control characters
-/// escaped: the proxy's text is not ours).
+/// escaped: the proxy's text is not ours). The proxy's own address is not in it: this text
+/// becomes the row's error, which tenants read (it is in the worker's config).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRefused {
-    /// The proxy, `host:port`.
-    pub proxy: String,
     /// The address the tunnel was asked for.
     pub target: String,
     /// What went wrong: `407 Proxy Authentication Required`, `closed`, ….
@@ -328,8 +334,8 @@ impl std::fmt::Display for ProxyRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "egress proxy {} did not open a tunnel to {}: {}",
-            self.proxy, self.target, self.why
+            "the egress proxy did not open a tunnel to {}: {}",
+            self.target, self.why
         )
     }
 }
@@ -385,10 +391,34 @@ impl Tunneller {
                 .map(|a| SocketAddr::new(a.ip(), port))
                 .collect(),
         };
-        // Each checked address in turn, as a direct connect would; the last error is said.
+        // An address that passed only through `allow_cidrs` is a private network the
+        // operator opened as the worker sees it; the proxy would reach whatever that address
+        // is on its own side (its own loopback, another 10.x). Such addresses are connected
+        // to directly, never tunnelled.
+        let direct = self.policy.deny_private && addrs.iter().any(|a| non_public(a.ip()).is_some());
+        // Each checked address in turn, as a direct connect would, each with its share of the
+        // tunnel's time (one that hangs cannot starve the others); the last error is said.
+        let share = (TUNNEL_TIMEOUT / addrs.len().max(1) as u32).max(Duration::from_secs(2));
         let mut last: Option<BoxError> = None;
         for addr in addrs {
-            match self.tunnel(addr).await {
+            let tcp = if direct {
+                tokio::time::timeout(share, TcpStream::connect(addr))
+                    .await
+                    .map_err(|_| BoxError::from(format!("connect to {addr} timed out")))
+                    .and_then(|r| r.map_err(BoxError::from))
+                    .and_then(|tcp| tcp.set_nodelay(true).map(|()| tcp).map_err(BoxError::from))
+            } else {
+                tokio::time::timeout(share, self.tunnel(addr))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ProxyRefused {
+                            target: addr.to_string(),
+                            why: format!("no tunnel within {} ms", share.as_millis()),
+                        }
+                        .into())
+                    })
+            };
+            match tcp {
                 Ok(tcp) => {
                     if !https {
                         return Ok(Tunnel::Plain(tcp));
@@ -405,9 +435,7 @@ impl Tunneller {
 
     /// A TCP connection to the proxy, tunnelled to `addr` by `CONNECT`.
     async fn tunnel(&self, addr: SocketAddr) -> Result<TcpStream, BoxError> {
-        let proxy = self.proxy.address();
         let refused = |why: String| ProxyRefused {
-            proxy: proxy.clone(),
             target: addr.to_string(),
             why,
         };
@@ -430,9 +458,10 @@ impl Tunneller {
             if n == 0 {
                 return Err(refused("closed the connection before answering".into()).into());
             }
+            let from = buf.len().saturating_sub(3);
             buf.extend_from_slice(&chunk[..n]);
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
+            if let Some(i) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+                break from + i + 4;
             }
             if buf.len() > CONNECT_ANSWER_MAX_BYTES {
                 return Err(
@@ -444,7 +473,10 @@ impl Tunneller {
         let line = String::from_utf8_lossy(line);
         let mut parts = line.trim_end().splitn(3, ' ');
         let (version, status) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        if !version.starts_with("HTTP/1.") || !status.starts_with('2') || status.len() != 3 {
+        let success = status.len() == 3
+            && status.starts_with('2')
+            && status.bytes().all(|b| b.is_ascii_digit());
+        if !matches!(version, "HTTP/1.0" | "HTTP/1.1") || !success {
             let said: String = line.trim_end().chars().take(120).collect();
             return Err(refused(format!("answered {}", said.escape_debug())).into());
         }

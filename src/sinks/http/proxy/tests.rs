@@ -119,15 +119,20 @@ fn post(to: &str) -> reqwest::Request {
     r
 }
 
+/// The guard off (`deny_private = false`): nothing is exempt, so loopback, the only address a
+/// test has, goes through the proxy like a public one would.
+fn open() -> AddressPolicy {
+    AddressPolicy {
+        deny_private: false,
+        allow: vec![],
+    }
+}
+
 #[tokio::test]
 async fn a_name_is_resolved_and_checked_here_and_the_proxy_asked_for_the_address() {
     let port = receiver().await;
     let proxy = ConnectProxy::start(None);
-    let loopback = AddressPolicy {
-        deny_private: true,
-        allow: vec!["127.0.0.0/8".parse().unwrap()],
-    };
-    let c = client(&proxy, None, loopback);
+    let c = client(&proxy, None, open());
     for _ in 0..3 {
         let resp = c
             .execute(post(&format!("http://localhost:{port}/hooks")))
@@ -167,14 +172,10 @@ async fn the_proxy_gets_its_credentials_and_a_refusal_is_said() {
         base64::engine::general_purpose::STANDARD.encode("egress:s3cret")
     );
     let proxy = ConnectProxy::start(Some(want.clone()));
-    let loopback = AddressPolicy {
-        deny_private: true,
-        allow: vec!["127.0.0.0/8".parse().unwrap()],
-    };
     let to = format!("http://127.0.0.1:{port}/hooks");
-    let ok = client(&proxy, Some("egress:s3cret"), loopback.clone());
+    let ok = client(&proxy, Some("egress:s3cret"), open());
     assert_eq!(ok.execute(post(&to)).await.unwrap().status(), 200);
-    let wrong = client(&proxy, Some("egress:wrong"), loopback);
+    let wrong = client(&proxy, Some("egress:wrong"), open());
     let e = wrong.execute(post(&to)).await.unwrap_err();
     let mut chain = String::new();
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
@@ -195,4 +196,47 @@ async fn the_proxy_gets_its_credentials_and_a_refusal_is_said() {
         Some(want.as_str()),
         "the credentials from the proxy URL"
     );
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = String::new();
+    let mut cur = Some(e);
+    while let Some(inner) = cur {
+        chain.push_str(&format!("{inner} / "));
+        cur = inner.source();
+    }
+    chain
+}
+
+#[tokio::test]
+async fn an_address_exempted_by_allow_cidrs_is_reached_directly_not_through_the_proxy() {
+    let port = receiver().await;
+    let proxy = ConnectProxy::start(None);
+    let loopback = AddressPolicy {
+        deny_private: true,
+        allow: vec!["127.0.0.0/8".parse().unwrap()],
+    };
+    let c = client(&proxy, None, loopback);
+    for to in [
+        format!("http://localhost:{port}/hooks"),
+        format!("http://127.0.0.1:{port}/hooks"),
+    ] {
+        assert_eq!(c.execute(post(&to)).await.unwrap().status(), 200, "{to}");
+    }
+    assert_eq!(proxy.connections(), 0, "the proxy's 127.0.0.1 is not ours");
+}
+
+#[tokio::test]
+async fn a_proxy_that_cannot_reach_the_target_is_a_retry_with_its_answer() {
+    let closed = crate::testkit::free_port().unwrap();
+    let proxy = ConnectProxy::start(None);
+    let c = client(&proxy, None, open());
+    let e = c
+        .execute(post(&format!("http://127.0.0.1:{closed}/hooks")))
+        .await
+        .unwrap_err();
+    let text = chain(&*e);
+    assert!(text.contains("502 Bad Gateway"), "{text}");
+    assert!(crate::sinks::guard::blocked_in(&*e).is_none());
+    assert_eq!(proxy.targets(), [format!("127.0.0.1:{closed}")]);
 }
