@@ -70,13 +70,40 @@ if (#ARGV - 4) % W == 1 then
     end
   end
 end
+-- Writes that only add up are gathered through the call and made once at its end, one
+-- command per key rather than one per hook (issue 25: the history's cost per row): the
+-- tenants' history index, the kept index and byte counts, the tenants' pending bytes.
 -- Index a hook in its tenant's history, once per call (trimmed per tenant at the end).
 local remembered = {}
 local function remember(tenant, hook)
   if remembered[hook] then return end
   remembered[hook] = true
-  redis.call('ZADD', k_history(tenant), now, hook)
-  touched[tenant] = true
+  local z = touched[tenant]
+  if not z then z = {}; touched[tenant] = z end
+  z[#z + 1] = now
+  z[#z + 1] = hook
+end
+local kept_members, kept_bytes, kept_total = {}, {}, 0
+local tenant_bytes = {}
+local function sum(t, k, n) t[k] = (t[k] or 0) + n end
+-- One command per key for what was gathered: ZADD/ZREM in chunks of 500 members.
+local function chunked(cmd, key, args, width)
+  local step = 500 * width
+  for c = 1, #args, step do
+    redis.call(cmd, key, unpack(args, c, math.min(c + step - 1, #args)))
+  end
+end
+local function flush_bytes()
+  for t, b in pairs(tenant_bytes) do add_bytes(K_TENANT_BYTES, t, b) end
+  tenant_bytes = {}
+  chunked('ZADD', K_KEPT_INDEX, kept_members, 2)
+  kept_members = {}
+  for t, b in pairs(kept_bytes) do add_bytes(K_KEPT_BYTES, t, b) end
+  kept_bytes = {}
+  if kept_total ~= 0 and redis.call('HINCRBY', K_STATS, 'kept_bytes', kept_total) < 0 then
+    redis.call('HSET', K_STATS, 'kept_bytes', 0)
+  end
+  kept_total = 0
 end
 local members = {}
 for j = 0, n - 1 do members[j + 1] = ARGV[6 + W * j] .. '/' .. ARGV[7 + W * j] end
@@ -130,7 +157,11 @@ local function finish_row(hook, idx, tenant, row, dead)
     release_lane(row, nil, tenant)
     return '', ''
   end
-  release_lane(row, h[3], tenant)
+  -- A readable hook names the lane of each ordered row (`L<idx>`, written at commit and
+  -- never removed): a row without one is in no lane, and the lookup is skipped (issue 25).
+  -- Were it a head anyway (the hash rewritten by other means), the claim's lane sweep
+  -- promotes past it (R12).
+  if h[3] then release_lane(row, h[3], tenant) end
   local dead_count = 0
   if h[2] then dead_count = tonumber(h[2]) or 1 end
   local left
@@ -158,18 +189,22 @@ local function finish_row(hook, idx, tenant, row, dead)
   if left <= 0 and dead_count == 0 then
     if h[6] then retain(h[6]) end
     local bytes = tonumber(h[7]) or 0
-    add_bytes(K_TENANT_BYTES, tenant, -bytes)
+    sum(tenant_bytes, tenant, -bytes)
     if hist and hist.keep then
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)
       redis.call('PEXPIRE', kk, hist.age)
-      -- A hook committed before bodies moved apart has none (its `b` moved with the hash).
-      local bk = k_body(hook)
-      if redis.call('EXISTS', bk) == 1 then
-        redis.call('RENAME', bk, k_keptbody(hook))
-        redis.call('PEXPIRE', k_keptbody(hook), hist.age)
+      -- A hook committed before bodies moved apart has none (its `b` moved with the hash):
+      -- then the rename fails, and nothing else needs doing.
+      local kb = k_keptbody(hook)
+      if not redis.pcall('RENAME', k_body(hook), kb).err then
+        redis.call('PEXPIRE', kb, hist.age)
       end
-      index_kept(hook, bytes, tenant, now)
+      -- Indexed by when it was kept, its bytes counted (trim_kept, drop_kept).
+      kept_members[#kept_members + 1] = now
+      kept_members[#kept_members + 1] = hook .. ':' .. bytes .. ':' .. tenant
+      sum(kept_bytes, tenant, bytes)
+      kept_total = kept_total + bytes
       remember(tenant, hook)
     else
       redis.call('DEL', hk, k_body(hook))
@@ -248,24 +283,41 @@ end
 for c = 1, #done, 1000 do
   redis.call('ZREM', K_CLAIMED, unpack(done, c, math.min(c + 999, #done)))
 end
+flush_bytes()
 -- History retention: by age, then the oldest hooks past "max" lose their records. The
 -- hooks popped per call are bounded by the outcomes it applied plus 100 (issue 17.11: a
--- lowered "max" trims over several calls rather than in one long one).
+-- lowered "max" trims over several calls rather than in one long one). What the popped
+-- hooks leave is deleted and uncounted in one command per key, as drop_kept would one by one.
 local pops = #done + 100
-for t in pairs(touched) do
+local gone_keys, gone_members = {}, {}
+for t, z in pairs(touched) do
   local hk = k_history(t)
+  chunked('ZADD', hk, z, 2)
   redis.call('ZREMRANGEBYSCORE', hk, '-inf', now - hist.age)
   local over = math.min(redis.call('ZCARD', hk) - hist.max, pops)
   if over > 0 then
     pops = pops - over
     local gone = redis.call('ZPOPMIN', hk, over)
     for g = 1, #gone, 2 do
-      local kept = redis.call('HMGET', k_kept(gone[g]), 'z', 'tn')
-      if kept[2] then drop_kept(gone[g] .. ':' .. (tonumber(kept[1]) or 0) .. ':' .. kept[2]) end
-      redis.call('DEL', k_attempts(gone[g]), k_kept(gone[g]), k_keptbody(gone[g]))
+      local hook = gone[g]
+      local kept = redis.call('HMGET', k_kept(hook), 'z', 'tn')
+      if kept[2] then
+        local bytes = tonumber(kept[1]) or 0
+        gone_members[#gone_members + 1] = hook .. ':' .. bytes .. ':' .. kept[2]
+        sum(kept_bytes, kept[2], -bytes)
+        kept_total = kept_total - bytes
+      end
+      gone_keys[#gone_keys + 1] = k_attempts(hook)
+      gone_keys[#gone_keys + 1] = k_kept(hook)
+      gone_keys[#gone_keys + 1] = k_keptbody(hook)
     end
   end
 end
+chunked('ZREM', K_KEPT_INDEX, gone_members, 1)
+for c = 1, #gone_keys, 500 do
+  redis.call('DEL', unpack(gone_keys, c, math.min(c + 499, #gone_keys)))
+end
+flush_bytes()
 -- Kept bodies past their age, then the oldest past the byte budget ("kb"), give way; as
 -- many as this call kept plus 100, so the kept bytes converge to the budget.
 if hist and hist.keep then

@@ -68,21 +68,33 @@ pub fn history_arg<'a>(
     cfg: &HistoryConfig,
     records: impl Iterator<Item = (usize, u64, &'a AttemptRecord)>,
 ) -> Option<String> {
+    use std::fmt::Write as _;
     if !cfg.enabled {
         return None;
     }
-    let rec: Vec<serde_json::Value> = records
-        .filter_map(|(i, hook, r)| {
-            let text = serde_json::to_string(r).ok()?;
-            Some(serde_json::json!([i, hook, text]))
-        })
-        .collect();
-    serde_json::to_string(&serde_json::json!({
-        "age": cfg.max_age_ms,
-        "max": cfg.max_per_tenant,
-        "keep": true,
-        "kb": cfg.kept_max_bytes,
-        "rec": rec,
-    }))
-    .ok()
+    // Written straight into one buffer (issue 25): building a `serde_json::Value` tree per
+    // record cost an allocation per field on every settle call.
+    let mut out = String::with_capacity(96);
+    let _ = write!(
+        out,
+        r#"{{"age":{},"max":{},"keep":true,"kb":{},"rec":["#,
+        cfg.max_age_ms, cfg.max_per_tenant, cfg.kept_max_bytes
+    );
+    let mut first = true;
+    for (i, hook, r) in records {
+        // The record travels as JSON text inside the argument: settle.lua stores it as is.
+        let Ok(text) = serde_json::to_string(r) else {
+            continue;
+        };
+        let Ok(quoted) = serde_json::to_string(&text) else {
+            continue;
+        };
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        let _ = write!(out, "[{i},{hook},{quoted}]");
+    }
+    out.push_str("]}");
+    Some(out)
 }

@@ -609,6 +609,48 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&on).unwrap();
         assert_eq!(v["age"], 86_400_000);
         assert_eq!(v["keep"], true);
+        assert_eq!(v["rec"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn history_argument_carries_each_record_as_json_text() {
+        let rec = |row: &str, error: Option<&str>| AttemptRecord {
+            row: row.into(),
+            sink: 0,
+            attempt: 1,
+            started_ms: 1,
+            duration_ms: 2,
+            outcome: "retry".into(),
+            status: Some(500),
+            error_kind: Some("http_status".into()),
+            error: error.map(Into::into),
+            next_attempt_ms: Some(3),
+            reason: None,
+        };
+        // A receiver's answer is hostile text: quotes, backslashes, newlines, non-ASCII.
+        let (a, b) = (rec("7.0", Some("\"a\\b\"\n\u{2028}é")), rec("8.1", None));
+        let arg = history_arg(
+            &HistoryConfig::default(),
+            [(0, 7, &a), (3, 8, &b)].into_iter(),
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&arg).unwrap();
+        assert_eq!(v["max"], 10_000);
+        assert_eq!(v["kb"], 67_108_864);
+        let recs = v["rec"].as_array().unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(
+            (recs[0][0].as_u64(), recs[0][1].as_u64()),
+            (Some(0), Some(7))
+        );
+        assert_eq!(
+            (recs[1][0].as_u64(), recs[1][1].as_u64()),
+            (Some(3), Some(8))
+        );
+        let back: AttemptRecord = serde_json::from_str(recs[0][2].as_str().unwrap()).unwrap();
+        assert_eq!(back, a);
+        let back: AttemptRecord = serde_json::from_str(recs[1][2].as_str().unwrap()).unwrap();
+        assert_eq!(back, b);
     }
 }
 

@@ -181,12 +181,8 @@ local function add_bytes(key, tenant, n)
   if redis.call('HINCRBY', key, tenant, n) <= 0 then redis.call('HDEL', key, tenant) end
 end
 
--- A delivered hook kept for resend: indexed by when it was kept, its bytes counted.
-local function index_kept(hook, bytes, tenant, now)
-  redis.call('ZADD', K_KEPT_INDEX, now, hook .. ':' .. bytes .. ':' .. tenant)
-  add_bytes(K_KEPT_BYTES, tenant, bytes)
-  redis.call('HINCRBY', K_STATS, 'kept_bytes', bytes)
-end
+-- A delivered hook kept for resend is indexed in `kept_index` as "<hook>:<bytes>:<tenant>"
+-- scored by when it was kept, its bytes counted in `kept_bytes` (settle.lua, batched).
 
 -- Drop the kept hook of an index member: its hash and body (gone already when they
 -- expired), with `records` its attempt records too, its bytes off the counts. Returns the
