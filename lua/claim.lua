@@ -9,6 +9,10 @@
 --          room (bytes), 1 when the tenant has nothing claimed else 0
 -- then     optionally the tenants' weights: 'weights', weight of a tenant not listed, w, then
 --          w pairs: tenant id, weight (>= 1)
+-- then     optionally the hooks to read back (issue 25): 'hooks', F, then F field names, the
+--          first being `b` (as hooks.lua takes them): the claimed rows' hooks are read in
+--          this same call (the byte window's size of a row comes from the same read), while
+--          under 3/5 of the time budget, so the caller needs no hooks.lua call for them
 -- then     optionally the time budget (issue 17.11): 'budget', µs. Once 3/5 of it has
 --          passed (Redis `TIME`), the sweep stops, and the page stops after the tenant (or
 --          the 32nd row of one) being claimed; a tenant not reached keeps its place in line
@@ -18,8 +22,10 @@
 --       |  {'ok', now_ms, next_due_ms|-1, oldest_due_ms|-1, lane members|-1 (no sweep ran),
 --           lanes promoted by the sweep, claim token, 1|0 (the byte window stopped a
 --           tenant or the page), µs this call took (Redis clock), 1|0 (the budget stopped
---           the sweep or the page), then per claimed row:
---           tenant, row id, attempts, first attempt ms|'' }
+--           the sweep or the page), h (hooks read back, 0 without 'hooks'), then per
+--           claimed row: tenant, row id, attempts, first attempt ms|'', then h pairs: hook
+--           id, and hooks.lua's answer for it (F values and the body, or {'!', error}) }
+--           for the first distinct hooks of the rows in order; the caller reads the rest
 -- Lane sweep (R12), only while the partition holds any lane member (one GET otherwise):
 -- a bounded random sample of lanes with members; a lane whose head is neither due nor
 -- claimed (committed into while idle, or its head row was lost) gets its next member
@@ -58,6 +64,8 @@ local broom, bempty = {}, {}
 local budget = nil
 -- Weights of the tenants (a tenant not listed: wdefault).
 local wdefault, weights = 1, {}
+-- The hook fields to read back ('hooks'), `z` appended; nil: none read back.
+local hook_fields = nil
 local function weight(t) return weights[t] or wdefault end
 while ARGV[i] do
   if ARGV[i] == 'bytes' then
@@ -78,6 +86,13 @@ while ARGV[i] do
       weights[ARGV[i + 1 + 2 * j]] = math.max(1, tonumber(ARGV[i + 2 + 2 * j]) or 1)
     end
     i = i + 3 + 2 * w
+  elseif ARGV[i] == 'hooks' then
+    local nf = tonumber(ARGV[i + 1]) or 0
+    hook_fields = {}
+    for j = 1, nf do hook_fields[j] = ARGV[i + 1 + j] end
+    -- `z`, the body's length, last: the byte window reads it, the caller does not.
+    hook_fields[nf + 1] = 'z'
+    i = i + 2 + nf
   elseif ARGV[i] == 'budget' then
     budget = tonumber(ARGV[i + 1])
     i = i + 2
@@ -94,10 +109,32 @@ local function over_budget()
   return out_of_time
 end
 local claimed_rows = 0
+-- Hooks read in this call (with 'hooks'): id -> HMGET of hook_fields; or the error of a
+-- hash that holds another type (a malformed hook, R29).
+local hooks_read, hook_errs = {}, {}
+local function read_hook(hook)
+  local f = hooks_read[hook]
+  if f or hook_errs[hook] then return f end
+  f = redis.pcall('HMGET', k_hook(hook), unpack(hook_fields))
+  if f.err then
+    hook_errs[hook] = f.err
+    return nil
+  end
+  hooks_read[hook] = f
+  return f
+end
 -- The size a row's hook holds in the window: the hook's `z` (its body's length).
 local function row_bytes(row)
   local hook = split_row(row)
   if not hook then return 0 end
+  if hook_fields then
+    local f = read_hook(hook)
+    if not f then return 0 end
+    local z = f[#hook_fields]
+    if z then return tonumber(z) or 0 end
+    if f[1] then return #f[1] end
+    return 0
+  end
   local z = redis.pcall('HGET', k_hook(hook), 'z')
   if type(z) == 'table' then return 0 end
   if z then return tonumber(z) or 0 end
@@ -109,7 +146,7 @@ local now = now_ms()
 -- Due means scored before the next millisecond: commit spreads one call's rows over
 -- fractions of a ms (per-source virtual time, 1 µs a row) to order them, not to delay them.
 local horizon = '(' .. (now + 1)
-local out = {'ok', now, -1, -1, -1, 0, ctok, 0, 0, 0}
+local out = {'ok', now, -1, -1, -1, 0, ctok, 0, 0, 0, 0}
 local oldest = -1
 
 local members = tonumber(redis.call('GET', K_LANE_MEMBERS) or '0') or 0
@@ -280,6 +317,44 @@ for j = 1, #head / 2 do
   end
 end
 out[4] = oldest
-out[9] = clock_us() - t0
 out[10] = out_of_time and 1 or 0
+-- The claimed rows' hooks, read back as hooks.lua would (issue 25: one round trip and the
+-- byte window's `HGET z` per row less), each hook once, while under 3/5 of the budget
+-- (checked every 16 hooks; not sticky: a page the claim itself took long over is read by
+-- the caller with hooks.lua).
+if hook_fields then
+  local nf = #hook_fields - 1
+  local rows_end, done, n = #out, {}, 0
+  for r = 12, rows_end, 4 do
+    local hook = split_row(out[r + 1])
+    if hook and not done[hook] then
+      if budget and n % 16 == 0 and n > 0 and (clock_us() - t0) * 5 >= budget * 3 then break end
+      done[hook] = true
+      local f = read_hook(hook)
+      local answer
+      if not f then
+        answer = {'!', hook_errs[hook]}
+      else
+        answer = {}
+        local present = false
+        for k = 1, nf do
+          answer[k] = f[k]
+          if k > 1 and f[k] then present = true end
+        end
+        local body = false
+        if present and not f[1] then body = redis.pcall('GET', k_body(hook)) end
+        if type(body) == 'table' and body.err then
+          answer = {'!', 'body ' .. body.err}
+        else
+          answer[nf + 1] = body
+        end
+      end
+      out[#out + 1] = hook
+      out[#out + 1] = answer
+      n = n + 1
+    end
+  end
+  out[11] = n
+end
+out[9] = clock_us() - t0
 return out

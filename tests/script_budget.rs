@@ -300,3 +300,119 @@ async fn a_page_of_hooks_read_out_of_budget_is_read_in_several_calls_the_same() 
         bytes::Bytes::from("{\"n\":7}")
     );
 }
+
+/// The scheduler's claim (`Store::claim_page`) reads its rows' hooks back in the same call,
+/// each hook once, exactly as `hooks.lua` answers them (a malformed hook included); past its
+/// budget it answers the first hooks only, and `hooks.lua` reads the rest (issue 25).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_page_reads_its_hooks_back_in_the_same_call() {
+    let env = Env::new().await;
+    env.http_source("big", "s", &["a", "b"]).await; // two rows per hook
+    let ids = env.commit_n("big", "s", 300).await;
+    // A hook hash overwritten with another type: its rows are claimed, its answer says so.
+    let bad = ids[5];
+    env.redis_cmd(&["DEL", &env.key(&format!("hook:{bad}"))]);
+    env.redis_cmd(&["SET", &env.key(&format!("hook:{bad}")), "x"]);
+    let whole = env.store.fetch_hooks(&ids, None).await.unwrap();
+    let (token, epoch) = lease(&env).await;
+    let evalsha = || -> u64 {
+        env.redis_cmd(&["INFO", "commandstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|v| v.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let weights = ankusa::store::ClaimWeights::default();
+    let window = ankusa::store::ByteRooms {
+        global: 1 << 30,
+        alone: true,
+        default_tenant: 1 << 30,
+        tenants: Vec::new(),
+    };
+    let before = evalsha();
+    let c = env
+        .store
+        .claim_page(
+            &token,
+            epoch,
+            400,
+            1_000,
+            &[],
+            &[],
+            Some(&window),
+            None,
+            &weights,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        evalsha() - before,
+        1,
+        "one script call for the page and its hooks"
+    );
+    assert_eq!(c.rows.len(), 400);
+    let mut of_rows: Vec<u64> = c
+        .rows
+        .iter()
+        .map(|r| r.row.split('.').next().unwrap().parse().unwrap())
+        .collect();
+    of_rows.dedup();
+    let answered: Vec<u64> = c.hooks.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        answered, of_rows,
+        "each hook of the page once, in the rows' order"
+    );
+    fn body(
+        h: &Option<Result<ankusa::store::StoredHook, String>>,
+    ) -> Option<Result<bytes::Bytes, String>> {
+        h.as_ref()
+            .map(|h| h.as_ref().map(|h| h.body.clone()).map_err(Clone::clone))
+    }
+    for (id, h) in &c.hooks {
+        let i = ids.iter().position(|x| x == id).unwrap();
+        assert_eq!(body(h), body(&whole[i]), "hook {id}");
+    }
+    let (_, bad_answer) = c.hooks.iter().find(|(id, _)| *id == bad).unwrap();
+    assert!(
+        matches!(bad_answer, Some(Err(e)) if e.contains("WRONGTYPE")),
+        "{bad_answer:?}"
+    );
+
+    // Out of budget: the page's rows are claimed, only the first hooks answered (checked
+    // every 16), and what is left reads the same through hooks.lua.
+    let tiny = Some(Duration::from_micros(1));
+    let c = env
+        .store
+        .claim_page(
+            &token,
+            epoch,
+            200,
+            1_000,
+            &[],
+            &[],
+            Some(&window),
+            tiny,
+            &weights,
+        )
+        .await
+        .unwrap();
+    assert!(!c.rows.is_empty());
+    assert!(c.hooks.len() <= 16, "{} hooks answered", c.hooks.len());
+    let mut of_rows: Vec<u64> = c
+        .rows
+        .iter()
+        .map(|r| r.row.split('.').next().unwrap().parse().unwrap())
+        .collect();
+    of_rows.dedup();
+    let left: Vec<u64> = of_rows[c.hooks.len()..].to_vec();
+    let rest = env.store.fetch_hooks(&left, None).await.unwrap();
+    for (id, h) in c
+        .hooks
+        .iter()
+        .map(|(id, h)| (*id, h))
+        .chain(left.iter().copied().zip(&rest))
+    {
+        let i = ids.iter().position(|x| *x == id).unwrap();
+        assert_eq!(body(h), body(&whole[i]), "hook {id}");
+    }
+}

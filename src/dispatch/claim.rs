@@ -104,8 +104,8 @@ pub(super) async fn claim_and_prepare(
 ) -> Result<Prepared, StoreError> {
     let skip_refs: Vec<&str> = skip.iter().map(String::as_str).collect();
     let room_refs: Vec<(&str, usize)> = rooms.iter().map(|(t, r)| (t.as_str(), *r)).collect();
-    let claim = store
-        .claim_weighted(
+    let mut claim = store
+        .claim_page(
             token,
             epoch,
             page,
@@ -118,7 +118,8 @@ pub(super) async fn claim_and_prepare(
         )
         .await?;
     let ids: Vec<Option<RowId>> = claim.rows.iter().map(|r| RowId::parse(&r.row)).collect();
-    let mut binder = Binder::fetch(store, &ids, claim.now_ms, space, budget).await?;
+    let read = std::mem::take(&mut claim.hooks);
+    let mut binder = Binder::fetch(store, &ids, read, claim.now_ms, space, budget).await?;
     let mut jobs = Vec::with_capacity(claim.rows.len());
     let mut immediate = Vec::new();
     for (r, id) in claim.rows.iter().zip(ids) {
@@ -163,25 +164,39 @@ struct Binder {
 }
 
 impl Binder {
-    /// Read the hooks of `ids` (in calls under `budget`, `dispatch.script_budget_ms`) and
-    /// their sources (pipelined; one round trip).
+    /// Bind with the hooks the claim `read` back; read the other hooks of `ids` (in calls
+    /// under `budget`, `dispatch.script_budget_ms`) and the hooks' sources (pipelined; one
+    /// round trip).
     async fn fetch(
         store: &Store,
         ids: &[Option<RowId>],
+        read: Vec<(u64, Option<Result<StoredHook, String>>)>,
         now: i64,
         space: Arc<str>,
         budget: Duration,
     ) -> Result<Binder, StoreError> {
         let claimed_at = Instant::now();
-        let mut hook_ids: Vec<u64> = ids.iter().flatten().map(|r| r.hook).collect();
+        let mut hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>> = read
+            .into_iter()
+            .map(|(id, h)| (id, h.map(|h| h.map(Arc::new))))
+            .collect();
+        let mut hook_ids: Vec<u64> = ids
+            .iter()
+            .flatten()
+            .map(|r| r.hook)
+            .filter(|h| !hooks.contains_key(h))
+            .collect();
         hook_ids.sort_unstable();
         hook_ids.dedup();
-        let hooks = store.fetch_hooks(&hook_ids, Some(budget)).await?;
-        let hooks: HashMap<u64, Option<Result<Arc<StoredHook>, String>>> = hook_ids
-            .iter()
-            .copied()
-            .zip(hooks.into_iter().map(|h| h.map(|h| h.map(Arc::new))))
-            .collect();
+        if !hook_ids.is_empty() {
+            let rest = store.fetch_hooks(&hook_ids, Some(budget)).await?;
+            hooks.extend(
+                hook_ids
+                    .iter()
+                    .copied()
+                    .zip(rest.into_iter().map(|h| h.map(|h| h.map(Arc::new)))),
+            );
+        }
         let mut source_keys: Vec<SourceId> = hooks
             .values()
             .flatten()
