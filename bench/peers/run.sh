@@ -12,6 +12,9 @@
 #   ANKUSA_BASE_BIN=…  another ankusa binary (e.g. a build of the commit before a change), run
 #                      as systems `base` (at CONC) and `base2` (at ANKUSA_CONC2): before/after
 #                      in the same invocation
+#   BODY_BYTES=1024    the size of the one JSON body every hook/job carries (≥ 32)
+#   SINKS=1            http sink entries per hook (ankusa only; all to the same nginx): the
+#                      rows per run are N × SINKS, and every per-row figure is per row
 #   HISTORY=false      history.enabled of the ankusa worker (BullMQ keeps nothing either; not
 #                      ANKUSA_*: the worker would read that as its config)
 #   SYSTEMS="bullmq ankusa ankusa2"   which systems, in the order they alternate
@@ -19,6 +22,10 @@
 #   PERF=1             also `perf record -g` the ankusa worker of run 1 (perf-<system>.data)
 #   PERF_OPTS="-g"     perf record options (e.g. "--call-graph dwarf -F 500")
 #   KEEP=1             keep the temp dir (logs, nginx access logs)
+#   CMDSTATS=1         also write, for run 1 of each system, the drain's Redis commands per
+#                      delivered row and their Redis CPU per row, by command (`INFO
+#                      commandstats`, which counts the commands scripts run too), to
+#                      <OUT without .csv>-cmdstats-<system>.csv
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -31,6 +38,9 @@ CONC="${CONC:-100}"
 ANKUSA_CONC2="${ANKUSA_CONC2-256}"
 ANKUSA_BIN="${ANKUSA_BIN:-$repo/target/release/ankusa}"
 HISTORY="${HISTORY:-false}"
+BODY_BYTES="${BODY_BYTES:-1024}"
+SINKS="${SINKS:-1}"
+ROWS=$((N * SINKS))
 SYSTEMS="${SYSTEMS:-bullmq ankusa${ANKUSA_CONC2:+ ankusa2}}"
 OUT="${OUT:-$here/results/$(date -u +%Y%m%dT%H%M%SZ).csv}"
 HZ="$(getconf CLK_TCK)"
@@ -39,6 +49,9 @@ die() { echo "run.sh: $*" >&2; exit 1; }
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 (( N % 100 == 0 )) || die "N must be a multiple of 100 (both producers commit 100 per call)"
+(( BODY_BYTES >= 32 )) || die "BODY_BYTES must be at least 32"
+(( SINKS >= 1 )) || die "SINKS must be at least 1"
+[[ "$SINKS" == 1 || " $SYSTEMS " != *" bullmq "* ]] || die "SINKS > 1 is ankusa only (a BullMQ job has one target)"
 [[ -x "$ANKUSA_BIN" ]] || die "no ankusa binary at $ANKUSA_BIN (cargo build --release, or set ANKUSA_BIN)"
 command -v redis-server >/dev/null || die "redis-server not found"
 command -v node >/dev/null || die "node not found"
@@ -88,15 +101,22 @@ wait_sink "$sport" || die "nginx did not start (see $tmp/nginx/error.log)"
 sink="http://127.0.0.1:$sport/hook"
 log "redis :$rport, nginx :$sport, tmp $tmp"
 
-# --- the body: one JSON object of exactly 1024 bytes -----------------------------------------
-node -e 'const b={event:"bench",pad:""};b.pad="x".repeat(1024-JSON.stringify(b).length);process.stdout.write(JSON.stringify(b))' >"$tmp/body.json"
-[[ "$(wc -c <"$tmp/body.json")" -eq 1024 ]] || die "body is not 1024 bytes"
+# --- the body: one JSON object of exactly BODY_BYTES bytes ---------------------------------
+node -e 'const n=Number(process.argv[1]);const b={event:"bench",pad:""};b.pad="x".repeat(n-JSON.stringify(b).length);process.stdout.write(JSON.stringify(b))' "$BODY_BYTES" >"$tmp/body.json"
+[[ "$(wc -c <"$tmp/body.json")" -eq "$BODY_BYTES" ]] || die "body is not $BODY_BYTES bytes"
 mkdir -p "$tmp/bodies"
 for i in $(seq 100); do cp "$tmp/body.json" "$tmp/bodies/$i.json"; done
 
 # --- measurements ----------------------------------------------------------------------------
 redis_cpu() { rc info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 redis_calls() { rc info commandstats | awk -F'[=,:]' '/^cmdstat_/ {s += $3} END {print s}'; }
+cmdstats() { rc info commandstats | awk -F'[=,:]' '/^cmdstat_/ {sub("cmdstat_", "", $1); print $1, $3, $5}'; }
+# $1 before, $2 after (cmdstats output), $3 rows → "command,calls_per_row,usec_per_row", busiest first
+cmdstats_delta() {
+  awk -v n="$3" 'FILENAME == ARGV[1] {c[$1] = $2; u[$1] = $3; next}
+    {dc = $2 - c[$1]; du = $3 - u[$1]; if (dc > 0) printf "%s,%.3f,%.2f\n", $1, dc / n, du / n}' "$1" "$2" \
+    | sort -t, -k3 -g -r
+}
 proc_cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # The sink's access log is cut per run by byte offset (no reopen: nginx's workers run as
 # another user and could not reopen files in our private temp dir).
@@ -128,7 +148,7 @@ EOF
 }
 
 mkdir -p "$(dirname "$OUT")"
-echo "system,concurrency,run,rows,deliveries_per_s,worker_cpu_us_per_delivery,redis_cpu_us_per_row,redis_commit_cpu_us_per_row,redis_cmds_per_row,redis_commit_cmds_per_row,sink_connections_opened,load_avg_1m_at_start" >"$OUT"
+echo "system,concurrency,run,rows,deliveries_per_s,worker_cpu_us_per_delivery,redis_cpu_us_per_row,redis_commit_cpu_us_per_row,redis_cmds_per_row,redis_commit_cmds_per_row,sink_connections_opened,load_avg_1m_at_start,body_bytes,sinks" >"$OUT"
 
 # One run of one system: commit N, drain them, append a CSV line.
 run_one() {
@@ -155,15 +175,20 @@ run_one() {
     node "$here/produce.js" "$rport" "$N" "$tmp/body.json"
   else
     cfg="$(ankusa_config "$conc")"
-    printf '{"sinks": [{"module": "http", "opts": {"url": "%s"}}]}' "$sink" >"$tmp/source.json"
+    local entries="" k
+    for ((k = 0; k < SINKS; k++)); do
+      entries+="${entries:+, }{\"module\": \"http\", \"opts\": {\"url\": \"$sink\"}}"
+    done
+    printf '{"sinks": [%s]}' "$entries" >"$tmp/source.json"
     "$bin" -c "$cfg" source put bench hooks "$tmp/source.json" >/dev/null
     "$bin" -c "$cfg" produce bench hooks "$tmp/bodies" --repeat $((N / 100)) >/dev/null
   fi
   c1="$(redis_cpu)"; k1="$(redis_calls)"
   local commit_cpu commit_cmds
-  commit_cpu="$(echo "($c1 - $c0) * 1000000 / $N" | bc -l)"
-  commit_cmds="$(echo "($k1 - $k0) / $N" | bc -l)"
+  commit_cpu="$(echo "($c1 - $c0) * 1000000 / $ROWS" | bc -l)"
+  commit_cmds="$(echo "($k1 - $k0) / $ROWS" | bc -l)"
   # drain
+  [[ -n "${CMDSTATS:-}" && "$run" == 1 ]] && cmdstats >"$tmp/cmdstats-0"
   c0="$(redis_cpu)"; k0="$(redis_calls)"
   if [[ "$system" == bullmq ]]; then
     node "$here/worker.js" "$rport" "$sink" "$conc" "$N" "$done_file" 2>"$tmp/$system-$run.log" &
@@ -183,14 +208,19 @@ run_one() {
     if [[ "$system" == bullmq ]]; then
       [[ -e "$done_file" ]] && break
     else
-      [[ "$(rc hget "$key" delivered)" -ge "$N" ]] 2>/dev/null && break
+      [[ "$(rc hget "$key" delivered)" -ge "$ROWS" ]] 2>/dev/null && break
     fi
     kill -0 "$wpid" 2>/dev/null || die "$system worker exited early: $(tail -5 "$tmp/$system-$run.log")"
-    (( SECONDS < deadline )) || die "$system run $run did not drain $N in 600 s"
+    (( SECONDS < deadline )) || die "$system run $run did not drain $ROWS in 600 s"
     sleep 0.1
   done
   w="$(proc_cpu_ticks "$wpid")"
   c1="$(redis_cpu)"; k1="$(redis_calls)"
+  if [[ -n "${CMDSTATS:-}" && "$run" == 1 ]]; then
+    cmdstats >"$tmp/cmdstats-1"
+    { echo "command,calls_per_row,usec_per_row"; cmdstats_delta "$tmp/cmdstats-0" "$tmp/cmdstats-1" "$ROWS"; } \
+      >"${OUT%.csv}-cmdstats-$system.csv"
+  fi
   [[ -n "$perf_pid" ]] && { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
   kill -TERM "$wpid"; wait "$wpid" 2>/dev/null || true
   local logf rate conns
@@ -199,14 +229,14 @@ run_one() {
   rate="$(awk '$4 == 200 {n++; if (!f || $1 < f) f = $1; if ($1 > l) l = $1} END {printf "%.0f", (n - 1) / (l - f)}' "$logf")"
   conns="$(awk '{print $2}' "$logf" | sort -u | wc -l)"
   local got; got="$(awk '$4 == 200' "$logf" | wc -l)"
-  (( got >= N )) || die "$system run $run: the sink saw $got of $N"
-  printf '%s,%s,%s,%s,%s,%.1f,%.1f,%.1f,%.2f,%.2f,%s,%s\n' "$system" "$conc" "$run" "$N" "$rate" \
-    "$(echo "$w * 1000000 / $HZ / $N" | bc -l)" \
-    "$(echo "($c1 - $c0) * 1000000 / $N" | bc -l)" "$commit_cpu" \
-    "$(echo "($k1 - $k0) / $N" | bc -l)" "$commit_cmds" "$conns" "$load" | tee -a "$OUT" >&2
+  (( got >= ROWS )) || die "$system run $run: the sink saw $got of $ROWS"
+  printf '%s,%s,%s,%s,%s,%.1f,%.1f,%.1f,%.2f,%.2f,%s,%s,%s,%s\n' "$system" "$conc" "$run" "$ROWS" "$rate" \
+    "$(echo "$w * 1000000 / $HZ / $ROWS" | bc -l)" \
+    "$(echo "($c1 - $c0) * 1000000 / $ROWS" | bc -l)" "$commit_cpu" \
+    "$(echo "($k1 - $k0) / $ROWS" | bc -l)" "$commit_cmds" "$conns" "$load" "$BODY_BYTES" "$SINKS" | tee -a "$OUT" >&2
 }
 
-log "N=$N runs=$RUNS systems=($SYSTEMS) ankusa=$ANKUSA_BIN history=$HISTORY"
+log "N=$N runs=$RUNS systems=($SYSTEMS) ankusa=$ANKUSA_BIN history=$HISTORY body=$BODY_BYTES B sinks=$SINKS"
 for run in $(seq "$RUNS"); do
   for system in $SYSTEMS; do
     log "run $run: $system"
