@@ -67,7 +67,7 @@ def median(points, f):
     return statistics.median(f(p) for p in points)
 
 
-def curve(rows, out, *, x, xlabel, panels, title, command, at, log2=True, series="system"):
+def curve(rows, out, *, x, xlabel, panels, title, command, at, log_base=2, series="system"):
     """One figure, one panel per (y label, panel title, value of a row), one line per series,
     the median where a point has several runs."""
     plt = need_matplotlib()
@@ -84,8 +84,8 @@ def curve(rows, out, *, x, xlabel, panels, title, command, at, log2=True, series
             ax.plot(xs, [median(lines[name][v], value) for v in xs], marker="o", label=name)
     ticks = sorted({int(float(r[x])) for r in rows})
     for ax, (ylabel, panel_title, _) in zip(axes, panels):
-        if log2:
-            ax.set_xscale("log", base=2)
+        if log_base:
+            ax.set_xscale("log", base=log_base)
         ax.set_xticks(ticks, [label(t) for t in ticks])
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -142,7 +142,7 @@ def sinks(rows, out, command, at):
 
 
 def tenants(rows, out, command, at):
-    curve(rows, out, x="tenants", xlabel="tenants (rows split evenly)", log2=False, panels=[
+    curve(rows, out, x="tenants", xlabel="tenants (rows split evenly)", log_base=10, panels=[
         ("deliveries/s", "throughput", rate),
         ("Redis CPU µs per delivered row", "Redis cost", lambda p: float(p["redis_cpu_us_per_row"])),
     ], title="`ankusa bench`: a backlog split over k tenants, drained into its receiver",
@@ -150,7 +150,7 @@ def tenants(rows, out, command, at):
 
 
 def workers(rows, out, command, at):
-    curve(rows, out, x="workers", xlabel="ankusa worker processes (6 partitions)", log2=False,
+    curve(rows, out, x="workers", xlabel="ankusa worker processes (6 partitions)", log_base=None,
           series=None, panels=[
               ("deliveries/s", "throughput", rate),
               ("Redis CPU µs per delivered row (3 masters)", "Redis cost",
