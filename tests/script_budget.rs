@@ -416,3 +416,50 @@ async fn a_claimed_page_reads_its_hooks_back_in_the_same_call() {
         assert_eq!(body(h), body(&whole[i]), "hook {id}");
     }
 }
+
+/// A row id written by hand with a padded hook id (`007.0`) names another key to the script
+/// (`hook:007`, gone) than to the worker (hook 7): the claim's answer for it never stands for
+/// the real hook, which the page still reads as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_padded_row_id_does_not_make_its_real_hook_look_gone() {
+    let env = Env::new().await;
+    env.http_source("pad", "s", &["pad"]).await;
+    let hook = env.commit("pad", "s", "{\"real\":true}").await;
+    let due = env.key("due:pad");
+    let score: f64 = env
+        .redis_cmd(&["ZSCORE", &due, &format!("{hook}.0")])
+        .trim()
+        .parse()
+        .unwrap();
+    // After the real row, so its "gone" answer comes last.
+    let padded = format!("00{hook}.0");
+    env.redis_cmd(&["ZADD", &due, &format!("{}", score + 0.5), &padded]);
+    let (token, epoch) = lease(&env).await;
+    let c = env
+        .store
+        .claim_page(
+            &token,
+            epoch,
+            10,
+            10,
+            &[],
+            &[],
+            None,
+            None,
+            &ankusa::store::ClaimWeights::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(c.rows.len(), 2, "{:?}", c.rows);
+    let answers: Vec<_> = c.hooks.iter().filter(|(id, _)| *id == hook).collect();
+    assert_eq!(answers.len(), 1, "{:?}", c.hooks);
+    let body = answers[0]
+        .1
+        .as_ref()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .body
+        .clone();
+    assert_eq!(body, bytes::Bytes::from("{\"real\":true}"));
+}

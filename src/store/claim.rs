@@ -303,7 +303,10 @@ impl Store {
         let r = Reply::new("claim", &v);
         let hook_count = r.count(10)? as usize;
         let rest = r.rest(11);
-        let Some(row_fields) = rest.len().checked_sub(2 * hook_count) else {
+        let Some(row_fields) = hook_count
+            .checked_mul(2)
+            .and_then(|n| rest.len().checked_sub(n))
+        else {
             return Err(StoreError::protocol(
                 "claim",
                 format!("{hook_count} hooks in {} values", rest.len()),
@@ -348,9 +351,13 @@ impl Store {
             });
         }
         for pair in hook_pairs.chunks_exact(2) {
-            // An id that is no u64 (a row id written by hand) is left out: its row is
-            // judged malformed by its own id, and nothing looks its hook up.
-            let Some(id) = pair[0].int().and_then(|i| u64::try_from(i).ok()) else {
+            // Only an id in its own decimal form is taken: a row id written by hand as
+            // `007.0` names `hook:007` to the script but hook 7 to `RowId`, and its "gone"
+            // answer must not stand for hook 7. Such ids are left to `fetch_hooks`.
+            let Some(id) = pair[0]
+                .as_str_ref()
+                .and_then(|t| t.parse::<u64>().ok().filter(|id| id.to_string() == t))
+            else {
                 continue;
             };
             res.hooks.push((id, decode_hook_reply(pair[1].clone())?));
