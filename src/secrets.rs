@@ -24,6 +24,21 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+/// Why a secret reference could not be checked or resolved: malformed, outside the tenant's
+/// namespace, not set, or a file of the tenant's own that cannot be used. The text names the
+/// reference, never a resolved value. An attempt that meets one fails with the
+/// [`crate::sinks::ErrorKind::Secret`] kind; where only a message is wanted (validation,
+/// `source put`) it converts into its text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SecretError(String);
+
+impl From<SecretError> for String {
+    fn from(e: SecretError) -> String {
+        e.0
+    }
+}
+
 /// The default `secrets.env_prefix`.
 pub const DEFAULT_ENV_PREFIX: &str = "ANKUSA_SECRET_";
 
@@ -290,22 +305,26 @@ impl SecretPolicy {
     /// formed, an env name in the tenant's namespace or granted to it, a file path under its
     /// directory. Decided from the reference alone: a name set in the environment and one
     /// that is not get the same answer.
-    pub fn check(&self, s: &str) -> Result<(), String> {
-        walk(s, |r| self.allowed(&r).map(|()| String::new())).map(drop)
+    pub fn check(&self, s: &str) -> Result<(), SecretError> {
+        walk(s, |r| self.allowed(&r).map(|()| String::new()))
+            .map(drop)
+            .map_err(SecretError)
     }
 
     /// Check only that every reference in `s` is well formed (`${env:NAME}` or
     /// `${file:/path}`, terminated): what may fail an attempt at once, as retrying cannot fix
     /// it.
-    pub fn check_form(&self, s: &str) -> Result<(), String> {
-        walk(s, |_| Ok(String::new())).map(drop)
+    pub fn check_form(&self, s: &str) -> Result<(), SecretError> {
+        walk(s, |_| Ok(String::new()))
+            .map(drop)
+            .map_err(SecretError)
     }
 
     /// Replace every reference in `s` with its secret (at attempt time). A reference the
     /// tenant may not read and one that is not set (or not readable) get the same error,
     /// naming the reference; no error holds a secret.
-    pub fn resolve(&self, s: &str) -> Result<String, String> {
-        walk(s, |r| {
+    pub fn resolve(&self, s: &str) -> Result<String, SecretError> {
+        let resolved = walk(s, |r| {
             let unavailable = || self.unavailable(&r);
             if self.allowed(&r).is_err() {
                 return Err(unavailable());
@@ -319,7 +338,8 @@ impl SecretPolicy {
                     None => unavailable(),
                 }),
             }
-        })
+        });
+        resolved.map_err(SecretError)
     }
 
     /// The one answer for a reference that cannot be read: refused or not set alike.
@@ -507,8 +527,14 @@ mod tests {
             "Bearer s3cret!"
         );
         assert_eq!(p.resolve("plain").unwrap(), "plain");
-        let unset = p.resolve("${env:ANKUSA_SECRET_UNIT__UNSET}").unwrap_err();
-        let theirs = p.resolve("${env:ANKUSA_SECRET_OTHER__X}").unwrap_err();
+        let unset = p
+            .resolve("${env:ANKUSA_SECRET_UNIT__UNSET}")
+            .unwrap_err()
+            .to_string();
+        let theirs = p
+            .resolve("${env:ANKUSA_SECRET_OTHER__X}")
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             unset.replace("UNIT__UNSET", "NAME"),
             theirs.replace("OTHER__X", "NAME"),
@@ -522,7 +548,7 @@ mod tests {
             "${env:ANKUSA_SECRET_UNIT__}",
             "${env:ANKUSA_SECRET_UNIT_X}",
         ] {
-            let e = p.check(bad).unwrap_err();
+            let e = p.check(bad).unwrap_err().to_string();
             assert!(e.contains("ANKUSA_SECRET_UNIT__"), "{e}");
             assert!(!e.contains("theirs") && !e.contains("admin\""), "{e}");
         }
@@ -612,10 +638,20 @@ mod tests {
         assert!(p
             .resolve(&format!("${{file:{d}/acme/big}}"))
             .unwrap_err()
+            .to_string()
             .contains("larger"));
-        let out = p.resolve(&format!("${{file:{d}/acme/out}}")).unwrap_err();
-        let missing = p.resolve(&format!("${{file:{d}/acme/nope}}")).unwrap_err();
-        let theirs = p.resolve(&format!("${{file:{d}/beta/tok}}")).unwrap_err();
+        let out = p
+            .resolve(&format!("${{file:{d}/acme/out}}"))
+            .unwrap_err()
+            .to_string();
+        let missing = p
+            .resolve(&format!("${{file:{d}/acme/nope}}"))
+            .unwrap_err()
+            .to_string();
+        let theirs = p
+            .resolve(&format!("${{file:{d}/beta/tok}}"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             out.replace("acme/out", "X"),
             missing.replace("acme/nope", "X")
@@ -634,6 +670,7 @@ mod tests {
         assert!(policy("", "acme")
             .check(&format!("${{file:{d}/acme/tok}}"))
             .unwrap_err()
+            .to_string()
             .contains("secrets.file_dir is not set"));
     }
 

@@ -537,8 +537,10 @@ fn connections(c: &BTreeMap<String, ConnectionConfig>, p: &mut Problems) {
                 p.check(
                     !v.is_empty() && form.is_ok(),
                     format!("{key}.{field}"),
-                    form.err()
-                        .unwrap_or_else(|| "must not be empty (omit it instead)".into()),
+                    form.err().map_or_else(
+                        || "must not be empty (omit it instead)".to_string(),
+                        String::from,
+                    ),
                 );
             }
         }

@@ -137,11 +137,11 @@ impl Session {
     /// Stage a claimed row of a batching sink (its window room is already held).
     pub(super) fn push_batched(&mut self, job: Job) {
         let Some(batching) = job.target.batching() else {
-            return self.finish_now(job, "not a batching sink".into());
+            return self.finish_now(job, "not a batching sink");
         };
         let resolved = match batching.resolve(&self.ctx.sinks.secrets().for_tenant(&job.tenant)) {
             Ok(r) => r,
-            Err(e) => return self.finish_now(job, e),
+            Err(e) => return self.finish_with(job, e.retry()),
         };
         // The egress guard on what the options resolved to, for sources stored before the
         // grants or holding secret references: refused for good, never sent.
@@ -435,12 +435,10 @@ impl Session {
         out
     }
 
-    /// End an attempt that cannot reach a batcher (unresolvable options, no client): it
-    /// counts as a retryable failed attempt, like an HTTP sink's unresolved secret. The
-    /// option resolution's message is a plain text: its kind is read from it.
-    fn finish_now(&mut self, job: Job, error: String) {
-        let e = AttemptError::retry(ErrorKind::of_text(&error), error);
-        self.finish_with(job, e);
+    /// End an attempt that cannot reach a batcher (no client for it): it counts as a
+    /// retryable failed attempt of kind `other`, like an HTTP sink's unresolved secret.
+    fn finish_now(&mut self, job: Job, error: impl Into<String>) {
+        self.finish_with(job, AttemptError::retry(ErrorKind::Other, error));
     }
 
     /// End an attempt before it reached a batcher with `error`.
@@ -465,10 +463,9 @@ async fn run_attempt(
     batcher: Batcher,
     deadline: tokio::time::Instant,
 ) -> Reply {
-    // The blob store's and the lane read's messages are plain texts: their kind is read
-    // from them.
-    let retry =
-        |error: String| Reply::Done(Err(AttemptError::retry(ErrorKind::of_text(&error), error)));
+    // The blob store's, the lane read's and the batcher's failures are of kind `other`: none
+    // is an answer of the sink's.
+    let retry = |error: String| Reply::Done(Err(AttemptError::retry(ErrorKind::Other, error)));
     let size = job.hook.body.len();
     let payload = if let Some(url) = &job.hook.claim_ref {
         Payload::Checked {

@@ -11,7 +11,7 @@
 //! is checked against the address guard as written, a name by the guard's resolver.
 
 use super::guard::{AddressPolicy, EgressGrant};
-use super::{AttemptError, BatchMessage, EdgePolicy, ErrorKind};
+use super::{AttemptError, BatchMessage, EdgePolicy, ErrorKind, ResolveError};
 use crate::secrets::{has_reference, SecretPolicy};
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials;
@@ -204,7 +204,7 @@ impl ResourceKind {
         &self,
         v: &str,
         secrets: &SecretPolicy,
-    ) -> Result<(String, Option<Arn>), String> {
+    ) -> Result<(String, Option<Arn>), ResolveError> {
         let value = secrets.resolve(v)?;
         let arn = self.arn(&value);
         if arn.is_none() && !(self.valid_name)(&value) {
@@ -213,7 +213,8 @@ impl ResourceKind {
                 self.option,
                 self.kind,
                 value.len()
-            ));
+            )
+            .into());
         }
         Ok((value, arn))
     }
@@ -359,7 +360,7 @@ impl AccessOpts<'_> {
         &self,
         default_region: Option<String>,
         secrets: &SecretPolicy,
-    ) -> Result<AwsAccess, String> {
+    ) -> Result<AwsAccess, ResolveError> {
         let res = |s: &str| secrets.resolve(s);
         let endpoint = self.endpoint_url.map(res).transpose()?;
         let region = match self.region {

@@ -244,31 +244,57 @@ impl ErrorKind {
             _ => None,
         }
     }
+}
 
-    /// The kind of an error text written the sinks' way (`http 503: …`,
-    /// `attempt_timeout(…)`, `connect: …`, `secret reference …`). Only for texts that come
-    /// from elsewhere as plain strings (a secret reference's or the blob store's message, a
-    /// batching sink's option resolution), where the text is all there is.
-    pub fn of_text(error: &str) -> ErrorKind {
-        if let Some(rest) = error.strip_prefix("http ") {
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            if let Ok(status) = digits.parse::<u16>() {
-                return ErrorKind::HttpStatus(status);
-            }
+/// Why a sink entry's options could not be made ready for one attempt (its secret references
+/// resolved, its defaults applied): the kind travels with the text, so an attempt that fails
+/// here is recorded as [`ErrorKind::Secret`] for a secret reference and [`ErrorKind::Other`]
+/// for the rest, never read back from the words. Where only a message is wanted (validation
+/// at `source put`) it converts into its text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text}")]
+pub struct ResolveError {
+    /// What failed.
+    pub kind: ErrorKind,
+    /// The message, naming the option and never a resolved secret.
+    pub text: String,
+}
+
+impl ResolveError {
+    /// The retryable attempt error this becomes: an unset secret may be set before the
+    /// next attempt, and an option is checked again then.
+    pub fn retry(self) -> AttemptError {
+        AttemptError::retry(self.kind, self.text)
+    }
+}
+
+impl From<crate::secrets::SecretError> for ResolveError {
+    fn from(e: crate::secrets::SecretError) -> ResolveError {
+        ResolveError {
+            kind: ErrorKind::Secret,
+            text: e.into(),
         }
-        if error.starts_with("attempt_timeout") || error.starts_with("timeout") {
-            ErrorKind::Timeout
-        } else if error.starts_with("connect") {
-            ErrorKind::Connect
-        } else if error.contains("secret reference") {
-            ErrorKind::Secret
-        } else if error.starts_with("invalid hook headers") {
-            ErrorKind::InvalidHeaders
-        } else if error.starts_with("transport") || error.starts_with("body") {
-            ErrorKind::Transport
-        } else {
-            ErrorKind::Other
+    }
+}
+
+impl From<String> for ResolveError {
+    fn from(text: String) -> ResolveError {
+        ResolveError {
+            kind: ErrorKind::Other,
+            text,
         }
+    }
+}
+
+impl From<&str> for ResolveError {
+    fn from(text: &str) -> ResolveError {
+        text.to_string().into()
+    }
+}
+
+impl From<ResolveError> for String {
+    fn from(e: ResolveError) -> String {
+        e.text
     }
 }
 

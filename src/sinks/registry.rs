@@ -120,7 +120,10 @@ pub trait Target: Send + Sync + std::fmt::Debug {
 pub trait Batching: Send + Sync {
     /// Resolve secret references (under the tenant's `secrets`) and defaults into the
     /// destination one attempt sends to. The error is a plain text (its kind is read from it).
-    fn resolve(&self, secrets: &SecretPolicy) -> Result<Arc<dyn Destination>, String>;
+    fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<Arc<dyn Destination>, crate::sinks::ResolveError>;
 }
 
 /// Where one batched attempt goes: a queue or topic with its client and limits (R17).

@@ -574,31 +574,6 @@ mod tests {
     use crate::config::HistoryConfig;
 
     #[test]
-    fn error_kinds_and_statuses_come_from_the_sinks_texts() {
-        for (error, kind, status) in [
-            ("http 500: boom", "http_status", Some(500)),
-            ("http 404", "http_status", Some(404)),
-            ("http 301 redirect not followed", "http_status", Some(301)),
-            ("attempt_timeout(2000ms)", "timeout", None),
-            ("connect: error sending request", "connect", None),
-            (
-                "secret reference ${env:ORDERS_TOKEN} is not set in the worker's environment",
-                "secret",
-                None,
-            ),
-            (
-                "invalid hook headers: name \"a b\"",
-                "invalid_headers",
-                None,
-            ),
-            ("transport: x", "transport", None),
-            ("sqs: throttled", "other", None),
-        ] {
-            assert_eq!(error_kind(error), (kind, status), "{error}");
-        }
-    }
-
-    #[test]
     fn no_history_argument_when_history_is_off() {
         let cfg = HistoryConfig {
             enabled: false,

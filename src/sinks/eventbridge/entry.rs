@@ -62,7 +62,10 @@ impl Target for EventBridgeEntry {
 }
 
 impl Batching for EventBridgeEntry {
-    fn resolve(&self, secrets: &SecretPolicy) -> Result<Arc<dyn Destination>, String> {
+    fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<Arc<dyn Destination>, crate::sinks::ResolveError> {
         Ok(Arc::new(Bus {
             target: self.opts.resolve(secrets)?,
         }))

@@ -135,7 +135,10 @@ impl EventBridgeOpts {
 
     /// Resolve secret references (under `secrets`) and defaults into what one attempt sends
     /// with. A custom endpoint without static credentials is refused.
-    pub fn resolve(&self, secrets: &SecretPolicy) -> Result<EventBridgeTarget, String> {
+    pub fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<EventBridgeTarget, crate::sinks::ResolveError> {
         let (event_bus, arn) = EVENT_BUS.resolve(&self.event_bus, secrets)?;
         let access = self
             .access()

@@ -725,15 +725,14 @@ fn with_body(head: String, body: &str) -> String {
     }
 }
 
-/// A secret reference of option `what` that cannot be used: the reference's own message,
-/// whose kind is read from it (it names the `secret reference` when it is about one).
+/// A secret reference of option `what` that cannot be used, of kind `secret`: the
+/// reference's own message after the option's name.
 fn secret_error(
     make: fn(ErrorKind, String) -> AttemptError,
     what: &str,
-    e: String,
+    e: crate::secrets::SecretError,
 ) -> AttemptError {
-    let error = format!("{what}: {e}");
-    make(ErrorKind::of_text(&error), error)
+    make(ErrorKind::Secret, format!("{what}: {e}"))
 }
 
 #[cfg(test)]

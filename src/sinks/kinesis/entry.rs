@@ -64,7 +64,10 @@ impl Target for KinesisEntry {
 }
 
 impl Batching for KinesisEntry {
-    fn resolve(&self, secrets: &SecretPolicy) -> Result<Arc<dyn Destination>, String> {
+    fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<Arc<dyn Destination>, crate::sinks::ResolveError> {
         Ok(Arc::new(Stream {
             target: self.opts.resolve(secrets)?,
             needs_lane: self.ordered,

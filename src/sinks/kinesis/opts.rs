@@ -103,7 +103,10 @@ impl KinesisOpts {
 
     /// Resolve secret references (under `secrets`) and defaults into what one attempt sends
     /// with. A custom endpoint without static credentials is refused.
-    pub fn resolve(&self, secrets: &SecretPolicy) -> Result<KinesisTarget, String> {
+    pub fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<KinesisTarget, crate::sinks::ResolveError> {
         let (stream, arn) = STREAM.resolve(&self.stream, secrets)?;
         let access = self
             .access()

@@ -63,7 +63,10 @@ impl Target for PubSubEntry {
 }
 
 impl Batching for PubSubEntry {
-    fn resolve(&self, secrets: &SecretPolicy) -> Result<Arc<dyn Destination>, String> {
+    fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<Arc<dyn Destination>, crate::sinks::ResolveError> {
         Ok(Arc::new(Topic {
             target: self.opts.resolve(secrets)?,
             needs_lane: self.ordered,

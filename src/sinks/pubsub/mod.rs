@@ -222,13 +222,16 @@ impl PubSubOpts {
     }
 
     /// Resolve secret references (under `secrets`) and defaults.
-    pub fn resolve(&self, secrets: &SecretPolicy) -> Result<PubSubTarget, String> {
+    pub fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<PubSubTarget, crate::sinks::ResolveError> {
         let resolve_secrets = |s: &str| secrets.resolve(s);
         let topic = resolve_secrets(&self.topic)?;
         if topic_parts(&topic).is_none() {
-            return Err(format!(
-                "topic {topic:?}: must be projects/<project>/topics/<topic>"
-            ));
+            return Err(
+                format!("topic {topic:?}: must be projects/<project>/topics/<topic>").into(),
+            );
         }
         let emulator = emulator_host();
         let (endpoint, auth) = match (&self.endpoint, &emulator) {

@@ -66,7 +66,10 @@ impl Target for SqsEntry {
 }
 
 impl Batching for SqsEntry {
-    fn resolve(&self, secrets: &SecretPolicy) -> Result<Arc<dyn Destination>, String> {
+    fn resolve(
+        &self,
+        secrets: &SecretPolicy,
+    ) -> Result<Arc<dyn Destination>, crate::sinks::ResolveError> {
         let target = self.opts.resolve(secrets)?;
         Ok(Arc::new(Queue {
             needs_lane: self.ordered && target.fifo,

@@ -369,10 +369,17 @@ mod tests {
         let raw: SqsOpts =
             serde_json::from_value(serde_json::json!({"queue_url": "http://127.0.0.1:5000/123/q"}))
                 .unwrap();
-        assert!(raw
-            .resolve(&SecretPolicy::default())
-            .unwrap_err()
-            .contains("explicit"));
+        let e = raw.resolve(&SecretPolicy::default()).unwrap_err();
+        assert!(e.text.contains("explicit"), "{e}");
+        assert_eq!(e.kind, ErrorKind::Other, "{e}");
+        // A secret reference that cannot be read fails the attempt as a secret's, from its
+        // type and not from its words.
+        let hidden: SqsOpts =
+            serde_json::from_value(serde_json::json!({"queue_url": "${env:ANKUSA_SECRET_X__Q}"}))
+                .unwrap();
+        let e = hidden.resolve(&SecretPolicy::default()).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Secret, "{e}");
+        assert!(e.text.contains("${env:ANKUSA_SECRET_X__Q}"), "{e}");
         assert!(opts(
             serde_json::json!({"queue_url": "https://sqs.eu-west-3.amazonaws.com/1/q",
             "endpoint_url": "https://sqs.eu-west-3.amazonaws.com"})

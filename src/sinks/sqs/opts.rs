@@ -192,7 +192,7 @@ impl SqsOpts {
 
     /// Resolve secret references (under `secrets`) and defaults into what one attempt sends
     /// with. A custom endpoint without static credentials is refused (never the ambient chain).
-    pub fn resolve(&self, secrets: &SecretPolicy) -> Result<SqsTarget, String> {
+    pub fn resolve(&self, secrets: &SecretPolicy) -> Result<SqsTarget, crate::sinks::ResolveError> {
         let resolve_secrets = |s: &str| secrets.resolve(s);
         let queue_url = resolve_secrets(&self.queue_url)?;
         let endpoint = match &self.endpoint_url {
