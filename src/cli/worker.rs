@@ -102,24 +102,27 @@ pub fn parse_fail(s: &str) -> Result<(String, f64), String> {
 /// forgetting it, so a long-running demo receiver holds no growing record.
 pub async fn receiver(listen: std::net::SocketAddr, fail: &[(String, f64)]) -> Result<(), Error> {
     use ankusa::testkit::{Behavior, Receiver, ReceiverOptions};
-    let rx = Receiver::bind(
+    let behaviors = fail
+        .iter()
+        .enumerate()
+        .map(|(i, (path, fraction))| {
+            let behavior = Behavior::FailFraction {
+                status: 503,
+                fraction: *fraction,
+                seed: i as u64,
+            };
+            (path.clone(), behavior)
+        })
+        .collect();
+    let rx = Receiver::bind_with(
         listen,
         ReceiverOptions {
             record_bodies: false,
             threads: 2,
         },
+        behaviors,
     )
     .map_err(|e| Error::Other(format!("--listen {listen}: {e}")))?;
-    for (i, (path, fraction)) in fail.iter().enumerate() {
-        rx.set(
-            path,
-            Behavior::FailFraction {
-                status: 503,
-                fraction: *fraction,
-                seed: i as u64,
-            },
-        );
-    }
     tracing::info!(listen = %rx.addr(), ?fail, "receiver up");
     let mut signals = crate::cli::signals::Signals::install()?;
     let mut every = tokio::time::interval(std::time::Duration::from_secs(10));

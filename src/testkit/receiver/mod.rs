@@ -255,6 +255,17 @@ impl Receiver {
     /// Binds `addr` (port 0 picks a free one) and serves it from a new thread; returns once
     /// bound. `ankusa receiver` uses it to listen on a container's address.
     pub fn bind(addr: SocketAddr, options: ReceiverOptions) -> Result<Receiver, TestkitError> {
+        Receiver::bind_with(addr, options, Vec::new())
+    }
+
+    /// [`Receiver::bind`] with `behaviors` set ([`Receiver::set`]) before the first request
+    /// is served, so no request can meet a path before its behavior (`ankusa receiver
+    /// --fail`).
+    pub fn bind_with(
+        addr: SocketAddr,
+        options: ReceiverOptions,
+        behaviors: Vec<(String, Behavior)>,
+    ) -> Result<Receiver, TestkitError> {
         // Bound before the runtime exists: a runtime dropped on an error path inside an async
         // caller (the CLI's `ankusa receiver`) would panic.
         // Port 0 on loopback: a port no other test of this process had (see `free_port`).
@@ -292,6 +303,13 @@ impl Receiver {
             arrived: Condvar::new(),
             arrived_async: Notify::new(),
         });
+        for (path, behavior) in behaviors {
+            let mut book = shared.lock();
+            book.endpoints
+                .entry(key(&path).to_owned())
+                .or_default()
+                .behavior = behavior;
+        }
         let app = Router::new()
             .fallback(handle)
             .layer(DefaultBodyLimit::disable())
