@@ -23,6 +23,13 @@ pub fn partition_of(tenant: &str, partitions: u32) -> u32 {
     crc32(tenant.as_bytes()) % partitions
 }
 
+/// SHA-1 of `s` in lower-case hex: fixed-size ids for user keys (lanes, idempotency keys),
+/// the same digest Lua's `redis.sha1hex` gives.
+fn sha1_hex(s: &str) -> String {
+    use sha1::Digest;
+    hex::encode(sha1::Sha1::digest(s.as_bytes()))
+}
+
 /// CRC-32/ISO-HDLC (reflected polynomial `0xEDB88320`, initial and final XOR `0xFFFFFFFF`),
 /// by the `crc32fast` crate.
 fn crc32(bytes: &[u8]) -> u32 {
@@ -179,15 +186,12 @@ impl Keyspace {
     /// so any string — `:`, braces, unicode, empty, 1 KiB — maps to a fixed-size id that cannot
     /// collide with another lane's structure or move the key to another cluster slot.
     pub fn lane_id(tenant: &str, source: &str, index: u32, key: &str) -> String {
-        format!("{tenant}:{source}:{index}:{}", fred::util::sha1_hash(key))
+        format!("{tenant}:{source}:{index}:{}", sha1_hex(key))
     }
     /// String (PX `commit.idempotency_ms`): the hook id first committed with a producer
     /// idempotency key to `(tenant, source)`; the key is hashed (SHA-1 hex) like a lane key.
     pub fn idem(&self, tenant: &str, source: &str, key: &str) -> String {
-        self.key(&format!(
-            "idem:{tenant}:{source}:{}",
-            fred::util::sha1_hash(key)
-        ))
+        self.key(&format!("idem:{tenant}:{source}:{}", sha1_hex(key)))
     }
     /// List (PEXPIRE `history.max_age_ms`): a hook's attempt records, JSON texts, oldest
     /// first, at most [`crate::visibility::ATTEMPTS_PER_HOOK`].
@@ -276,7 +280,7 @@ impl Keyspace {
         self.key("kept_index")
     }
     /// Hash: settings the scripts keep server side, written by the leader (`max_hook_bytes`,
-    /// `cc_retention_ms`; issue 17.10).
+    /// `cc_retention_ms`).
     pub fn settings(&self) -> String {
         self.key("settings")
     }
@@ -309,6 +313,16 @@ impl Keyspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_keys_are_hashed_with_sha1_in_lower_case_hex() {
+        // FIPS 180-1's test vector; redis.sha1hex("abc") answers the same.
+        assert_eq!(sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(
+            Keyspace::lane_id("t", "s", 2, ""),
+            "t:s:2:da39a3ee5e6b4b0d3255bfef95601890afd80709"
+        );
+    }
 
     #[test]
     fn every_key_carries_the_partition_hash_tag_and_no_user_data_inside_it() {

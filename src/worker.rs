@@ -10,8 +10,7 @@ use crate::leader::{node_id, run_node, Health, Node, PartitionSide};
 use crate::ops::{self, Pressure};
 use crate::sinks::registry::Sinks;
 use crate::spread::Spread;
-use crate::store::Store;
-use fred::prelude::*;
+use crate::store::{Heard, Store};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
@@ -328,18 +327,14 @@ async fn subscribe_wakes(
     sides: &[PartitionSide],
     shutdown: &CancellationToken,
 ) -> Result<JoinHandle<()>, Error> {
-    let sub = store.subscriber()?;
-    sub.init().await.map_err(crate::store::StoreError::from)?;
     let mut channels = std::collections::HashMap::new();
     for (i, p) in stores.iter().enumerate() {
         channels.insert(p.keyspace().wake(), (i, false));
         channels.insert(p.keyspace().lease(), (i, true));
     }
-    sub.subscribe(channels.keys().cloned().collect::<Vec<_>>())
-        .await
-        .map_err(crate::store::StoreError::from)?;
-    let _resub = sub.manage_subscriptions();
-    let mut messages = sub.message_rx();
+    let mut sub = store
+        .subscribe(channels.keys().cloned().collect::<Vec<_>>())
+        .await?;
     let shutdown = shutdown.clone();
     let notifies: Vec<(Arc<Notify>, Arc<Notify>)> = sides
         .iter()
@@ -348,24 +343,24 @@ async fn subscribe_wakes(
     Ok(tokio::spawn(async move {
         loop {
             tokio::select! {
-                m = messages.recv() => match m {
-                    Ok(m) => match channels.get(&*m.channel) {
+                heard = sub.next() => match heard {
+                    Some(Heard::Channel(channel)) => match channels.get(&channel) {
                         Some(&(i, true)) => notifies[i].1.notify_one(),
                         Some(&(i, false)) => notifies[i].0.notify_one(),
                         None => {}
                     },
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    Some(Heard::Lagged) => {
                         for (wake, released) in &notifies {
                             wake.notify_one();
                             released.notify_one();
                         }
                     }
-                    Err(_) => break,
+                    None => break,
                 },
                 _ = shutdown.cancelled() => break,
             }
         }
-        let _ = sub.quit().await;
+        sub.close().await;
     }))
 }
 

@@ -201,7 +201,7 @@ async fn a_worker_on_a_three_master_cluster_delivers_every_hook_exactly_once() {
     assert_eq!(w.store.topology(), Topology::Cluster);
     // every script is loaded on every primary, whichever holds the partition's slot
     for s in ankusa::store::Scripts::default().all() {
-        let sha = s.script.sha1().to_string();
+        let sha = s.sha1();
         for (i, exists) in cluster
             .cmd_all(&["SCRIPT", "EXISTS", &sha])
             .expect("SCRIPT EXISTS")
@@ -586,19 +586,18 @@ async fn an_evicting_primary_anywhere_in_the_cluster_refuses_the_worker() {
 }
 
 /// A commit's wake message (classic PUBLISH from inside the script) reaches a subscriber
-/// made by [`Store::subscriber`] on the cluster, as the worker's wake and lease channels need.
+/// made by [`Store::subscribe`] on the cluster, as the worker's wake and lease channels need.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wake_channel_works_on_a_cluster() {
-    use fred::prelude::*;
+    use ankusa::store::Heard;
     let cluster = RedisCluster::start(3).expect("cluster forms");
     let w = World::new(&cluster.url()).await;
     w.source("t1", &["/a"]).await;
-    let sub = w.store.subscriber().expect("subscriber");
-    sub.init().await.expect("subscriber connects");
-    sub.subscribe(w.store.keyspace().wake())
+    let mut sub = w
+        .store
+        .subscribe(vec![w.store.keyspace().wake()])
         .await
-        .expect("subscribed");
-    let mut messages = sub.message_rx();
+        .expect("subscriber connects and subscribes");
     // Pub/Sub is at-most-once and a wake is only a hint (the worker's poll is the fallback).
     // On a cluster fred may answer SUBSCRIBE before the node has it (seen: PUBSUB NUMSUB 0 on
     // every node just after subscribe() returned, 1 a moment later), so the first wake can be
@@ -608,14 +607,14 @@ async fn the_wake_channel_works_on_a_cluster() {
     let m = loop {
         w.commit_n("t1", 1).await;
         commits += 1;
-        match tokio::time::timeout(Duration::from_secs(1), messages.recv()).await {
+        match tokio::time::timeout(Duration::from_secs(1), sub.next()).await {
             Ok(m) => break m.expect("message"),
             Err(_) => assert!(Instant::now() < deadline, "no wake message in {LIVENESS:?}"),
         }
     };
-    assert_eq!(*m.channel, *w.store.keyspace().wake());
+    assert_eq!(m, Heard::Channel(w.store.keyspace().wake()));
     println!("wake on a cluster: received after {commits} commit(s)");
-    let _ = sub.quit().await;
+    sub.close().await;
 }
 
 /// Sentinel (three sentinels, one replica): a worker delivering 2 tenants × 300 hooks × 2

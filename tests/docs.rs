@@ -5,7 +5,7 @@
 //! a file of the repository (and, with a `#fragment`, to a heading of that file).
 
 use regex::Regex;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -371,5 +371,102 @@ fn the_architecture_script_table_lists_every_script_of_lua_and_no_other() {
     assert_eq!(
         documented, scripts,
         "docs/architecture.md's script table and lua/ disagree"
+    );
+}
+
+/// The key names of the first column of `docs/architecture.md`'s key table: the leading
+/// name of every backticked key (`source:<tenant>:<source>` → `source`).
+fn documented_keys(architecture: &str) -> BTreeSet<String> {
+    let start = architecture
+        .find("| key | type | holds |")
+        .expect("docs/architecture.md has its key table");
+    let name = Regex::new(r"`([a-z_]+)").unwrap();
+    architecture[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1))
+        .flat_map(|cell| {
+            name.captures_iter(cell)
+                .map(|c| c[1].to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every capture of `pattern`'s first group in `text`.
+fn names(pattern: &str, text: &str) -> BTreeSet<String> {
+    Regex::new(pattern)
+        .unwrap()
+        .captures_iter(text)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
+/// Every Redis key is built in `src/keyspace.rs` (the scripts' copies in `lua/` name no key
+/// it does not), and `docs/architecture.md` documents each: a partition's keys in its key
+/// table, the instance's keys (`ankusa:{I}:…`) in the text above it.
+#[test]
+fn the_architecture_key_table_lists_every_key_of_the_keyspace_and_no_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let architecture = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let keyspace = std::fs::read_to_string(root.join("src/keyspace.rs")).unwrap();
+    let mut built = names(r#"self\.key\("([a-z_]+)"\)"#, &keyspace);
+    built.extend(names(r#"self\.key\(&format!\("([a-z_]+):"#, &keyspace));
+    assert!(built.len() > 30, "keyspace.rs read: {built:?}");
+    assert_eq!(
+        documented_keys(&architecture),
+        built,
+        "docs/architecture.md's key table and src/keyspace.rs disagree"
+    );
+    let instance = names(r#"ankusa:\{\{\{\}\}\}:([a-z_]+)"#, &keyspace);
+    assert!(instance.len() >= 5, "{instance:?}");
+    for key in &instance {
+        assert!(
+            architecture.contains(&format!("`ankusa:{{I}}:{key}")),
+            "docs/architecture.md does not document the instance key {key}"
+        );
+    }
+    let mut in_lua = BTreeSet::new();
+    for e in std::fs::read_dir(root.join("lua")).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        in_lua.extend(names(r"\.\. '([a-z_]+)[:']", &text));
+    }
+    let unknown: Vec<_> = in_lua.difference(&built).collect();
+    assert!(
+        unknown.is_empty(),
+        "lua/ builds keys src/keyspace.rs does not: {unknown:?}"
+    );
+}
+
+/// Redis only through `src/store/`: no other module of the crate names the client library,
+/// so every command the worker sends has its one wrapper there.
+#[test]
+fn no_module_outside_the_store_talks_to_redis() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                if path != root.join("store") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (i, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    if code.contains("fred::") {
+                        offenders.push(format!("{}:{}: {}", relative(&path), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "Redis client used outside src/store/:\n{}",
+        offenders.join("\n")
     );
 }

@@ -624,7 +624,7 @@ async fn a_raw_commit_with_bad_bytes_or_over_the_limit_is_refused_and_the_pool_n
             ankusa::store::scripts::COMMIT.as_bytes(),
         ],
     );
-    assert_eq!(sha, [commit.script.sha1().to_string()]);
+    assert_eq!(sha, [commit.sha1()]);
     let sha = sha[0].clone();
     let lease = env.store.keyspace().lease();
     let prefix = env.store.keyspace().prefix().to_string();

@@ -189,58 +189,50 @@ async fn worker_metrics(port: u16, report: &mut ScriptsReport) {
 
 /// `SLOWLOG GET -1` grouped by script (by SHA) or command name, then `SLOWLOG RESET`.
 pub(super) async fn slowlog(store: &Store) -> Result<BTreeMap<String, SlowCalls>, Error> {
-    use fred::types::Value;
     let names: BTreeMap<String, &str> = Scripts::default()
         .all()
         .iter()
-        .map(|s| (s.script.sha1().to_string(), s.name))
+        .map(|s| (s.sha1(), s.name))
         .collect();
-    let v: Value = store
+    let calls = store
         .slowlog()
         .await
         .map_err(|e| Error::Other(format!("SLOWLOG GET: {e}")))?;
     let mut all: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    if let Value::Array(entries) = v {
-        for e in entries {
-            let Value::Array(f) = e else { continue };
-            let us = f.get(2).and_then(|d| d.as_u64()).unwrap_or(0);
-            let args: Vec<String> = match f.get(3) {
-                Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_string()).collect(),
-                _ => Vec::new(),
-            };
-            let cmd = args
-                .first()
-                .map(|c| c.to_ascii_uppercase())
-                .unwrap_or_default();
-            let name = match cmd.as_str() {
-                "EVALSHA" | "EVALSHA_RO" => match args
-                    .get(1)
-                    .and_then(|sha| names.get(&sha.to_ascii_lowercase()))
-                {
-                    Some(n) => n.to_string(),
-                    // Another build's script (`ANKUSA_BENCH_WORKER`): told apart by its
-                    // arguments: settle's first outcome starts with an op letter, claim's
-                    // page and default room are numbers.
-                    None => {
-                        let op = |k: usize| {
-                            args.get(k)
-                                .is_some_and(|a| ["D", "R", "P", "X", "G"].contains(&a.as_str()))
-                        };
-                        let num = |k: usize| args.get(k).is_some_and(|a| a.parse::<u64>().is_ok());
-                        if op(7) || op(8) {
-                            "settle (worker's build)".to_string()
-                        } else if num(7) && num(8) {
-                            "claim (worker's build)".to_string()
-                        } else {
-                            "evalsha (unknown script)".to_string()
-                        }
+    for call in calls {
+        let (us, args) = (call.micros, call.args);
+        let cmd = args
+            .first()
+            .map(|c| c.to_ascii_uppercase())
+            .unwrap_or_default();
+        let name = match cmd.as_str() {
+            "EVALSHA" | "EVALSHA_RO" => match args
+                .get(1)
+                .and_then(|sha| names.get(&sha.to_ascii_lowercase()))
+            {
+                Some(n) => n.to_string(),
+                // Another build's script (`ANKUSA_BENCH_WORKER`): told apart by its
+                // arguments: settle's first outcome starts with an op letter, claim's
+                // page and default room are numbers.
+                None => {
+                    let op = |k: usize| {
+                        args.get(k)
+                            .is_some_and(|a| ["D", "R", "P", "X", "G"].contains(&a.as_str()))
+                    };
+                    let num = |k: usize| args.get(k).is_some_and(|a| a.parse::<u64>().is_ok());
+                    if op(7) || op(8) {
+                        "settle (worker's build)".to_string()
+                    } else if num(7) && num(8) {
+                        "claim (worker's build)".to_string()
+                    } else {
+                        "evalsha (unknown script)".to_string()
                     }
-                },
-                "EVAL" => "eval".to_string(),
-                c => c.to_ascii_lowercase(),
-            };
-            all.entry(name).or_default().push(us);
-        }
+                }
+            },
+            "EVAL" => "eval".to_string(),
+            c => c.to_ascii_lowercase(),
+        };
+        all.entry(name).or_default().push(us);
     }
     let out = all
         .into_iter()

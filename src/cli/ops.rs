@@ -77,10 +77,7 @@ pub async fn connect(cfg: &Config) -> Result<Store, Error> {
     let url = ankusa::config::redact_url(&cfg.redis.url);
     let store = Store::connect_config(&cfg.redis, &cfg.instance)
         .await
-        .map_err(|e| match e {
-            ankusa::store::StoreError::Redis(r) => crate::cli::redis_words::describe(&r, &url),
-            other => Error::Store(other),
-        })
+        .map_err(|e| crate::cli::redis_words::describe(e, &url))
         .map(|s| {
             s.with_edge(ankusa::sinks::EdgePolicy::from_config(cfg))
                 .with_partitions(cfg.partitions)

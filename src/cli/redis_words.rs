@@ -2,9 +2,8 @@
 //! password redacted), what happened, and what to do — instead of the client library's
 //! Debug text (`IO Error: Os { code: 111, kind: ConnectionRefused, … }`).
 
-use ankusa::store::{CommitError, StoreError};
+use ankusa::store::{CommitError, RedisFailure, StoreError};
 use ankusa::Error;
-use fred::error::ErrorKind;
 use std::sync::OnceLock;
 
 /// The Redis URL of the command (redacted), once its config is loaded.
@@ -19,55 +18,36 @@ pub fn remember(url: &str) {
 pub fn plain(e: Error) -> Error {
     let url = ADDRESS.get().map_or("(redis.url)", String::as_str);
     match e {
-        Error::Store(StoreError::Redis(r))
-        | Error::Commit(CommitError::Store(StoreError::Redis(r))) => describe(&r, url),
+        Error::Store(s) | Error::Commit(CommitError::Store(s)) if s.redis_failure().is_some() => {
+            describe(s, url)
+        }
         other => other,
     }
 }
 
-/// A Redis failure at `url` (already redacted) as an error whose message says what to do:
-/// [`Error::BadRequest`] (exit 2) for a URL or config the client refuses,
-/// [`Error::Unavailable`] (exit 3) otherwise.
-pub fn describe(e: &fred::error::Error, url: &str) -> Error {
-    let reason = reason(e);
+/// A Redis client failure at `url` (already redacted) as an error whose message says what
+/// to do: [`Error::BadRequest`] (exit 2) for a URL or config the client refuses,
+/// [`Error::Unavailable`] (exit 3) otherwise. Any other store error is returned as it is.
+pub fn describe(e: StoreError, url: &str) -> Error {
+    let Some((failure, reason)) = e.redis_failure() else {
+        return Error::Store(e);
+    };
     let fix = "point ankusa at your Redis with --redis-url, ANKUSA_REDIS__URL or redis.url in the config file";
-    match e.kind() {
-        ErrorKind::IO => Error::Unavailable(format!(
+    match failure {
+        RedisFailure::Unreachable => Error::Unavailable(format!(
             "cannot reach Redis at {url}: {reason}. Is redis-server running and listening there? If not there, {fix}"
         )),
-        ErrorKind::Timeout => Error::Unavailable(format!(
+        RedisFailure::Timeout => Error::Unavailable(format!(
             "Redis at {url} did not answer in time ({reason}). Check the address and the network, or raise redis.command_timeout_ms; {fix}"
         )),
-        ErrorKind::Auth => Error::Unavailable(format!(
+        RedisFailure::Auth => Error::Unavailable(format!(
             "Redis at {url} refused the credentials ({reason}). Put the right user:password in redis.url (redis://user:password@host:port)"
         )),
-        ErrorKind::Url | ErrorKind::Config => Error::BadRequest(format!(
+        RedisFailure::BadUrl => Error::BadRequest(format!(
             "redis.url {url} is not usable ({reason}); expected {}", ankusa::store::url::SUPPORTED_FORMS
         )),
-        _ => Error::Unavailable(format!("Redis at {url} failed: {reason}")),
+        RedisFailure::Other => Error::Unavailable(format!("Redis at {url} failed: {reason}")),
     }
-}
-
-/// The readable part of a client error: the OS message of an I/O error
-/// (`Os { …, message: "Connection refused" }` → `connection refused`), else its details.
-fn reason(e: &fred::error::Error) -> String {
-    let details = e.details();
-    let os = details
-        .split_once("message: \"")
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(m, _)| m.to_string());
-    let text = os.unwrap_or_else(|| details.to_string());
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(c) if os_like(&text) => c.to_lowercase().chain(chars).collect(),
-        _ => text,
-    }
-}
-
-/// Whether `text` reads like a sentence starting with a capital (`Connection refused`), so its
-/// first letter can be lowered to fit mid-sentence.
-fn os_like(text: &str) -> bool {
-    text.chars().nth(1).is_some_and(|c| c.is_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -79,7 +59,7 @@ mod tests {
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         let os = std::io::Error::from_raw_os_error(111);
         for e in [io, os] {
-            let msg = describe(&e.into(), "redis://:***@db:6379").to_string();
+            let msg = describe(StoreError::Redis(e.into()), "redis://:***@db:6379").to_string();
             assert!(
                 msg.contains("cannot reach Redis at redis://:***@db:6379"),
                 "{msg}"

@@ -262,9 +262,7 @@ fn config(cli: &Cli, cmd: &ConfigCmd) -> Result<(), Error> {
 /// `ankusa commit-script [--sha]`: the script producers in other languages load.
 fn commit_script(json: bool, sha: bool) -> Result<(), Error> {
     let script = ankusa::store::scripts::COMMIT;
-    let digest = fred::types::scripts::Script::from_lua(script)
-        .sha1()
-        .to_string();
+    let digest = ankusa::store::scripts::commit_sha1();
     match (json, sha) {
         (true, _) => json_line(&serde_json::json!({"sha": digest, "script": script})),
         (false, true) => {

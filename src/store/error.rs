@@ -36,11 +36,61 @@ pub enum StoreError {
     },
 }
 
+/// The kinds of Redis client failure a person is told apart ([`StoreError::redis_failure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisFailure {
+    /// No connection: refused, reset, no route, unknown host.
+    Unreachable,
+    /// Connected, but no answer within `redis.command_timeout_ms`.
+    Timeout,
+    /// The server refused the credentials.
+    Auth,
+    /// The client refused the URL or its settings before connecting.
+    BadUrl,
+    /// Any other client failure.
+    Other,
+}
+
+/// The readable part of a client error's details: the OS message of an I/O error with its
+/// first letter lowered to fit mid-sentence, else the details as they are.
+fn readable_reason(details: &str) -> String {
+    let os = details
+        .split_once("message: \"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(m, _)| m.to_string());
+    let text = os.unwrap_or_else(|| details.to_string());
+    // `Connection refused`: a sentence starting with a capital.
+    let sentence = text.chars().nth(1).is_some_and(|c| c.is_ascii_lowercase());
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) if sentence => c.to_lowercase().chain(chars).collect(),
+        _ => text,
+    }
+}
+
 impl StoreError {
     /// Whether Redis could not be reached or is not ready yet (a refused or lost connection,
     /// a timeout, `LOADING`): worth waiting for, unlike a wrong URL, TLS or credentials.
     pub fn unreachable(&self) -> bool {
         matches!(self.kind(), "connection" | "timeout" | "loading")
+    }
+
+    /// A failure of the Redis client itself (not a script's answer or a fence), read for a
+    /// person: what kind it is and its readable reason (the OS message of an I/O error,
+    /// `Os { …, message: "Connection refused" }` → `connection refused`, else the client's
+    /// details). `None` for every other variant.
+    pub fn redis_failure(&self) -> Option<(RedisFailure, String)> {
+        let StoreError::Redis(e) = self else {
+            return None;
+        };
+        let kind = match e.kind() {
+            fred::error::ErrorKind::IO => RedisFailure::Unreachable,
+            fred::error::ErrorKind::Timeout => RedisFailure::Timeout,
+            fred::error::ErrorKind::Auth => RedisFailure::Auth,
+            fred::error::ErrorKind::Url | fred::error::ErrorKind::Config => RedisFailure::BadUrl,
+            _ => RedisFailure::Other,
+        };
+        Some((kind, readable_reason(e.details())))
     }
 
     pub(super) fn protocol(script: &'static str, detail: impl Into<String>) -> Self {

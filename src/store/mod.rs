@@ -43,6 +43,7 @@ pub mod scripts;
 mod settle;
 mod sink_state;
 mod sources;
+mod subscribe;
 mod tls;
 mod tokens;
 pub mod url;
@@ -61,7 +62,7 @@ pub use cancel::Cancelled;
 pub use claim::{ByteRooms, ClaimResult, ClaimWeights, ClaimedRow};
 pub use commit::{CommitOptions, CommitReceipt, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};
 pub use decode::first_score;
-pub use error::{CommitError, StoreError};
+pub use error::{CommitError, RedisFailure, StoreError};
 pub use history::{history_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
 pub use hooks::StoredHook;
 pub use lease::{token_node, LeaseAcquire};
@@ -73,9 +74,10 @@ pub use reads::Totals;
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{ExhaustedHook, Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};
+pub use subscribe::{Heard, Subscription};
 pub use tokens::StoredToken;
 pub use url::{Topology, UnsupportedUrl};
-pub use views::{DueSummary, HookAttempts, HookRecord, RowRead, StreamEntry};
+pub use views::{DueSummary, HookAttempts, HookRecord, RowRead, SlowCall, StreamEntry};
 
 /// A connection to one partition of one instance; [`Store::partition`] and
 /// [`Store::for_tenant`] address the others over the same pool.
@@ -213,10 +215,8 @@ impl Store {
         self.pool.next()
     }
 
-    /// A fresh subscriber connection to the same server, for the wake channel (R2). On a
-    /// cluster it subscribes on one node: classic `PUBLISH` (the scripts' wake, the lease's
-    /// release) reaches every node's subscribers. Behind sentinels it follows the master.
-    pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, StoreError> {
+    /// A fresh subscriber connection to the same server, for [`Store::subscribe`].
+    fn subscriber(&self) -> Result<fred::clients::SubscriberClient, StoreError> {
         let cfg = self.pool.next().client_config();
         Ok(Builder::from_config(cfg)
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))

@@ -53,6 +53,12 @@ pub const REFUSED_WHEN_FULL: [&str; 1] = ["admit"];
 
 /// The source of `commit.lua` (R1, R2).
 pub const COMMIT: &str = lua!("commit.lua");
+/// The SHA-1 `EVALSHA` names [`COMMIT`] by (hex), for producers in other languages that
+/// load the script themselves (`ankusa commit-script --sha`).
+pub fn commit_sha1() -> String {
+    fred::util::sha1_hash(COMMIT)
+}
+
 /// The source of `claim.lua` (R13, R14).
 pub const CLAIM: &str = lua!(allow_oom "claim.lua");
 /// The source of `settle.lua` (R3, R4).
@@ -100,6 +106,11 @@ pub struct LuaScript {
 }
 
 impl LuaScript {
+    /// The SHA-1 (hex) `EVALSHA` names it by.
+    pub fn sha1(&self) -> String {
+        self.script.sha1().to_string()
+    }
+
     fn new(name: &'static str, src: &'static str) -> Self {
         LuaScript {
             name,

@@ -573,19 +573,43 @@ fn decode_hook_hash(f: &HashMap<String, Value>, body: Option<Bytes>, kept: bool)
     }
 }
 
+/// One call of `SLOWLOG GET`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlowCall {
+    /// How long it ran, µs.
+    pub micros: u64,
+    /// The command and its arguments, as texts (a binary argument is left out).
+    pub args: Vec<String>,
+}
+
 impl Store {
-    /// `SLOWLOG GET -1`: every slow call the server logged, as it answers (for the
-    /// benchmark's per-script report).
-    pub async fn slowlog(&self) -> Result<Value, StoreError> {
+    /// `SLOWLOG GET -1`: every slow call the server logged (for the benchmark's per-script
+    /// report); an entry of another shape is skipped.
+    pub async fn slowlog(&self) -> Result<Vec<SlowCall>, StoreError> {
         use fred::interfaces::ClientLike;
         use fred::types::CustomCommand;
-        Ok(self
+        let v: Value = self
             .client()
             .custom(
                 CustomCommand::new_static("SLOWLOG", None, false),
                 vec!["GET", "-1"],
             )
-            .await?)
+            .await?;
+        let Value::Array(entries) = v else {
+            return Ok(Vec::new());
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(|e| {
+                let Value::Array(f) = e else { return None };
+                let micros = f.get(2).and_then(|d| d.as_u64()).unwrap_or(0);
+                let args = match f.get(3) {
+                    Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_string()).collect(),
+                    _ => Vec::new(),
+                };
+                Some(SlowCall { micros, args })
+            })
+            .collect())
     }
 
     /// `SLOWLOG RESET`.
