@@ -3,7 +3,7 @@
 mod common;
 
 use ankusa::config::TenantLimits;
-use ankusa::store::LeaseAcquire;
+use ankusa::store::{ClaimRequest, LeaseAcquire};
 use ankusa::testkit::Behavior;
 use common::*;
 use std::collections::HashMap;
@@ -39,7 +39,7 @@ async fn small_tenants_are_claimed_in_the_first_scans_despite_a_huge_backlog() {
     for _ in 0..3 {
         let c = env
             .store
-            .claim(&token, epoch, 500, 100_000, &[], &[])
+            .claim(&token, epoch, ClaimRequest::new(500, 100_000))
             .await
             .unwrap();
         assert_eq!(c.rows.len(), 500, "a full page each scan");
@@ -81,7 +81,7 @@ async fn a_tenant_that_was_not_reached_goes_first_in_the_next_scan() {
     for _ in 0..3 {
         let c = env
             .store
-            .claim(&token, epoch, 10, 100, &[], &[])
+            .claim(&token, epoch, ClaimRequest::new(10, 100))
             .await
             .unwrap();
         let mut ts: Vec<String> = c.rows.iter().map(|r| r.tenant.clone()).collect();
@@ -301,7 +301,14 @@ async fn a_claim_page_and_its_byte_room_split_by_the_tenants_weights() {
     };
     let c = env
         .store
-        .claim_weighted(&token, epoch, 100, 1_000, &[], &[], None, None, &weights)
+        .claim(
+            &token,
+            epoch,
+            ClaimRequest {
+                weights: Some(&weights),
+                ..ClaimRequest::new(100, 1_000)
+            },
+        )
         .await
         .unwrap();
     assert_eq!(per_tenant(&c), (Some(75), Some(25)), "rows split 3:1");
@@ -314,16 +321,14 @@ async fn a_claim_page_and_its_byte_room_split_by_the_tenants_weights() {
     };
     let c = env
         .store
-        .claim_weighted(
+        .claim(
             &token,
             epoch,
-            100,
-            1_000,
-            &[],
-            &[],
-            Some(&bytes),
-            None,
-            &weights,
+            ClaimRequest {
+                bytes: Some(&bytes),
+                weights: Some(&weights),
+                ..ClaimRequest::new(100, 1_000)
+            },
         )
         .await
         .unwrap();
@@ -331,7 +336,7 @@ async fn a_claim_page_and_its_byte_room_split_by_the_tenants_weights() {
     // Without weights the page splits evenly, as before.
     let c = env
         .store
-        .claim(&token, epoch, 100, 1_000, &[], &[])
+        .claim(&token, epoch, ClaimRequest::new(100, 1_000))
         .await
         .unwrap();
     assert_eq!(per_tenant(&c), (Some(50), Some(50)));

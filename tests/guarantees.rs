@@ -745,7 +745,7 @@ async fn the_byte_window_holds_row_by_row_inside_the_claim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_whose_hook_is_gone_releases_its_lane_in_the_same_batch() {
     use ankusa::model::{SinkEntry, SourceSpec};
-    use ankusa::store::{LeaseAcquire, Outcome, SettleOp};
+    use ankusa::store::{ClaimRequest, LeaseAcquire, Outcome, SettleOp};
     let env = Env::new().await;
     let sink = SinkEntry {
         ordered: true,
@@ -765,7 +765,7 @@ async fn a_head_whose_hook_is_gone_releases_its_lane_in_the_same_batch() {
     };
     let c = env
         .store
-        .claim(&token, epoch, 10, 10, &[], &[])
+        .claim(&token, epoch, ClaimRequest::new(10, 10))
         .await
         .unwrap();
     assert_eq!(c.rows.len(), 1, "only the head is due");

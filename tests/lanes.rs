@@ -4,7 +4,7 @@
 mod common;
 
 use ankusa::model::{SinkEntry, SourceSpec};
-use ankusa::store::LeaseAcquire;
+use ankusa::store::{ClaimRequest, LeaseAcquire};
 use ankusa::testkit::{Behavior, Reply};
 use ankusa::Hook;
 use common::*;
@@ -285,7 +285,7 @@ async fn with_no_ordered_sink_the_claim_runs_no_sweep() {
     };
     let c = env
         .store
-        .claim(&token, epoch, 100, 100, &[], &[])
+        .claim(&token, epoch, ClaimRequest::new(100, 100))
         .await
         .unwrap();
     assert_eq!(c.rows.len(), 10);

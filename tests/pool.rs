@@ -687,7 +687,7 @@ async fn failover_figures() {
 /// every row-moving script refuses the old token, whatever its holder believes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
-    use ankusa::store::{LeaseAcquire, Outcome, SettleOp, StoreError};
+    use ankusa::store::{ClaimRequest, LeaseAcquire, Outcome, SettleOp, StoreError};
     let env = pool_env(|_| {}).await;
     env.http_source("acme", "orders", &["a"]).await;
     env.commit_n("acme", "orders", 10).await;
@@ -699,7 +699,10 @@ async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
     else {
         panic!("lease free")
     };
-    let claim = s.claim(&old, old_epoch, 5, 5, &[], &[]).await.unwrap();
+    let claim = s
+        .claim(&old, old_epoch, ClaimRequest::new(5, 5))
+        .await
+        .unwrap();
     assert_eq!(claim.rows.len(), 5);
 
     // The lease lapses (deleted here) and another node takes it.
@@ -731,7 +734,7 @@ async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
         })
         .collect();
     assert!(matches!(
-        s.claim(&old, old_epoch, 5, 5, &[], &[]).await,
+        s.claim(&old, old_epoch, ClaimRequest::new(5, 5)).await,
         Err(StoreError::Fenced)
     ));
     assert!(matches!(
@@ -764,7 +767,7 @@ async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
     };
     assert!(epoch > new_epoch && again != new);
     assert!(matches!(
-        s.claim(&new, new_epoch, 5, 5, &[], &[]).await,
+        s.claim(&new, new_epoch, ClaimRequest::new(5, 5)).await,
         Err(StoreError::Fenced)
     ));
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use ankusa::store::{LeaseAcquire, Outcome, SettleOp};
+use ankusa::store::{ClaimRequest, LeaseAcquire, Outcome, SettleOp};
 use common::*;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -41,6 +41,15 @@ async fn one_row_tenants(env: &Env, n: usize) -> Vec<String> {
     tenants
 }
 
+/// `EVALSHA` calls the test's own Redis has answered so far (`INFO commandstats`).
+fn evalsha_calls(env: &Env) -> u64 {
+    env.redis_cmd(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 async fn lease(env: &Env) -> (String, u64) {
     let LeaseAcquire::Acquired { token, epoch } =
         env.store.lease_acquire("t", 60_000).await.unwrap()
@@ -63,7 +72,14 @@ async fn a_claim_out_of_budget_stops_early_and_the_next_goes_on_where_it_stopped
     while order.len() < tenants.len() {
         let c = env
             .store
-            .claim_budgeted(&token, epoch, 500, 100, &[], &[], None, tiny)
+            .claim(
+                &token,
+                epoch,
+                ClaimRequest {
+                    budget: tiny,
+                    ..ClaimRequest::new(500, 100)
+                },
+            )
             .await
             .unwrap();
         calls += 1;
@@ -88,15 +104,13 @@ async fn a_claim_out_of_budget_stops_early_and_the_next_goes_on_where_it_stopped
     let more = one_row_tenants(&env, 1_000).await;
     let c = env
         .store
-        .claim_budgeted(
+        .claim(
             &token,
             epoch,
-            500,
-            100,
-            &[],
-            &[],
-            None,
-            Some(Duration::from_secs(1)),
+            ClaimRequest {
+                budget: Some(Duration::from_secs(1)),
+                ..ClaimRequest::new(500, 100)
+            },
         )
         .await
         .unwrap();
@@ -114,7 +128,7 @@ async fn a_settle_out_of_budget_applies_a_prefix_and_the_rest_applies_when_sent_
     let (token, epoch) = lease(&env).await;
     let c = env
         .store
-        .claim(&token, epoch, 1_000, 1_000, &[], &[])
+        .claim(&token, epoch, ClaimRequest::new(1_000, 1_000))
         .await
         .unwrap();
     assert_eq!(c.rows.len(), 1_000);
@@ -164,7 +178,7 @@ async fn a_settle_out_of_budget_applies_a_prefix_and_the_rest_applies_when_sent_
     env.commit_n("big", "s", 100).await;
     let c = env
         .store
-        .claim(&token, epoch, 100, 100, &[], &[])
+        .claim(&token, epoch, ClaimRequest::new(100, 100))
         .await
         .unwrap();
     let batch: Vec<Outcome> = c
@@ -276,13 +290,7 @@ async fn a_page_of_hooks_read_out_of_budget_is_read_in_several_calls_the_same() 
     assert!(whole[1_000].is_none(), "a gone hook reads as none");
 
     // This test's own Redis counts the script calls.
-    let evalsha = || -> u64 {
-        env.redis_cmd(&["INFO", "commandstats"])
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|v| v.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
+    let evalsha = || evalsha_calls(&env);
     let before = evalsha();
     let tiny = Some(Duration::from_micros(1));
     let split = env.store.fetch_hooks(&ids, tiny).await.unwrap();
@@ -301,7 +309,7 @@ async fn a_page_of_hooks_read_out_of_budget_is_read_in_several_calls_the_same() 
     );
 }
 
-/// The scheduler's claim (`Store::claim_page`) reads its rows' hooks back in the same call,
+/// The scheduler's claim (`ClaimRequest::read_hooks`) reads its rows' hooks back in the same call,
 /// each hook once, exactly as `hooks.lua` answers them (a malformed hook included); past its
 /// budget it answers the first hooks only, and `hooks.lua` reads the rest (issue 25).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,13 +323,7 @@ async fn a_claimed_page_reads_its_hooks_back_in_the_same_call() {
     env.redis_cmd(&["SET", &env.key(&format!("hook:{bad}")), "x"]);
     let whole = env.store.fetch_hooks(&ids, None).await.unwrap();
     let (token, epoch) = lease(&env).await;
-    let evalsha = || -> u64 {
-        env.redis_cmd(&["INFO", "commandstats"])
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|v| v.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
+    let evalsha = || evalsha_calls(&env);
     let weights = ankusa::store::ClaimWeights::default();
     let window = ankusa::store::ByteRooms {
         global: 1 << 30,
@@ -332,16 +334,15 @@ async fn a_claimed_page_reads_its_hooks_back_in_the_same_call() {
     let before = evalsha();
     let c = env
         .store
-        .claim_page(
+        .claim(
             &token,
             epoch,
-            400,
-            1_000,
-            &[],
-            &[],
-            Some(&window),
-            None,
-            &weights,
+            ClaimRequest {
+                bytes: Some(&window),
+                weights: Some(&weights),
+                read_hooks: true,
+                ..ClaimRequest::new(400, 1_000)
+            },
         )
         .await
         .unwrap();
@@ -383,16 +384,16 @@ async fn a_claimed_page_reads_its_hooks_back_in_the_same_call() {
     let tiny = Some(Duration::from_micros(1));
     let c = env
         .store
-        .claim_page(
+        .claim(
             &token,
             epoch,
-            200,
-            1_000,
-            &[],
-            &[],
-            Some(&window),
-            tiny,
-            &weights,
+            ClaimRequest {
+                bytes: Some(&window),
+                budget: tiny,
+                weights: Some(&weights),
+                read_hooks: true,
+                ..ClaimRequest::new(200, 1_000)
+            },
         )
         .await
         .unwrap();
@@ -437,16 +438,14 @@ async fn a_padded_row_id_does_not_make_its_real_hook_look_gone() {
     let (token, epoch) = lease(&env).await;
     let c = env
         .store
-        .claim_page(
+        .claim(
             &token,
             epoch,
-            10,
-            10,
-            &[],
-            &[],
-            None,
-            None,
-            &ankusa::store::ClaimWeights::default(),
+            ClaimRequest {
+                weights: Some(&ankusa::store::ClaimWeights::default()),
+                read_hooks: true,
+                ..ClaimRequest::new(10, 10)
+            },
         )
         .await
         .unwrap();

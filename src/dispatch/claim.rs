@@ -104,19 +104,17 @@ pub(super) async fn claim_and_prepare(
 ) -> Result<Prepared, StoreError> {
     let skip_refs: Vec<&str> = skip.iter().map(String::as_str).collect();
     let room_refs: Vec<(&str, usize)> = rooms.iter().map(|(t, r)| (t.as_str(), *r)).collect();
-    let mut claim = store
-        .claim_page(
-            token,
-            epoch,
-            page,
-            default_room,
-            &skip_refs,
-            &room_refs,
-            Some(bytes),
-            Some(budget),
-            weights,
-        )
-        .await?;
+    let request = crate::store::ClaimRequest {
+        page,
+        default_room,
+        skip: &skip_refs,
+        rooms: &room_refs,
+        bytes: Some(bytes),
+        budget: Some(budget),
+        weights: Some(weights),
+        read_hooks: true,
+    };
+    let mut claim = store.claim(token, epoch, request).await?;
     let ids: Vec<Option<RowId>> = claim.rows.iter().map(|r| RowId::parse(&r.row)).collect();
     let read = std::mem::take(&mut claim.hooks);
     let mut binder = Binder::fetch(store, &ids, read, claim.now_ms, space, budget).await?;

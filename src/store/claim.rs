@@ -43,7 +43,7 @@ pub struct ClaimResult {
     pub budget_stopped: bool,
     /// The claimed rows.
     pub rows: Vec<ClaimedRow>,
-    /// The rows' hooks read back in the same call ([`Store::claim_page`]), each once, by
+    /// The rows' hooks read back in the same call (`read_hooks` of [`ClaimRequest`]), each once, by
     /// id, as [`Store::fetch_hooks`] answers them: the first distinct hooks of the rows in
     /// order, as many as the time budget allowed; empty from the other claim calls. The
     /// caller reads the rest with [`Store::fetch_hooks`].
@@ -101,93 +101,64 @@ impl ClaimWeights {
     }
 }
 
+/// What one claim asks for (R13, R14): up to `page` rows, split across due tenants by deficit
+/// round-robin. [`ClaimRequest::new`] asks for a plain page; the other fields narrow it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// Most rows claimed.
+    pub page: usize,
+    /// Window room (rows) of a tenant not in `rooms`.
+    pub default_room: usize,
+    /// Tenants at their window: none of their rows is claimed.
+    pub skip: &'a [&'a str],
+    /// `(tenant, room)` of the tenants whose window room (rows) is below the page.
+    pub rooms: &'a [(&'a str, usize)],
+    /// The byte window (R5): no row is claimed whose hook would pass its tenant's or the
+    /// global byte room, except one hook alone where nothing is claimed. `None`: none.
+    pub bytes: Option<&'a ByteRooms>,
+    /// A time budget: once 3/5 of it has passed by Redis' clock, the lane sweep stops and
+    /// the page stops after the tenant (or the 32nd row of one) being claimed, so one call
+    /// stays within the budget whatever the number of tenants due; a tenant the page did
+    /// not reach keeps its place in line and goes first next scan. At least one tenant is
+    /// always visited. `None`: no budget.
+    pub budget: Option<Duration>,
+    /// The tenants' weights: each pass gives a tenant `weight / sum of the weights` of the
+    /// page left and of the byte room left (one row a pass at least). `None`: uniform.
+    pub weights: Option<&'a ClaimWeights>,
+    /// Read the claimed rows' hooks back in the same call ([`ClaimResult::hooks`]): the
+    /// scheduler's claim, one round trip per page instead of two, and the byte window's
+    /// size of a row taken from the same read.
+    pub read_hooks: bool,
+}
+
+impl ClaimRequest<'_> {
+    /// A plain page: up to `page` rows, `default_room` rows of room for every tenant, no
+    /// byte window, no budget, uniform weights, hooks not read.
+    pub fn new(page: usize, default_room: usize) -> ClaimRequest<'static> {
+        ClaimRequest {
+            page,
+            default_room,
+            skip: &[],
+            rooms: &[],
+            bytes: None,
+            budget: None,
+            weights: None,
+            read_hooks: false,
+        }
+    }
+}
+
 impl Store {
-    /// One scan's claim (R13, R14): up to `page` rows, split across due tenants by deficit
-    /// round-robin; `skip` are tenants at their window; `rooms` are tenants whose window room
-    /// (rows) is below the page, others get `default_room`. Errors: [`StoreError::Fenced`].
+    /// One claim ([`ClaimRequest`]): rows moved to `claimed` under `token`, and with
+    /// `read_hooks` their hooks. Errors: [`StoreError::Fenced`] when `epoch` is no longer
+    /// the partition's; [`StoreError::Protocol`] for a reply of another shape.
     pub async fn claim(
         &self,
         token: &str,
         epoch: u64,
-        page: usize,
-        default_room: usize,
-        skip: &[&str],
-        rooms: &[(&str, usize)],
+        request: ClaimRequest<'_>,
     ) -> Result<ClaimResult, StoreError> {
-        self.claim_within(token, epoch, page, default_room, skip, rooms, None)
-            .await
-    }
-
-    /// [`Store::claim`] inside a byte window: no row is claimed whose hook would pass its
-    /// tenant's or the global byte room, except one hook alone where nothing is claimed
-    /// (R5, issue 17.1). Errors: [`StoreError::Fenced`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn claim_within(
-        &self,
-        token: &str,
-        epoch: u64,
-        page: usize,
-        default_room: usize,
-        skip: &[&str],
-        rooms: &[(&str, usize)],
-        bytes: Option<&ByteRooms>,
-    ) -> Result<ClaimResult, StoreError> {
-        self.claim_budgeted(token, epoch, page, default_room, skip, rooms, bytes, None)
-            .await
-    }
-
-    /// [`Store::claim_within`] under a time budget (issue 17.11): once 3/5 of `budget` has
-    /// passed by Redis' clock, the lane sweep stops and the page stops after the tenant (or
-    /// the 32nd row of one) being claimed, so one call stays within the budget whatever the
-    /// number of tenants due; a tenant the page did not reach keeps its place in line and
-    /// goes first next scan. At least one tenant is always visited. `None`: no budget.
-    /// Errors: [`StoreError::Fenced`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn claim_budgeted(
-        &self,
-        token: &str,
-        epoch: u64,
-        page: usize,
-        default_room: usize,
-        skip: &[&str],
-        rooms: &[(&str, usize)],
-        bytes: Option<&ByteRooms>,
-        budget: Option<Duration>,
-    ) -> Result<ClaimResult, StoreError> {
-        self.claim_weighted(
-            token,
-            epoch,
-            page,
-            default_room,
-            skip,
-            rooms,
-            bytes,
-            budget,
-            &ClaimWeights::default(),
-        )
-        .await
-    }
-
-    /// [`Store::claim_budgeted`] with the tenants' weights: each pass of the deficit
-    /// round-robin gives a tenant `weight / sum of the weights` of the page left and of the
-    /// byte room left (one row a pass at least). Uniform weights claim as
-    /// [`Store::claim_budgeted`]. Errors: [`StoreError::Fenced`].
-    #[allow(clippy::too_many_arguments)]
-    pub async fn claim_weighted(
-        &self,
-        token: &str,
-        epoch: u64,
-        page: usize,
-        default_room: usize,
-        skip: &[&str],
-        rooms: &[(&str, usize)],
-        bytes: Option<&ByteRooms>,
-        budget: Option<Duration>,
-        weights: &ClaimWeights,
-    ) -> Result<ClaimResult, StoreError> {
-        self.claim_call(
-            token,
-            epoch,
+        let ClaimRequest {
             page,
             default_room,
             skip,
@@ -195,57 +166,8 @@ impl Store {
             bytes,
             budget,
             weights,
-            false,
-        )
-        .await
-    }
-
-    /// [`Store::claim_weighted`] that also reads the claimed rows' hooks back in the same
-    /// call ([`ClaimResult::hooks`], issue 25): the scheduler's claim, one round trip per
-    /// page instead of two, and the byte window's size of a row taken from the same read.
-    /// Errors: [`StoreError::Fenced`]; [`StoreError::Protocol`] for a reply of another shape.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn claim_page(
-        &self,
-        token: &str,
-        epoch: u64,
-        page: usize,
-        default_room: usize,
-        skip: &[&str],
-        rooms: &[(&str, usize)],
-        bytes: Option<&ByteRooms>,
-        budget: Option<Duration>,
-        weights: &ClaimWeights,
-    ) -> Result<ClaimResult, StoreError> {
-        self.claim_call(
-            token,
-            epoch,
-            page,
-            default_room,
-            skip,
-            rooms,
-            bytes,
-            budget,
-            weights,
-            true,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn claim_call(
-        &self,
-        token: &str,
-        epoch: u64,
-        page: usize,
-        default_room: usize,
-        skip: &[&str],
-        rooms: &[(&str, usize)],
-        bytes: Option<&ByteRooms>,
-        budget: Option<Duration>,
-        weights: &ClaimWeights,
-        read_hooks: bool,
-    ) -> Result<ClaimResult, StoreError> {
+            read_hooks,
+        } = request;
         let mut args = Vec::with_capacity(8 + skip.len() + 2 * rooms.len());
         args.extend([
             self.prefix(),
@@ -276,7 +198,7 @@ impl Store {
                 args.push((if *empty { "1" } else { "0" }).into());
             }
         }
-        if !weights.is_uniform() || weights.default != 1 {
+        if let Some(weights) = weights.filter(|w| !w.is_uniform() || w.default != 1) {
             args.push("weights".into());
             args.push(i64::from(weights.default.max(1)).into());
             args.push((weights.tenants.len() as i64).into());

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 use decode::*;
 
 pub use cancel::Cancelled;
-pub use claim::{ByteRooms, ClaimResult, ClaimWeights, ClaimedRow};
+pub use claim::{ByteRooms, ClaimRequest, ClaimResult, ClaimWeights, ClaimedRow};
 pub use commit::{CommitOptions, CommitReceipt, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};
 pub use decode::first_score;
 pub use error::{CommitError, RedisFailure, StoreError};
