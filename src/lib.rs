@@ -8,11 +8,11 @@
 //! ## Map of the crate
 //! | module | concept |
 //! | --- | --- |
-//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`) |
+//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`); `config/redis_url.rs` which deployment a `redis.url` names, `config/forms.rs` the value forms the servers read too |
 //! | [`keyspace`] | every Redis key name, hash-tagged per partition (R26, R29) |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
 //! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers (P9) |
-//! | [`store`] | Redis pool, the `lua/` scripts and one typed wrapper file each |
+//! | [`store`] | the only door to Redis: pool, the `lua/` scripts and one typed wrapper file each, plain reads and writes, the wake subscription (a test keeps every other module off the client library) |
 //! | [`producer`] | committing hooks (R1, R2) |
 //! | [`leader`] | lease, renewal, fencing epoch, standby (R25), one campaign per partition |
 //! | [`spread`] | how many partitions each worker leads: heartbeats, shares, hand-over (issue 13) |

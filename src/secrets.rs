@@ -277,17 +277,17 @@ impl Default for SecretPolicy {
 }
 
 impl SecretPolicy {
-    /// The policy of a validated config's `[secrets]` and `[tenants.<id>]` sections.
-    pub fn from_config(c: &crate::config::Config) -> SecretPolicy {
-        let shared = c
-            .tenants
-            .iter()
-            .filter(|(_, t)| !t.shared_secrets.is_empty())
-            .map(|(id, t)| (id.clone(), t.shared_secrets.clone()))
-            .collect();
+    /// The policy of `secrets.env_prefix`, `secrets.file_dir` (empty: file references off)
+    /// and the names each tenant was granted (`[tenants.<id>] shared_secrets`), for no
+    /// tenant yet ([`SecretPolicy::for_tenant`]).
+    pub fn new(
+        env_prefix: &str,
+        file_dir: &str,
+        shared: BTreeMap<String, Vec<String>>,
+    ) -> SecretPolicy {
         SecretPolicy {
-            env_prefix: c.secrets.env_prefix.clone(),
-            file_dir: c.secrets.file_dir.trim_end_matches('/').to_string(),
+            env_prefix: env_prefix.to_string(),
+            file_dir: file_dir.trim_end_matches('/').to_string(),
             shared: Arc::new(shared),
             tenant: None,
         }

@@ -13,6 +13,7 @@
 //! Every route is guarded, `/healthz`, `/readyz`, `/metrics` and `/openapi.json` included.
 
 use super::{AdminState, ApiError};
+use crate::config::split_host;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
@@ -56,21 +57,6 @@ impl Hosts {
         self.public
             .iter()
             .any(|(n, p)| *n == name && p.map_or(true, |p| Some(p) == port))
-    }
-}
-
-/// `name[:port]` (IPv6 literals in brackets) → its parts; `None` when it is not a plain
-/// authority (userinfo, a path, an empty name, a bad port).
-pub fn split_host(host: &str) -> Option<(&str, Option<u16>)> {
-    let a: axum::http::uri::Authority = host.parse().ok()?;
-    if a.as_str().contains('@') || a.host().is_empty() {
-        return None;
-    }
-    let name = &host[..a.host().len()];
-    match host[a.host().len()..].strip_prefix(':') {
-        None if host.len() == name.len() => Some((name, None)),
-        Some(p) => Some((name, Some(p.parse().ok()?))),
-        None => None,
     }
 }
 

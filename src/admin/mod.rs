@@ -21,8 +21,8 @@ mod operations;
 mod tokens;
 mod visibility;
 
+pub use crate::config::split_host;
 pub use access::{Access, Authenticator, Principal, TOKEN_CACHE};
-pub use browser::split_host;
 pub use ingest::{Committed, ForwardHeaders};
 pub use operations::{
     ConfigOk, DeadLetterSourceRequest, DlqQuery, Limits, PurgeRequest, ReplayRequest, StateView,

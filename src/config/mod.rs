@@ -31,6 +31,8 @@ use serde::{Deserialize, Serialize};
 mod duration;
 mod edge;
 mod env;
+mod forms;
+pub mod redis_url;
 mod sections;
 mod validate;
 
@@ -40,6 +42,7 @@ pub use edge::{
     TenantConfig,
 };
 use env::{parse_error, EnvOverrides};
+pub use forms::{frame_origin, split_host};
 pub use sections::{
     AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
     LeaderConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig, TelemetryConfig,

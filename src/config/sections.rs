@@ -15,7 +15,7 @@ pub struct RedisConfig {
     /// `redis-sentinel://host:port[/db]?sentinelServiceName=NAME[&node=host:port…]` (the master
     /// the sentinels name, followed across failovers); `rediss-cluster://…` and
     /// `rediss-sentinel://…` are the same over TLS (every node; the sentinels and the servers
-    /// they name). Any other form is refused at start (`crate::store::url`). Default
+    /// they name). Any other form is refused at start ([`crate::config::redis_url`]). Default
     /// `"redis://127.0.0.1:6379"`.
     pub url: String,
     /// Start even when Redis may evict keys (a `maxmemory-policy` other than `noeviction`);

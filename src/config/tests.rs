@@ -155,7 +155,7 @@ fn validation_reports_every_problem_with_its_key_path() {
         "instance: must match [a-z0-9_-]{1,64}",
         format!(
             "redis.url: http://x cannot be served by this build: unknown scheme \"http\"; expected {}",
-            crate::store::url::SUPPORTED_FORMS
+            super::redis_url::SUPPORTED_FORMS
         )
         .as_str(),
         "leader.renew_ms: must be 0 (lease_ms / 3) or < leader.lease_ms / 2 = 4500",

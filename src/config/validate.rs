@@ -51,7 +51,7 @@ impl Config {
 
 /// `[redis]`: the Redis connection: a URL this build can serve, TLS files only with TLS.
 fn redis(r: &RedisConfig, p: &mut Problems) {
-    if let Err(e) = crate::store::url::topology(&r.url) {
+    if let Err(e) = super::redis_url::topology(&r.url) {
         p.check(false, "redis.url", format!("{} {}", e.url, e.reason));
     }
     p.check(r.command_timeout_ms > 0, "redis.command_timeout_ms", GT0);
@@ -65,7 +65,7 @@ fn redis(r: &RedisConfig, p: &mut Problems) {
         "redis.commit_wait_ms",
         "must be at most 60000 (0 answers commits without waiting for replicas)",
     );
-    let tls = crate::store::url::is_tls(&r.url);
+    let tls = super::redis_url::is_tls(&r.url);
     for (key, file) in [
         ("redis.tls_ca_file", &r.tls_ca_file),
         ("redis.tls_cert_file", &r.tls_cert_file),
@@ -289,7 +289,7 @@ fn admin(a: &AdminConfig, p: &mut Problems) {
         "every name must be a lowercase header name ([a-z0-9-]+)",
     );
     for (i, h) in a.public_hosts.iter().enumerate() {
-        let name = crate::admin::split_host(h).map(|(n, _)| n);
+        let name = super::split_host(h).map(|(n, _)| n);
         p.check(
             name.is_some_and(|n| {
                 !n.starts_with('.')
@@ -303,7 +303,7 @@ fn admin(a: &AdminConfig, p: &mut Problems) {
     }
     for (i, o) in a.portal_frame_ancestors.iter().enumerate() {
         p.check(
-            crate::console::frame_origin(o).is_some(),
+            super::frame_origin(o).is_some(),
             format!("admin.portal_frame_ancestors[{i}]"),
             "must be an origin: http(s)://host[:port], no path, query or wildcard, e.g. https://app.example.com",
         );

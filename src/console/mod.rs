@@ -23,7 +23,7 @@
 
 use crate::admin::access::{Acting, Caller};
 use crate::admin::{AdminState, Principal};
-use crate::config::AdminConfig;
+use crate::config::{frame_origin, AdminConfig};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -180,21 +180,6 @@ impl Console {
     fn close(&self, id: &str) {
         self.sessions.lock().expect("sessions").remove(id);
     }
-}
-
-/// `o` as a `frame-ancestors` source (`scheme://host[:port]`), if it is an http(s) origin
-/// with nothing else (what `admin.portal_frame_ancestors` entries must be).
-pub fn frame_origin(o: &str) -> Option<String> {
-    let u = url::Url::parse(o).ok()?;
-    let plain = matches!(u.scheme(), "http" | "https")
-        && u.username().is_empty()
-        && u.password().is_none()
-        && u.path() == "/"
-        && u.query().is_none()
-        && u.fragment().is_none()
-        && !o.contains('*')
-        && u.host_str().is_some();
-    plain.then(|| u.origin().ascii_serialization())
 }
 
 /// 32 random bytes, hex.

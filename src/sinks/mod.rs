@@ -70,7 +70,15 @@ impl EdgePolicy {
     pub fn from_config(c: &crate::config::Config) -> EdgePolicy {
         EdgePolicy {
             addresses: Arc::new(AddressPolicy::from_config(&c.http)),
-            secrets: SecretPolicy::from_config(c),
+            secrets: SecretPolicy::new(
+                &c.secrets.env_prefix,
+                &c.secrets.file_dir,
+                c.tenants
+                    .iter()
+                    .filter(|(_, t)| !t.shared_secrets.is_empty())
+                    .map(|(id, t)| (id.clone(), t.shared_secrets.clone()))
+                    .collect(),
+            ),
             sources: Arc::new(crate::config::SourcePolicy::from_config(c)),
             grants: Arc::new(
                 c.tenants

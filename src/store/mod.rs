@@ -46,7 +46,6 @@ mod sources;
 mod subscribe;
 mod tls;
 mod tokens;
-pub mod url;
 mod views;
 
 use crate::keyspace::Keyspace;
@@ -58,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use decode::*;
 
+pub use crate::config::redis_url as url;
 pub use cancel::Cancelled;
 pub use claim::{ByteRooms, ClaimRequest, ClaimResult, ClaimWeights, ClaimedRow};
 pub use commit::{CommitOptions, CommitReceipt, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};

@@ -108,9 +108,7 @@ impl Store {
             {
                 return Ok(SinkStateChange::Unchanged);
             }
-            let at_ms = disabled
-                .as_ref()
-                .map_or_else(|| crate::scheduler::breaker::unix_ms() as i64, |d| d.at_ms);
+            let at_ms = disabled.as_ref().map_or_else(unix_now_ms, |d| d.at_ms);
             let event = SinkEvent {
                 id: String::new(),
                 kind: if disabled.is_some() {
@@ -253,4 +251,12 @@ impl Store {
         out.reverse();
         Ok(out)
     }
+}
+
+/// This machine's clock, ms since the Unix epoch: an operator's enable is stamped with the
+/// time it was asked for (a leader's disable carries its own).
+fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
