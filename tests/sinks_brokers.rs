@@ -1019,7 +1019,9 @@ async fn a_rabbitmq_restart_mid_run_loses_nothing() {
         "the kill came after the run ({at_kill} delivered)"
     );
     rabbit.restart().await;
-    env.drain(&worker).await;
+    // The worker reconnects first (its connection's own backoff), on a loaded machine after
+    // a while (seen: one tick() over 30 s in CI while other builds ran): the broker's bound.
+    env.drain_within(&worker, BROKER_START).await;
     // Confirmed messages were persisted before their confirm: the restarted broker holds
     // them. A publish whose confirm the kill swallowed is published again (same message_id).
     let ch = amqp_connect(&rabbit.url())

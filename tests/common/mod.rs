@@ -275,10 +275,16 @@ impl Env {
     /// Tick until every row is finished (delivered, dead-lettered or dropped), including rows
     /// waiting out a backoff, which `tick()` alone does not wait for. Panics after [`LIVENESS`].
     pub async fn drain(&self, worker: &Worker) {
-        let deadline = Instant::now() + LIVENESS;
+        self.drain_within(worker, LIVENESS).await;
+    }
+
+    /// [`Env::drain`] with its own bound, for a drain that first waits out a sink's
+    /// recovery (a restarted broker the worker reconnects to).
+    pub async fn drain_within(&self, worker: &Worker, bound: Duration) {
+        let deadline = Instant::now() + bound;
         let mut state = worker.watch_state();
         loop {
-            tokio::time::timeout(LIVENESS, worker.tick())
+            tokio::time::timeout(bound, worker.tick())
                 .await
                 .expect("tick() returns")
                 .expect("tick");
@@ -288,7 +294,7 @@ impl Env {
             }
             assert!(
                 Instant::now() < deadline,
-                "{left} rows still pending after {LIVENESS:?}"
+                "{left} rows still pending after {bound:?}"
             );
             // A row waits out its backoff: the scheduler's state moves when it is claimed again.
             let _ = tokio::time::timeout(Duration::from_millis(100), state.changed()).await;
