@@ -83,7 +83,12 @@ impl std::fmt::Debug for BlobStore {
 impl BlobStore {
     /// Open the store of `cfg` for `instance`. Errors: an unusable URL, an unresolved
     /// secret reference, a directory that cannot be created.
-    pub fn from_config(cfg: &ClaimCheckConfig, instance: &str) -> Result<BlobStore, String> {
+    /// The error's kind is `secret` for a secret reference that cannot be resolved, `other`
+    /// for the rest: an attempt that needs the store fails with it.
+    pub fn from_config(
+        cfg: &ClaimCheckConfig,
+        instance: &str,
+    ) -> Result<BlobStore, crate::sinks::ResolveError> {
         let url = resolve_secrets(&cfg.url)?;
         let no_retry = object_store::RetryConfig {
             max_retries: 0,
@@ -132,7 +137,7 @@ impl BlobStore {
                     dir
                 }
                 None if url.is_empty() => private_dir(&std::env::temp_dir())?,
-                None => return Err(format!("claim_check.url {url:?}: unknown scheme")),
+                None => return Err(format!("claim_check.url {url:?}: unknown scheme").into()),
             };
             let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| format!("claim_check: {e}"))?;
@@ -435,7 +440,7 @@ mod tests {
             ..Default::default()
         };
         let e = BlobStore::from_config(&cfg, "t").unwrap_err();
-        assert!(e.contains("owned by user"), "{e}");
+        assert!(e.text.contains("owned by user"), "{e}");
     }
 
     #[tokio::test]

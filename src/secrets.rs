@@ -484,15 +484,16 @@ pub fn has_reference(s: &str) -> bool {
 
 /// Resolve `${env:NAME}` references of the operator's own config file (e.g. `[claim_check]`),
 /// which no tenant writes: any variable of the worker's environment.
-pub fn resolve_operator(s: &str) -> Result<String, String> {
-    walk(s, |r| match r {
+pub fn resolve_operator(s: &str) -> Result<String, SecretError> {
+    let resolved = walk(s, |r| match r {
         Ref::Env(name) => std::env::var(name).map_err(|_| {
             format!("secret reference ${{env:{name}}} is not set in the worker's environment")
         }),
         Ref::File(path) => std::fs::read_to_string(path)
             .map(|v| v.trim_end_matches(['\r', '\n']).to_string())
             .map_err(|e| format!("secret reference ${{file:{path}}}: {}", e.kind())),
-    })
+    });
+    resolved.map_err(SecretError)
 }
 
 /// A URL fit for a stored error or a log line: only its origin (`scheme://host:port`), as

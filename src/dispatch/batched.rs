@@ -27,7 +27,7 @@ use crate::claim_check::{self, BlobStore, Payload};
 use crate::model::RowId;
 use crate::sinks::batcher::{Batcher, Limits, Reply, Submission};
 use crate::sinks::registry::Destination;
-use crate::sinks::{AttemptError, ErrorKind};
+use crate::sinks::{AttemptError, ErrorKind, ResolveError};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -79,7 +79,7 @@ struct Dest {
 
 /// Batching-sink state of one session.
 pub(super) struct Batched {
-    blobs: Result<BlobStore, String>,
+    blobs: Result<BlobStore, ResolveError>,
     concurrency: Arc<AtomicUsize>,
     dests: HashMap<Arc<str>, Dest>,
     checks: HashMap<u64, HookCheck>,
@@ -236,7 +236,7 @@ impl Session {
                     }
                     Err(e) => bodies
                         .into_iter()
-                        .map(|(h, _)| (h, Err(e.clone())))
+                        .map(|(h, _)| (h, Err(e.text.clone())))
                         .collect(),
                 };
                 let failed = results.iter().filter(|(_, r)| r.is_err()).count();
@@ -436,7 +436,7 @@ impl Session {
     }
 
     /// End an attempt that cannot reach a batcher (no client for it): it counts as a
-    /// retryable failed attempt of kind `other`, like an HTTP sink's unresolved secret.
+    /// retryable failed attempt of kind `other`.
     fn finish_now(&mut self, job: Job, error: impl Into<String>) {
         self.finish_with(job, AttemptError::retry(ErrorKind::Other, error));
     }
@@ -458,13 +458,13 @@ async fn run_attempt(
     job: &Job,
     resolved: &dyn Destination,
     check: Option<Arc<SharedCheck>>,
-    blobs: Result<BlobStore, String>,
+    blobs: Result<BlobStore, ResolveError>,
     (store, token): (crate::store::Store, String),
     batcher: Batcher,
     deadline: tokio::time::Instant,
 ) -> Reply {
     // The blob store's, the lane read's and the batcher's failures are of kind `other`: none
-    // is an answer of the sink's.
+    // is an answer of the sink's (an unusable store's config carries its own kind).
     let retry = |error: String| Reply::Done(Err(AttemptError::retry(ErrorKind::Other, error)));
     let size = job.hook.body.len();
     let payload = if let Some(url) = &job.hook.claim_ref {
@@ -485,7 +485,9 @@ async fn run_attempt(
                 // the others wait for it (R18).
                 let blobs = match &blobs {
                     Ok(b) => b,
-                    Err(e) => return retry(e.clone()),
+                    // A secret reference of `[claim_check]` that cannot be resolved is a
+                    // secret's failure; the rest of the store's config is `other`.
+                    Err(e) => return Reply::Done(Err(e.clone().retry())),
                 };
                 let r = check
                     .fallback

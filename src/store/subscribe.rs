@@ -35,7 +35,8 @@ impl Store {
         let client = self.subscriber()?;
         client.init().await?;
         client.subscribe(channels).await?;
-        // The task ends with the client; its handle is not needed.
+        // A detached task holding its own handle of the client: it subscribes again after
+        // each reconnect until the client quits.
         let _resubscribe = client.manage_subscriptions();
         let messages = client.message_rx();
         Ok(Subscription { client, messages })
