@@ -27,6 +27,10 @@
 --          the leader's term counted, most likely to a failover, or has fewer attached than
 --          the sentinels know alive (`expected`, a primary just promoted); retry (see
 --          prelude.lua)
+--       |  {'not_primary', the primary the sentinels name}: the sentinels name another
+--          primary (a worker marked this server `deposed`, see prelude.lua): they will make
+--          this server a replica and throw away what it took; nothing written, reconnect
+--          through the sentinels and retry
 --       |  {'unknown_source'} | {'too_large', index, size, limit} | {'bad_request', detail}
 --       |  {'reserved_header', index, name}: a producer header named webhook-* or ankusa-*
 --          (the delivery's own headers), refused here so every language's producer is covered
@@ -122,6 +126,8 @@ while o <= #ARGV do
     return {'bad_request', 'argument count'}
   end
 end
+local named = deposed()
+if named then return {'not_primary', named} end
 local replicas, replid = replication()
 local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
 if replicas < want then return {'replica_lost', replicas, want} end

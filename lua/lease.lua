@@ -8,6 +8,7 @@
 -- Returns  acquire: {'ok', token, epoch}  | {'held', holder token, pttl ms}
 --          renew:   {'ok', token}        | {'lost', holder token or ''}
 --                 | {'replica_lost', replicas attached, replicas the term counted}
+--                 | {'deposed', the primary the sentinels name}
 --          release: {'ok'}               | {'lost', holder token or ''}
 -- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
 -- It also records in `claim_floor` the last claim token issued so far (at least the epoch,
@@ -23,6 +24,9 @@
 -- most likely lost its replica to a promotion. It makes the partition's message space, the
 -- random part of every `webhook-id`, at the first acquisition (and again after a FLUSHALL),
 -- from this server's replication id, Redis' clock and the node id.
+-- A sentinel-aware worker marks a master the sentinels do not name `deposed` (prelude):
+-- a renewal there refuses, so the term ends; an acquisition (made only after the worker
+-- checked the sentinels name this server, `Store::primary_check`) clears the mark.
 -- Release publishes on a channel named like the lease key, so standbys take over
 -- at once instead of waiting out the ttl.
 local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -43,6 +47,7 @@ if op == 'acquire' then
   redis.call('SET', KEYS[1], t, 'PX', ttl)
   local replicas, replid = replication()
   redis.call('HSET', K_REPLICATION, 'replicas', replicas)
+  redis.call('HDEL', K_REPLICATION, 'deposed')
   if expected then redis.call('HSET', K_REPLICATION, 'expected', expected) end
   local space = redis.call('HGET', K_REPLICATION, 'space')
   if not space then
@@ -52,6 +57,8 @@ if op == 'acquire' then
   return {'ok', t, epoch}
 elseif op == 'renew' then
   if holder ~= token then return {'lost', holder or ''} end
+  local named = deposed()
+  if named then return {'deposed', named} end
   local have = replication()
   local want = tonumber(redis.call('HGET', K_REPLICATION, 'replicas') or '') or 0
   if have < want then return {'replica_lost', have, want} end

@@ -77,8 +77,18 @@ end
 -- the replication history under which hook ids were last issued; `space`, the random part
 -- of every `webhook-id` (fixed at the partition's first term, new after a FLUSHALL);
 -- `expected`, the replicas the sentinels know alive (written by each lease acquisition and
--- renewal): commit.lua refuses on a primary with fewer attached.
+-- renewal): commit.lua refuses on a primary with fewer attached; `deposed`, the primary the
+-- sentinels name instead of this server (written by a sentinel-aware worker that finds this
+-- server a master the sentinels do not name, `src/store/primary.rs`; cleared by a lease
+-- acquisition, which only starts a term on the primary they name): nothing is committed or
+-- moved here while it is set, as the sentinels will make this server a replica and throw
+-- away what it took (the resync also wipes the field).
 local K_REPLICATION = P .. 'replication'
+
+-- The primary the sentinels name instead of this server, or nil (`deposed` above).
+local function deposed()
+  return redis.call('HGET', K_REPLICATION, 'deposed') or nil
+end
 
 -- This server's attached replicas and replication id (`INFO replication`; a promotion or a
 -- restart gives a server a new replication id).
@@ -109,9 +119,9 @@ local function replicas_lost()
 end
 
 -- Fencing (R25): a caller may move rows only while KEYS[1] holds its token, on a server
--- that kept the replicas its term started with.
+-- that kept the replicas its term started with and that the sentinels did not depose.
 local function fenced(token)
-  return redis.call('GET', KEYS[1]) ~= token or replicas_lost() ~= nil
+  return redis.call('GET', KEYS[1]) ~= token or replicas_lost() ~= nil or deposed() ~= nil
 end
 
 -- A row id is `<hook id>.<sink index>`.

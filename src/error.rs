@@ -74,7 +74,11 @@ impl Error {
                 | CommitError::UnknownSource { .. },
             ) => 1,
             Error::Store(StoreError::Redis(_))
-            | Error::Commit(CommitError::Store(_) | CommitError::NotReplicated { .. })
+            | Error::Commit(
+                CommitError::Store(_)
+                | CommitError::NotReplicated { .. }
+                | CommitError::NotPrimary { .. },
+            )
             | Error::Unavailable(_) => 3,
             _ => 1,
         }
@@ -95,7 +99,11 @@ impl Error {
             Error::Commit(CommitError::UnknownSource { .. }) => "unknown_source",
             Error::NotFound(_) => "not_found",
             Error::Store(StoreError::Redis(_))
-            | Error::Commit(CommitError::Store(_) | CommitError::NotReplicated { .. })
+            | Error::Commit(
+                CommitError::Store(_)
+                | CommitError::NotReplicated { .. }
+                | CommitError::NotPrimary { .. },
+            )
             | Error::Unavailable(_) => "unavailable",
             Error::EvictingRedis(_) => "evicting_redis",
             Error::PartitionsMismatch { .. } => "partitions_mismatch",

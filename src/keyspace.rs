@@ -242,7 +242,10 @@ impl Keyspace {
     /// were last issued under: a new one makes them jump) and `space` (the random part of
     /// every `webhook-id`, made by the partition's first lease acquisition) and `expected`
     /// (the replicas the sentinels know alive, written by every lease acquisition and
-    /// renewal: a commit finding fewer attached is refused).
+    /// renewal: a commit finding fewer attached is refused) and `deposed` (the primary the
+    /// sentinels name instead of this server, written by a worker that found this server a
+    /// master they do not name: commits, renewals and fenced scripts refuse; a lease
+    /// acquisition clears it).
     pub fn replication(&self) -> String {
         self.key("replication")
     }

@@ -248,6 +248,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Times this process saw the sentinels name another Redis primary and moved to it.",
     },
     Metric {
+        name: "ankusa_primary_deposed_total",
+        kind: Kind::Counter,
+        unit: None,
+        zero: true,
+        help: "Times this process marked a Redis master the sentinels do not name deposed, so it refuses commits.",
+    },
+    Metric {
         name: "ankusa_commits_not_replicated_total",
         kind: Kind::Counter,
         unit: None,

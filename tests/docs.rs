@@ -445,23 +445,14 @@ fn the_architecture_key_table_lists_every_key_of_the_keyspace_and_no_other() {
 #[test]
 fn no_module_outside_the_store_talks_to_redis() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let store = root.join("store");
     let mut offenders = Vec::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(dir) = dirs.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let path = e.unwrap().path();
-            if path.is_dir() {
-                if path != root.join("store") {
-                    dirs.push(path);
-                }
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                for (i, line) in text.lines().enumerate() {
-                    let code = line.split("//").next().unwrap_or("");
-                    if code.contains("fred::") {
-                        offenders.push(format!("{}:{}: {}", relative(&path), i + 1, line.trim()));
-                    }
-                }
+    for path in rust_files(&root, |p| p == store) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("fred::") {
+                offenders.push(format!("{}:{}: {}", relative(&path), i + 1, line.trim()));
             }
         }
     }
@@ -470,6 +461,29 @@ fn no_module_outside_the_store_talks_to_redis() {
         "Redis client used outside src/store/:\n{}",
         offenders.join("\n")
     );
+}
+
+/// The `.rs` files under `dir` (none when it is no folder), leaving out the folders `skip`
+/// names.
+fn rust_files(dir: &Path, skip: impl Fn(&Path) -> bool) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                if !skip(&path) {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
 }
 
 /// The crate's modules that `module` (a file `src/<module>.rs` or a folder `src/<module>/`)
@@ -482,24 +496,13 @@ fn modules_used_by(module: &str) -> BTreeSet<String> {
     if single.exists() {
         files.push(single);
     }
-    let mut dirs = vec![src.join(module)];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries {
-            let path = e.unwrap().path();
-            if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "tests") {
-                    dirs.push(path);
-                }
-            } else if path.extension().is_some_and(|x| x == "rs")
-                && path.file_name().is_some_and(|n| n != "tests.rs")
-            {
-                files.push(path);
-            }
-        }
-    }
+    files.extend(
+        rust_files(&src.join(module), |p| {
+            p.file_name().is_some_and(|n| n == "tests")
+        })
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "tests.rs")),
+    );
     assert!(!files.is_empty(), "no source for module {module}");
     let path = Regex::new(r"crate::([A-Za-z_]+)").unwrap();
     let group = Regex::new(r"crate::\{([^}]*)\}").unwrap();

@@ -646,3 +646,106 @@ async fn a_sentinel_naming_another_primary_for_good_delays_leadership_by_the_gra
         worker.log_text()
     );
 }
+
+/// A master the sentinels do not name — here their replica, promoted by hand
+/// (`REPLICAOF NO ONE`) while they still list it as a replica — refuses commits once a
+/// worker's watch of the sentinels has seen it (`not_primary`, nothing written), while the
+/// primary they name keeps taking them; when the sentinels make it a replica again, the
+/// resync leaves no mark behind. Without it, a producer still connected to such a server
+/// (redis-py's sentinel pool keeps its connections) had its commits acknowledged and then
+/// thrown away by the resync (the fault soak lost 1 884 of 11 874 acknowledged deliveries
+/// to an old primary restarted with its own data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_the_sentinels_do_not_name_refuses_commits_until_it_is_a_replica() {
+    let d = RedisSentinel::start().expect("sentinel deployment starts");
+    let receiver = Receiver::start().expect("receiver starts");
+    let config: Config = test_config(&d.url());
+    config.validate().expect("valid config");
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects")
+        .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
+    let spec = SourceSpec {
+        sinks: vec![sink(&receiver, "a")],
+    };
+    store
+        .put_source("acme", "src", &spec)
+        .await
+        .expect("source");
+    let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
+    // Acknowledged once the replica has it (`WAIT`): the source is on both servers.
+    producer
+        .commit("acme", "src", Hook::new("{\"n\":0}"))
+        .await
+        .expect("committed on the primary");
+    let primary = d.master().expect("the sentinels name a master");
+    let rogue = 1 - primary;
+    d.servers()[rogue]
+        .cmd(&["REPLICAOF", "NO", "ONE"])
+        .expect("the replica is promoted by hand");
+    // A producer on the rogue server's own address, as a pool that stays where it connected.
+    let rogue_url = format!("redis://127.0.0.1:{}", d.servers()[rogue].port());
+    let on_rogue = Producer::new(
+        Store::connect(&rogue_url, &config.instance, 2_000)
+            .await
+            .expect("the rogue server answers"),
+        config.commit.max_hook_bytes,
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _switches = store.watch_primary(shutdown.clone());
+    let named = format!("127.0.0.1:{}", d.servers()[primary].port());
+    let refused = Arc::new(Mutex::new(None));
+    assert!(
+        poll_until(LIVENESS, || {
+            let (on_rogue, refused) = (on_rogue.clone(), refused.clone());
+            async move {
+                match on_rogue.commit("acme", "src", Hook::new("{\"n\":1}")).await {
+                    Err(e @ ankusa::store::CommitError::NotPrimary { .. }) => {
+                        *refused.lock().unwrap() = Some(e);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+        })
+        .await,
+        "the rogue master never refused a commit"
+    );
+    let refused = refused.lock().unwrap().take().expect("the refusal");
+    assert!(
+        matches!(&refused, ankusa::store::CommitError::NotPrimary { named: n } if *n == named),
+        "{refused:?} should name the primary {named}"
+    );
+    assert!(
+        refused.to_string().contains("not the primary") && refused.to_string().contains(&named),
+        "{refused}"
+    );
+    producer
+        .commit("acme", "src", Hook::new("{\"n\":2}"))
+        .await
+        .expect("the primary the sentinels name still takes commits");
+    // The sentinels convert the rogue server back and it resyncs: the mark went with it.
+    // (They look at a replica every 10 s and wait 8 s after they saw its role change.)
+    let replication = store.keyspace().replication();
+    assert!(
+        poll_until(2 * LIVENESS, || async {
+            let rogue = &d.servers()[rogue];
+            rogue
+                .cmd(&["INFO", "replication"])
+                .is_ok_and(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+                && rogue
+                    .cmd(&["HGET", &replication, "deposed"])
+                    .is_ok_and(|v| matches!(v.trim(), "" | "(nil)"))
+        })
+        .await,
+        "the sentinels never made the rogue server a replica, or the mark survived the \
+         resync: {:?} / deposed {:?}",
+        d.servers()[rogue].cmd(&["INFO", "replication"]),
+        d.servers()[rogue].cmd(&["HGET", &replication, "deposed"]),
+    );
+    producer
+        .commit("acme", "src", Hook::new("{\"n\":3}"))
+        .await
+        .expect("the primary still takes commits");
+    shutdown.cancel();
+}

@@ -496,3 +496,93 @@ print(json.dumps({"partitions": p.partitions, "max": p.max_hook_bytes,
         .expect("ZCARD");
     assert_eq!(due.trim(), "1", "partition {p}");
 }
+
+/// A server a worker marked deposed (a master the sentinels no longer name, field
+/// `deposed` of the partition's `replication` hash) refuses commits from both producers,
+/// nothing written: the Rust `CommitError::NotPrimary`, the Python `Unavailable` with code
+/// `not_primary`; a lease renewal there refuses, so a term ends; and a lease acquisition,
+/// which a worker makes only on the primary the sentinels name, clears the mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_server_refuses_commits_from_both_producers_until_a_term_starts_there() {
+    let env = Env::new().await;
+    let instance = env.config.instance.clone();
+    env.store
+        .put_source(
+            "acme",
+            "orders",
+            &ankusa::model::SourceSpec {
+                sinks: vec![ankusa::model::SinkEntry::http("http://127.0.0.1:9/in")],
+            },
+        )
+        .await
+        .expect("source");
+    let lease = env
+        .store
+        .lease_acquire("n1", 60_000)
+        .await
+        .expect("lease script");
+    let ankusa::store::LeaseAcquire::Acquired { token, .. } = lease else {
+        panic!("no lease: {lease:?}")
+    };
+    let replication = env.store.keyspace().replication();
+    let depose = || {
+        env.redis
+            .cmd(&["HSET", &replication, "deposed", "127.0.0.1:6390"])
+            .expect("HSET");
+    };
+    depose();
+    let refused = env
+        .producer
+        .commit("acme", "orders", ankusa::Hook::new("{}"))
+        .await
+        .expect_err("a deposed server takes no commit");
+    assert!(
+        matches!(&refused, ankusa::store::CommitError::NotPrimary { named } if named == "127.0.0.1:6390"),
+        "{refused:?}"
+    );
+    let program = r#"
+import json, sys, redis
+from ankusa_producer import Producer, Unavailable
+url, instance = sys.argv[1], sys.argv[2]
+try:
+    Producer(redis.Redis.from_url(url), instance=instance).commit("acme", "orders", b"x")
+    code = None
+except Unavailable as e:
+    code = [e.code, str(e)]
+print(json.dumps({"refused": code}))
+"#;
+    let v = python(program, &[&env.redis.url(), &instance]);
+    assert_eq!(v["refused"][0], "not_primary", "{v}");
+    assert!(
+        v["refused"][1]
+            .as_str()
+            .is_some_and(|m| m.contains("127.0.0.1:6390")),
+        "{v}"
+    );
+    let due = env
+        .redis
+        .cmd(&["ZCARD", &format!("ankusa:{{{instance}.p0}}:due:acme")])
+        .expect("ZCARD");
+    assert_eq!(due.trim(), "0", "nothing written");
+    assert!(
+        !env.store
+            .lease_renew("n1", &token, 60_000)
+            .await
+            .expect("lease script"),
+        "a renewal on a deposed server ends the term"
+    );
+    // A new term (its acquisition made after the sentinels named this server) clears it.
+    let again = env
+        .store
+        .lease_acquire("n1", 60_000)
+        .await
+        .expect("lease script");
+    assert!(
+        matches!(again, ankusa::store::LeaseAcquire::Acquired { .. }),
+        "{again:?}"
+    );
+    env.producer
+        .commit("acme", "orders", ankusa::Hook::new("{}"))
+        .await
+        .expect("committed once a term started here");
+}

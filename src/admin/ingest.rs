@@ -137,7 +137,7 @@ async fn ingest(
                     .filter(|_| r.rows_per_hook > 0),
             }),
         )),
-        Err(e @ (CommitError::Store(_) | CommitError::NotReplicated { .. })) => Err(ApiError::new(
+        Err(e @ (CommitError::Store(_) | CommitError::NotReplicated { .. } | CommitError::NotPrimary { .. })) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             e.to_string(),

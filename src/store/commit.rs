@@ -181,6 +181,18 @@ impl Store {
                 acknowledged: r.count(1)? as u32,
                 written: false,
             }),
+            "not_primary" => {
+                let named = r.text(1)?;
+                // Behind sentinels fred asks them again on reconnect; a store given this
+                // server's own address has nowhere else to go.
+                if this.sentinels.is_some() {
+                    this.follow_primary(&format!(
+                        "a commit reached a deposed master; the sentinels name {named}"
+                    ))
+                    .await;
+                }
+                Err(CommitError::NotPrimary { named })
+            }
             "unknown_source" => Err(CommitError::UnknownSource {
                 tenant: tenant.into(),
                 source_id: source.into(),

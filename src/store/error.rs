@@ -195,6 +195,18 @@ pub enum CommitError {
         /// Whether the primary holds the commit.
         written: bool,
     },
+    /// The Redis server the commit reached is a master the sentinels no longer name (a
+    /// worker marked it deposed, `docs/operations.md`): they will make it a replica and its
+    /// resync would throw the commit away. Nothing was written; the store's connections
+    /// move to the primary the sentinels name, so a retry reaches it.
+    #[error(
+        "not the primary: this Redis server is a master the sentinels no longer name (they \
+         name {named}); nothing was written; retry"
+    )]
+    NotPrimary {
+        /// The `host:port` of the primary the sentinels name.
+        named: String,
+    },
     /// The store failed; nothing is known to be written (the script is atomic).
     #[error(transparent)]
     Store(#[from] StoreError),

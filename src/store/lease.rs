@@ -64,7 +64,8 @@ impl Store {
 
     /// Extend the lease by `ttl_ms` if `token` still holds it. `Ok(false)`: lost, or the
     /// server has fewer replicas attached than the term counted (most likely a failover
-    /// promoted one: this server's writes will be thrown away), so the term ends.
+    /// promoted one: this server's writes will be thrown away), or a worker marked it
+    /// deposed (the sentinels name another primary), so the term ends.
     pub async fn lease_renew(
         &self,
         node: &str,
@@ -72,13 +73,18 @@ impl Store {
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
         let v = self.lease("renew", node, token, ttl_ms).await?;
-        if status(&v) == "replica_lost" {
-            let r = Reply::new("lease", &v);
-            tracing::warn!(
+        let r = Reply::new("lease", &v);
+        match status(&v) {
+            "replica_lost" => tracing::warn!(
                 attached = r.count(1)?,
                 counted = r.count(2)?,
                 "the Redis primary lost a replica this term counted (a failover?): stepping down"
-            );
+            ),
+            "deposed" => tracing::warn!(
+                named = %r.text(1)?,
+                "this Redis server is a master the sentinels no longer name: stepping down"
+            ),
+            _ => {}
         }
         Ok(status(&v) == "ok")
     }

@@ -412,6 +412,18 @@ class Producer:
         answers = pipe.execute(raise_on_error=True)
         reply = answers[0]
         status = _text(reply[0]) if reply else ""
+        if status == "not_primary":
+            # A master the sentinels no longer name (an ankusa worker marked it deposed): its
+            # writes will be thrown away. Drop this pool's connections, so a sentinel-managed
+            # pool asks the sentinels for the primary on the next commit.
+            self._replicas = None
+            pool = getattr(self._client, "connection_pool", None)
+            if pool is not None:
+                pool.disconnect()
+            raise Unavailable(f"not the primary: this Redis server is a master the sentinels "
+                              f"no longer name (they name {_text(reply[1])}); nothing was "
+                              "written; retry",
+                              code="not_primary")
         if status == "replica_lost":
             self._replicas = None
             raise Unavailable("not replicated: the Redis primary has fewer replicas attached "
