@@ -9,6 +9,7 @@
 //! | module | concept |
 //! | --- | --- |
 //! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`); `config/redis_url.rs` which deployment a `redis.url` names, `config/forms.rs` the value forms the servers read too |
+//! | [`ids`] | the tenant and source id check, below every layer |
 //! | [`keyspace`] | every Redis key name, hash-tagged per partition (R26, R29) |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
 //! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers (P9) |
@@ -59,6 +60,7 @@ pub mod error;
 mod fault;
 pub mod filter;
 pub mod health;
+pub mod ids;
 pub mod keyspace;
 pub mod leader;
 pub mod metrics;

@@ -3,32 +3,9 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Why an id was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{kind} id {value:?}: must match [A-Za-z0-9_.-]{{1,128}}")]
-pub struct BadId {
-    /// `tenant` or `source`.
-    pub kind: &'static str,
-    /// The value given.
-    pub value: String,
-}
-
-/// Check a tenant or source id: `[A-Za-z0-9_.-]{1,128}`, so ids never need escaping in keys.
-pub fn check_id(kind: &'static str, value: &str) -> Result<(), BadId> {
-    let ok = !value.is_empty()
-        && value.len() <= 128
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(BadId {
-            kind,
-            value: value.to_string(),
-        })
-    }
-}
+// The id check lives below every layer (the config checks tenant ids too); the domain
+// re-exports it where callers have always found it.
+pub use crate::ids::{check_id, BadId};
 
 /// One entry of a source's ordered sink list (R19), with its delivery policy (P9,
 /// `docs/sinks.md` "Per-entry policy").

@@ -206,7 +206,7 @@ fn history(h: &HistoryConfig, p: &mut Problems) {
     p.check(h.max_per_tenant > 0, "history.max_per_tenant", GT0);
     for (i, t) in h.metrics_tenants.iter().enumerate() {
         p.check(
-            crate::model::check_id("tenant", t).is_ok(),
+            crate::ids::check_id("tenant", t).is_ok(),
             format!("history.metrics_tenants[{i}]"),
             "must match [A-Za-z0-9_.-]{1,128}",
         );
@@ -458,7 +458,7 @@ fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Proble
     for (id, c) in t {
         let key = format!("tenants.{id}");
         p.check(
-            crate::model::check_id("tenant", id).is_ok(),
+            crate::ids::check_id("tenant", id).is_ok(),
             &key,
             "tenant id must match [A-Za-z0-9_.-]{1,128}",
         );
@@ -568,7 +568,7 @@ fn connections(c: &BTreeMap<String, ConnectionConfig>, p: &mut Problems) {
         );
         for (i, t) in conn.tenants.iter().enumerate() {
             p.check(
-                t == "*" || crate::model::check_id("tenant", t).is_ok(),
+                t == "*" || crate::ids::check_id("tenant", t).is_ok(),
                 format!("{key}.tenants[{i}]"),
                 format!("{t:?} must be a tenant id ([A-Za-z0-9_.-]{{1,128}}) or \"*\""),
             );
