@@ -26,6 +26,25 @@ use std::time::{Duration, Instant};
 /// on duplicates a failover may cause.
 const WINDOW: usize = 100;
 
+/// The test config for `url`, and a store on it with the source `acme/src` delivering to
+/// the receiver's path `a`.
+async fn store_with_source(url: &str, receiver: &Receiver) -> (Config, Store) {
+    let config: Config = test_config(url);
+    config.validate().expect("valid config");
+    let store = Store::connect_config(&config.redis, &config.instance)
+        .await
+        .expect("store connects")
+        .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
+    let spec = SourceSpec {
+        sinks: vec![sink(receiver, "a")],
+    };
+    store
+        .put_source("acme", "src", &spec)
+        .await
+        .expect("source");
+    (config, store)
+}
+
 /// What a producer was told: hook id → SHA-256 of its body, for acknowledged commits.
 type Acked = Arc<Mutex<Vec<(u64, String)>>>;
 
@@ -613,19 +632,7 @@ async fn a_sentinel_naming_another_primary_for_good_delays_leadership_by_the_gra
         .expect("sentinel address");
     let url = format!("{}&node={stray_sentinel}", d.url());
     let receiver = Receiver::start().expect("receiver starts");
-    let config: Config = test_config(&url);
-    config.validate().expect("valid config");
-    let store = Store::connect_config(&config.redis, &config.instance)
-        .await
-        .expect("store connects")
-        .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
-    let spec = SourceSpec {
-        sinks: vec![sink(&receiver, "a")],
-    };
-    store
-        .put_source("acme", "src", &spec)
-        .await
-        .expect("source");
+    let (config, store) = store_with_source(&url, &receiver).await;
     let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
     let hooks: Vec<Hook> = (0..5)
         .map(|i| Hook::new(format!("{{\"n\":{i}}}")))
@@ -659,19 +666,7 @@ async fn a_sentinel_naming_another_primary_for_good_delays_leadership_by_the_gra
 async fn a_master_the_sentinels_do_not_name_refuses_commits_until_it_is_a_replica() {
     let d = RedisSentinel::start().expect("sentinel deployment starts");
     let receiver = Receiver::start().expect("receiver starts");
-    let config: Config = test_config(&d.url());
-    config.validate().expect("valid config");
-    let store = Store::connect_config(&config.redis, &config.instance)
-        .await
-        .expect("store connects")
-        .with_edge(ankusa::sinks::EdgePolicy::from_config(&config));
-    let spec = SourceSpec {
-        sinks: vec![sink(&receiver, "a")],
-    };
-    store
-        .put_source("acme", "src", &spec)
-        .await
-        .expect("source");
+    let (config, store) = store_with_source(&d.url(), &receiver).await;
     let producer = Producer::new(store.clone(), config.commit.max_hook_bytes);
     // Acknowledged once the replica has it (`WAIT`): the source is on both servers.
     producer

@@ -242,6 +242,21 @@ fn python(program: &str, args: &[&str]) -> serde_json::Value {
     })
 }
 
+/// Register `acme/orders` with one http sink entry nothing listens on (these tests only
+/// commit).
+async fn put_orders(store: &ankusa::store::Store) {
+    store
+        .put_source(
+            "acme",
+            "orders",
+            &ankusa::model::SourceSpec {
+                sinks: vec![ankusa::model::SinkEntry::http("http://127.0.0.1:9/in")],
+            },
+        )
+        .await
+        .expect("source");
+}
+
 const INGEST_TOKEN: &str = "py-ingest-token";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,16 +462,7 @@ async fn the_redis_producer_reads_the_partition_count_and_size_limit_the_instanc
             "100",
         ])
         .expect("HSET");
-    let four = env.store.clone().with_partitions(4);
-    four.put_source(
-        "acme",
-        "orders",
-        &ankusa::model::SourceSpec {
-            sinks: vec![ankusa::model::SinkEntry::http("http://127.0.0.1:9/in")],
-        },
-    )
-    .await
-    .expect("source");
+    put_orders(&env.store.clone().with_partitions(4)).await;
     let program = r#"
 import json, sys, redis
 from ankusa_producer import BadRequest, Producer, TooLarge
@@ -506,16 +512,7 @@ print(json.dumps({"partitions": p.partitions, "max": p.max_hook_bytes,
 async fn a_deposed_server_refuses_commits_from_both_producers_until_a_term_starts_there() {
     let env = Env::new().await;
     let instance = env.config.instance.clone();
-    env.store
-        .put_source(
-            "acme",
-            "orders",
-            &ankusa::model::SourceSpec {
-                sinks: vec![ankusa::model::SinkEntry::http("http://127.0.0.1:9/in")],
-            },
-        )
-        .await
-        .expect("source");
+    put_orders(&env.store).await;
     let lease = env
         .store
         .lease_acquire("n1", 60_000)
