@@ -5,12 +5,12 @@
 //! 1. **Check-in, once per hook.** When a scan claims rows of a batching sink whose hook body
 //!    is larger than the sink's inline limit and the hook has no reference yet, the
 //!    scheduler packs those bodies per tenant and uploads each pack in a background task
-//!    ([`check_in_pack`]); the reference (`s3://bucket/key` or `file:///dir/key`) is written
+//!    (`dispatch::check_in`); the reference (`s3://bucket/key` or `file:///dir/key`) is written
 //!    to the hook's hash (field `cc`) in one call fenced by the leader's token (a deposed
 //!    leader's check-in writes nothing, issue 17.12). Every sink of the hook and every
 //!    retry reuses it: a later claim reads `cc` with the hook.
 //! 2. **Fallback.** If a pack fails, its rows still run: the first attempt of each hook checks
-//!    the body in on its own ([`check_in`]) inside its attempt deadline (R7); the other
+//!    the body in on its own (`dispatch::check_in`) inside its attempt deadline (R7); the other
 //!    attempts of the hook wait for that one. The store client does not retry by itself.
 //! 3. **Retention, then delete.** A pointer may still wait on a queue after its hook is
 //!    finished (an SQS Extended Client consumer deletes the payload itself), so `settle.lua`
@@ -22,43 +22,15 @@
 //!
 //! What a sink sends for a checked-in body: SQS uses the Amazon SQS Extended Client pointer
 //! for `s3://` references, so standard consumers resolve it; otherwise (and for Pub/Sub) a
-//! [`generic_pointer`].
+//! [`generic_pointer`](crate::sinks::payload::generic_pointer).
 
 use crate::config::ClaimCheckConfig;
 use crate::secrets::resolve_operator as resolve_secrets;
-use crate::store::Store;
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use std::sync::Arc;
-use std::time::Duration;
 use tracing::warn;
-
-/// What a sink sends for one hook: the body itself, or a reference to its checked-in copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Payload {
-    /// The body, exactly as committed.
-    Inline(Bytes),
-    /// The body was checked in: its reference and its size in bytes.
-    Checked {
-        /// `s3://bucket/key` or `file:///dir/key`.
-        url: String,
-        /// The body's size, bytes.
-        size: usize,
-    },
-}
-
-/// `(bucket, key)` of an `s3://bucket/key` reference; `None` for other stores.
-pub fn s3_parts(url: &str) -> Option<(String, String)> {
-    let (bucket, key) = url.strip_prefix("s3://")?.split_once('/')?;
-    (!bucket.is_empty() && !key.is_empty()).then(|| (bucket.to_string(), key.to_string()))
-}
-
-/// The pointer sent where no standard format applies (Pub/Sub, `file://` stores):
-/// `{"ankusaClaimCheck":{"url":"…","size":N}}`.
-pub fn generic_pointer(url: &str, size: usize) -> String {
-    serde_json::json!({"ankusaClaimCheck": {"url": url, "size": size}}).to_string()
-}
 
 /// The blob store of claim-checked bodies: a local directory or an S3 bucket
 /// (`object_store`), from `[claim_check]`.
@@ -293,117 +265,9 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
-/// Check one body in (the fallback of an attempt whose pack failed): store it, then record
-/// the reference with the hook so every sink and retry reuses it.
-pub async fn check_in(
-    blobs: &BlobStore,
-    store: &Store,
-    token: &str,
-    tenant: &str,
-    hook: u64,
-    body: Bytes,
-) -> Result<String, String> {
-    let r = async {
-        let url = blobs.put(tenant, hook, body).await?;
-        let recorded = store.set_claim_refs(token, &[(hook, url.clone())]).await;
-        match recorded {
-            Ok(gone) if gone.is_empty() => Ok(url),
-            Ok(gone) => {
-                blobs.delete_later(gone);
-                Err("claim check: the hook is gone".to_string())
-            }
-            // Not deleted: the reply may be what was lost, with the reference recorded (a
-            // dangling pointer is worse than an orphan, which the lifecycle rule removes).
-            Err(e) => Err(format!("claim check: recording the reference: {e}")),
-        }
-    }
-    .await;
-    let result = if r.is_ok() { "ok" } else { "error" };
-    metrics::counter!("ankusa_claim_checks_total", "via" => "attempt", "result" => result)
-        .increment(1);
-    r
-}
-
-/// Check in one tenant's pack of bodies from one scan: upload them together (concurrently,
-/// one object each — the SQS Extended Client pointer names one object per body), then record
-/// every reference with its hook in one pipelined call. Returns one result per hook.
-pub async fn check_in_pack(
-    blobs: &BlobStore,
-    store: &Store,
-    token: &str,
-    tenant: &str,
-    bodies: Vec<(u64, Bytes)>,
-    deadline: Duration,
-) -> Vec<(u64, Result<String, String>)> {
-    let hooks: Vec<u64> = bodies.iter().map(|(h, _)| *h).collect();
-    let upload = async {
-        let mut set = tokio::task::JoinSet::new();
-        for (hook, body) in bodies {
-            let (b, t) = (blobs.clone(), tenant.to_string());
-            set.spawn(async move { (hook, b.put(&t, hook, body).await) });
-        }
-        let mut out = Vec::with_capacity(hooks.len());
-        while let Some(r) = set.join_next().await {
-            if let Ok(x) = r {
-                out.push(x);
-            }
-        }
-        out
-    };
-    let mut results = tokio::time::timeout(deadline, upload)
-        .await
-        .unwrap_or_default();
-    let refs: Vec<(u64, String)> = results
-        .iter()
-        .filter_map(|(h, r)| r.as_ref().ok().map(|u| (*h, u.clone())))
-        .collect();
-    if !refs.is_empty() {
-        match store.set_claim_refs(token, &refs).await {
-            Ok(gone) if !gone.is_empty() => {
-                for (_, r) in results.iter_mut() {
-                    if r.as_ref().is_ok_and(|u| gone.contains(u)) {
-                        *r = Err("claim check: the hook is gone".into());
-                    }
-                }
-                blobs.delete_later(gone);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                // Not deleted: the lost part may be the reply, with the references recorded.
-                let e = format!("claim check: recording the references: {e}");
-                for (_, r) in results.iter_mut() {
-                    *r = Err(e.clone());
-                }
-            }
-        }
-    }
-    // A hook whose upload never answered (deadline) failed too.
-    for h in hooks {
-        if !results.iter().any(|(x, _)| *x == h) {
-            results.push((h, Err("claim check: pack timed out".into())));
-        }
-    }
-    for (_, r) in &results {
-        let result = if r.is_ok() { "ok" } else { "error" };
-        metrics::counter!("ankusa_claim_checks_total", "via" => "pack", "result" => result)
-            .increment(1);
-    }
-    results
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn s3_references_split_into_bucket_and_key() {
-        assert_eq!(
-            s3_parts("s3://b/ankusa/x/t/1-ab"),
-            Some(("b".into(), "ankusa/x/t/1-ab".into()))
-        );
-        assert_eq!(s3_parts("file:///tmp/x"), None);
-        assert_eq!(s3_parts("s3://b"), None);
-    }
 
     #[test]
     fn the_default_directory_is_private_and_one_owned_by_another_user_is_refused() {

@@ -225,8 +225,12 @@ async fn serve_console(
     let stop = tokio_util::sync::CancellationToken::new();
     let limits = crate::admin::ServeLimits::from(&cfg.admin);
     let server = tokio::spawn(crate::admin::serve(listener, st, limits, stop.clone()));
-    let (link, _) =
-        crate::console::link::mint(&cfg.admin, tenant, Some("1h"), crate::console::now_ms())?;
+    let (link, _) = crate::admin::console::link::mint(
+        &cfg.admin,
+        tenant,
+        Some("1h"),
+        crate::admin::console::now_ms(),
+    )?;
     eprintln!(
         "demo: the console is at http://{bound}/ui/ — operator token for this run: {token}\n\
          demo: {tenant}'s portal (link valid 1 h): http://{bound}/portal/enter?link={link}\n\

@@ -2,7 +2,7 @@
 
 use crate::config::ConfigError;
 use crate::model::BadId;
-use crate::store::{CommitError, StoreError};
+use crate::store::{CommitError, PartitionsError, SourceError, StoreError};
 
 /// Errors of the public API. `exit_code()` maps them to the CLI's documented codes.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +27,7 @@ pub enum Error {
     EvictingRedis(String),
     /// The config's `partitions` differs from the count recorded in Redis at the instance's
     /// first start (issue 13): routing tenants with another count would lose their rows.
-    #[error("partitions = {configured} in the config, but instance {instance:?} was started with partitions = {recorded} (recorded in redis key {key}); set partitions = {recorded}, or change the count as docs/running.md \"Partitions\" says: drain, stop every worker, move the data (or start empty), SET {key} <new count>, set partitions in every config, start the workers")]
+    #[error("{}", crate::store::partitions_mismatch(instance, *configured, *recorded, key))]
     PartitionsMismatch {
         /// The instance.
         instance: String,
@@ -50,6 +50,46 @@ pub enum Error {
     /// Something else (I/O of files, HTTP servers).
     #[error("{0}")]
     Other(String),
+}
+
+impl From<SourceError> for Error {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::BadId(e) => Error::BadId(e),
+            SourceError::Invalid(why) => Error::InvalidSource(why),
+            SourceError::NotFound(what) => Error::NotFound(what),
+            SourceError::Unavailable(why) => Error::Unavailable(why),
+            SourceError::Store(e) => Error::Store(e),
+        }
+    }
+}
+
+impl From<crate::tokens::MintError> for Error {
+    fn from(e: crate::tokens::MintError) -> Self {
+        match e {
+            crate::tokens::MintError::BadId(e) => Error::BadId(e),
+            crate::tokens::MintError::BadRequest(why) => Error::BadRequest(why),
+        }
+    }
+}
+
+impl From<PartitionsError> for Error {
+    fn from(e: PartitionsError) -> Self {
+        match e {
+            PartitionsError::Mismatch {
+                instance,
+                configured,
+                recorded,
+                key,
+            } => Error::PartitionsMismatch {
+                instance,
+                configured,
+                recorded,
+                key,
+            },
+            PartitionsError::Store(e) => Error::Store(e),
+        }
+    }
 }
 
 impl Error {

@@ -22,13 +22,12 @@
 //! | [`scheduler`] | pure decisions: [`scheduler::slots`], [`scheduler::breaker`], [`scheduler::backoff`] |
 //! | [`sinks`] | sink modules (http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge) behind [`sinks::registry`], the batcher, retry classification (R8, R17) |
 //! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references scoped per tenant |
-//! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18) |
+//! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18); a sink carries a [`sinks::payload::Payload`] |
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
 //! | [`dlq`] | reading, replaying and purging dead letters |
 //! | [`visibility`] | attempt history, `hooks show`, `rows list`, resend, `tenants top` |
-//! | [`admin`] | admin HTTP: metrics, health, ingest, operations; who may call what ([`admin::Principal`]) |
-//! | [`console`] | the operator console (`/ui/`) and tenant portal (`/portal/`): server-rendered pages over the admin API |
+//! | [`admin`] | admin HTTP: metrics, health, ingest, operations; who may call what ([`admin::Principal`]); [`admin::console`], the operator console (`/ui/`) and tenant portal (`/portal/`): server-rendered pages over the admin API, served by the same listener |
 //! | [`tokens`] | tenant tokens: minting, their scopes, what Redis keeps of them |
 //! | [`metrics`] | the Prometheus recorder (R27) |
 //! | [`telemetry`] | optional OpenTelemetry (OTLP/HTTP) export of attempt spans |
@@ -52,7 +51,6 @@ pub mod admin;
 pub mod bench;
 pub mod claim_check;
 pub mod config;
-pub mod console;
 pub mod demo;
 pub mod dispatch;
 pub mod dlq;

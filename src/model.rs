@@ -235,59 +235,6 @@ pub struct SourceSpec {
 }
 
 impl SourceSpec {
-    /// Check every entry: a known module and the options it needs, under the secure default
-    /// guards and bounds ([`crate::sinks::EdgePolicy::default`]) and no tenant (so a secret
-    /// reference is refused).
-    pub fn validate(&self) -> Result<(), String> {
-        let edge = crate::sinks::EdgePolicy::default();
-        self.check_entries(&edge, &edge.sources.bounds(""), "")
-    }
-
-    /// [`SourceSpec::validate`] for a source of `tenant` under `edge`: the SSRF guard for
-    /// literal IP hosts (`http.allow_cidrs`), the tenant's secret namespace (`secrets.*`,
-    /// `tenants.<id>.shared_secrets`) and the operator's bounds (`[limits]`,
-    /// `[tenants.<id>]`, the `[retry]` caps). Every refusal names the limit and its key.
-    pub fn validate_for(
-        &self,
-        tenant: &str,
-        edge: &crate::sinks::EdgePolicy,
-    ) -> Result<(), String> {
-        let bounds = edge.sources.bounds(tenant);
-        // Before any entry is parsed: a 20 000-entry spec costs one comparison.
-        let max = &bounds.max_sinks_per_source;
-        if self.sinks.len() > max.value {
-            return Err(format!(
-                "sinks: {} entries, more than the {} a source may have ({} = {})",
-                self.sinks.len(),
-                max.value,
-                max.key,
-                max.value
-            ));
-        }
-        self.check_entries(&edge.for_tenant(tenant), &bounds, tenant)
-    }
-
-    fn check_entries(
-        &self,
-        edge: &crate::sinks::EdgePolicy,
-        bounds: &crate::config::SourceBounds,
-        tenant: &str,
-    ) -> Result<(), String> {
-        crate::sinks::registry::check_entries(&self.sinks, edge, bounds, tenant)
-    }
-
-    /// The operator's egress grants to `tenant` (`[tenants.<id>]`): an SQS or Pub/Sub entry
-    /// naming a custom endpoint needs `custom_endpoints`, one publishing with the worker's
-    /// own cloud credentials needs its queue ARN or topic in `ambient_credentials`. The
-    /// error names the entry, the option and the config key. Checked again at attempt time.
-    pub fn check_egress(
-        &self,
-        tenant: &str,
-        edge: &crate::sinks::EdgePolicy,
-    ) -> Result<(), String> {
-        crate::sinks::registry::check_grants(&self.sinks, tenant, edge)
-    }
-
     /// The `lanes` field the commit script reads: one spec per entry (`""` unordered,
     /// `h:<lowercased header>`, `j:<pointer>`, `c:` one lane for the whole entry); `None` when
     /// no entry is ordered.

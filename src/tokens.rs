@@ -13,7 +13,7 @@
 //! revoking are in `store/tokens.rs`; checking a presented token is
 //! [`crate::admin::Authenticator`].
 
-use crate::error::Error;
+use crate::ids::BadId;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -185,19 +185,31 @@ pub fn parse_ttl(s: &str) -> Result<u64, String> {
     Ok(ms)
 }
 
-/// Check a request and mint its token at `now_ms` (Redis clock). Errors
-/// ([`Error::BadRequest`], [`Error::BadId`]) name the field: a bad tenant id, no or unknown
-/// scopes, a bad ttl, a name too long or with control characters.
-pub fn mint(req: &TokenRequest, now_ms: i64) -> Result<Minted, Error> {
-    crate::model::check_id("tenant", &req.tenant)?;
+/// Why a token request is refused; each names the field. [`crate::Error`] carries them as
+/// `BadId` and `BadRequest` (exit code 2, admin API code `bad_request`).
+#[derive(Debug, thiserror::Error)]
+pub enum MintError {
+    /// The tenant id is malformed.
+    #[error(transparent)]
+    BadId(#[from] BadId),
+    /// No or unknown scopes, a bad ttl, a name too long or with control characters.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+}
+
+/// Check a request and mint its token at `now_ms` (Redis clock). Errors ([`MintError`])
+/// name the field: a bad tenant id, no or unknown scopes, a bad ttl, a name too long or
+/// with control characters.
+pub fn mint(req: &TokenRequest, now_ms: i64) -> Result<Minted, MintError> {
+    crate::ids::check_id("tenant", &req.tenant)?;
     let mut scopes = req.scopes.clone();
-    normalise(&mut scopes).map_err(|e| Error::BadRequest(format!("scopes: {e}")))?;
+    normalise(&mut scopes).map_err(|e| MintError::BadRequest(format!("scopes: {e}")))?;
     let ttl_ms = match &req.ttl {
-        Some(t) => parse_ttl(t).map_err(Error::BadRequest)?,
+        Some(t) => parse_ttl(t).map_err(MintError::BadRequest)?,
         None => TTL_DEFAULT_MS,
     };
     let name = req.name.clone().unwrap_or_default();
-    check_name(&name).map_err(Error::BadRequest)?;
+    check_name(&name).map_err(MintError::BadRequest)?;
     let id = random_hex(ID_HEX / 2);
     let token = format!("{PREFIX}{id}_{}", random_hex(SECRET_HEX / 2));
     let digest = digest(&token);

@@ -267,7 +267,7 @@ fn the_compose_stack_wires_redis_three_workers_a_producer_a_receiver_prometheus_
     let spec: ankusa::model::SourceSpec =
         serde_json::from_str(&std::fs::read_to_string(&source_host).unwrap())
             .expect("source spec parses");
-    spec.validate().expect("source spec is valid");
+    ankusa::sinks::registry::validate_source(&spec).expect("source spec is valid");
     let receiver = strs(&services["receiver"]["command"]);
     assert_eq!(receiver.first().map(String::as_str), Some("receiver"));
     let listen = receiver

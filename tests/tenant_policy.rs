@@ -141,7 +141,7 @@ async fn another_tenants_env_secret_is_never_delivered_and_reads_exactly_as_an_u
         }))
     };
     // At source put: the other tenant's set name and an unset one are refused alike, by name.
-    let refusal = |e: ankusa::Error, name: &str| e.to_string().replace(name, "NAME");
+    let refusal = |e: ankusa::store::SourceError, name: &str| e.to_string().replace(name, "NAME");
     let set = env
         .store
         .put_source(

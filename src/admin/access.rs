@@ -59,7 +59,7 @@ pub enum Principal {
     },
 }
 
-/// The principal a console page calls the admin API for (`crate::console`): put in the
+/// The principal a console page calls the admin API for (`crate::admin::console`): put in the
 /// extensions of an in-process request, it stands for the session's credential.
 #[derive(Debug, Clone)]
 pub(crate) struct Acting(pub(crate) Principal);

@@ -16,6 +16,7 @@ use crate::config::AdminConfig;
 
 pub mod access;
 pub mod browser;
+pub mod console;
 mod ingest;
 mod operations;
 mod tokens;
@@ -81,7 +82,7 @@ pub struct AdminState {
     /// `no_config_source`.
     pub reload: Option<Reload>,
     /// The console's and portal's sessions, link key and framing (`/ui/`, `/portal/`).
-    pub console: Arc<crate::console::Console>,
+    pub console: Arc<crate::admin::console::Console>,
 }
 
 impl AdminState {
@@ -100,7 +101,7 @@ impl AdminState {
             max_body_bytes: config.commit.max_hook_bytes,
             request_timeout: Duration::from_millis(config.admin.request_timeout_ms),
             event_type_headers: config.admin.event_type_headers.clone(),
-            console: Arc::new(crate::console::Console::new(&config.admin)),
+            console: Arc::new(crate::admin::console::Console::new(&config.admin)),
             worker,
             producer,
             metrics,
@@ -383,7 +384,7 @@ fn with_access_answers(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
 }
 
 /// The router: the API, and the console's pages under `/ui/` and `/portal/`
-/// ([`crate::console`]). Ingest reads at most `max_body_bytes` of a body and, like the open
+/// ([`crate::admin::console`]). Ingest reads at most `max_body_bytes` of a body and, like the open
 /// endpoints, answers within `request_timeout`. Every route passes [`browser::guard`];
 /// secured routes then [`access::authorize`].
 pub fn router(st: AdminState) -> Router {
@@ -412,7 +413,7 @@ pub fn router(st: AdminState) -> Router {
     // The console's pages call the API through `api` in-process, as their session's
     // principal: the same routes, rules and scopes as a bearer.
     api.clone()
-        .merge(crate::console::router(st.clone(), api))
+        .merge(crate::admin::console::router(st.clone(), api))
         .layer(middleware::from_fn_with_state(st, browser::guard))
 }
 

@@ -45,11 +45,11 @@ async fn portal_link_create(
     body: Result<Json<PortalLinkRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<PortalLink>), ApiError> {
     let Json(req) = body?;
-    let (link, expires_at_ms) = crate::console::link::mint(
+    let (link, expires_at_ms) = crate::admin::console::link::mint(
         &st.worker.config().admin,
         &req.tenant,
         req.ttl.as_deref(),
-        crate::console::now_ms(),
+        crate::admin::console::now_ms(),
     )?;
     tracing::info!(tenant = req.tenant, expires_at_ms, "portal link minted");
     Ok((
@@ -72,7 +72,8 @@ async fn token_create(
 ) -> Result<(StatusCode, Json<NewToken>), ApiError> {
     let Json(req) = body?;
     let store = st.worker.store();
-    let minted = crate::tokens::mint(&req, store.now_ms().await.map_err(Error::from)?)?;
+    let minted = crate::tokens::mint(&req, store.now_ms().await.map_err(Error::from)?)
+        .map_err(Error::from)?;
     store
         .put_token(&minted.token.info, &minted.digest)
         .await

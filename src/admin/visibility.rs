@@ -221,7 +221,8 @@ async fn source_get(
     let store = st.worker.store();
     let spec = store
         .get_source(&tenant, &source)
-        .await?
+        .await
+        .map_err(Error::from)?
         .ok_or_else(|| no_source(&tenant, &source))?;
     let version = store
         .for_tenant(&tenant)
@@ -264,7 +265,8 @@ async fn source_put(
         .worker
         .store()
         .put_source(&tenant, &source, &spec)
-        .await?;
+        .await
+        .map_err(Error::from)?;
     Ok(Json(SourcePut {
         version,
         sinks: spec.sinks.len(),

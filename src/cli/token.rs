@@ -123,7 +123,7 @@ fn print_table(tokens: &[TokenInfo]) {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let now = ankusa::console::now_ms();
+    let now = ankusa::admin::console::now_ms();
     // The shared table: padded columns, and every cell escaped (a token's name is free
     // text, written through the admin API too).
     let rows = tokens.iter().map(|t| {
@@ -156,8 +156,12 @@ pub fn portal_link(
     base_url: Option<&str>,
 ) -> Result<(), Error> {
     let cfg = load_config(cli)?;
-    let (link, expires_at_ms) =
-        ankusa::console::link::mint(&cfg.admin, tenant, Some(ttl), ankusa::console::now_ms())?;
+    let (link, expires_at_ms) = ankusa::admin::console::link::mint(
+        &cfg.admin,
+        tenant,
+        Some(ttl),
+        ankusa::admin::console::now_ms(),
+    )?;
     let path = format!("/portal/enter?link={link}");
     let base = match base_url {
         Some(b) => b.trim_end_matches('/').to_string(),

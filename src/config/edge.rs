@@ -123,11 +123,27 @@ impl Default for LimitsConfig {
             max_sinks_per_source: 20,
             max_headers_per_entry: 32,
             max_header_bytes: 8192,
-            modules: crate::sinks::registry::names()
-                .map(str::to_string)
-                .collect(),
+            modules: sink_modules().to_vec(),
         }
     }
+}
+
+/// The sink modules this build has, as the embedded default file lists them in `[limits]
+/// modules` (`config/ankusa.toml`, in the order errors name them). The sink registry's test
+/// keeps the two lists equal, so the config knows every module without reading the sinks.
+pub fn sink_modules() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let file: toml::Table =
+            toml::from_str(super::DEFAULT_CONFIG_TOML).expect("the embedded default file parses");
+        file.get("limits")
+            .and_then(|l| l.get("modules"))
+            .and_then(|m| m.as_array())
+            .expect("the embedded default file lists [limits] modules")
+            .iter()
+            .filter_map(|m| m.as_str().map(str::to_string))
+            .collect()
+    })
 }
 
 /// One `[tenants.<id>]` section: the operator's policy for one tenant. Unset bounds fall

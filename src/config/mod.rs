@@ -32,17 +32,19 @@ mod duration;
 mod edge;
 mod env;
 mod forms;
+mod proxy;
 pub mod redis_url;
 mod sections;
 mod validate;
 
 pub use duration::parse_ms;
 pub use edge::{
-    Bound, ConnectionConfig, HttpConfig, LimitsConfig, SecretsConfig, SourceBounds, SourcePolicy,
-    TenantConfig,
+    sink_modules, Bound, ConnectionConfig, HttpConfig, LimitsConfig, SecretsConfig, SourceBounds,
+    SourcePolicy, TenantConfig,
 };
 use env::{parse_error, EnvOverrides};
-pub use forms::{frame_origin, split_host};
+pub use forms::{frame_origin, split_host, valid_ambient_grant};
+pub use proxy::EgressProxy;
 pub use sections::{
     AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
     LeaderConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig, TelemetryConfig,

@@ -355,7 +355,7 @@ fn claim_check(cc: &ClaimCheckConfig, p: &mut Problems) {
 
 /// `[http]`: the allowed CIDR blocks of the http sink, its egress proxy.
 fn http(http: &HttpConfig, p: &mut Problems) {
-    if let Err(why) = crate::sinks::http::proxy::EgressProxy::from_config(http) {
+    if let Err(why) = super::EgressProxy::from_config(http) {
         match why
             .split_once(": ")
             .filter(|(k, _)| k.starts_with("no_proxy["))
@@ -428,13 +428,11 @@ fn source_bounds(
     }
     for (i, m) in modules.unwrap_or_default().iter().enumerate() {
         p.check(
-            crate::sinks::registry::find(m).is_some(),
+            super::sink_modules().contains(m),
             format!("{section}.modules[{i}]"),
             format!(
                 "{m:?} is no sink module (known: {})",
-                crate::sinks::registry::names()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                super::sink_modules().join(", ")
             ),
         );
     }
@@ -499,7 +497,7 @@ fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Proble
         );
         for (i, g) in c.ambient_credentials.iter().enumerate() {
             p.check(
-                crate::sinks::guard::valid_ambient_grant(g),
+                super::valid_ambient_grant(g),
                 format!("{key}.ambient_credentials[{i}]"),
                 format!(
                     "{g:?} must be an SQS queue ARN (arn:aws:sqs:<region>:<account>:<queue>) or a \

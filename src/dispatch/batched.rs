@@ -22,10 +22,12 @@
 //!    exactly as an HTTP attempt does ([`Session::handle_batched`]); when a key's breaker
 //!    opens, its staged rows and its queued, unsent entries are taken back and parked.
 
+use super::check_in;
 use super::{breaker, Event, Job, Session, SinkKey};
-use crate::claim_check::{self, BlobStore, Payload};
+use crate::claim_check::BlobStore;
 use crate::model::RowId;
 use crate::sinks::batcher::{Batcher, Limits, Reply, Submission};
+use crate::sinks::payload::Payload;
 use crate::sinks::registry::Destination;
 use crate::sinks::{AttemptError, ErrorKind, ResolveError};
 use bytes::Bytes;
@@ -231,8 +233,7 @@ impl Session {
                 let n = bodies.len();
                 let results = match &blobs {
                     Ok(b) => {
-                        claim_check::check_in_pack(b, &store, &token, &tenant, bodies, deadline)
-                            .await
+                        check_in::check_in_pack(b, &store, &token, &tenant, bodies, deadline).await
                     }
                     Err(e) => bodies
                         .into_iter()
@@ -492,7 +493,7 @@ async fn run_attempt(
                 let r = check
                     .fallback
                     .get_or_try_init(|| {
-                        claim_check::check_in(
+                        check_in::check_in(
                             blobs,
                             &store,
                             &token,

@@ -19,6 +19,7 @@
 
 mod attempt;
 mod batched;
+mod check_in;
 mod claim;
 mod core;
 mod events;

@@ -28,6 +28,7 @@ pub mod guard;
 pub mod http;
 pub mod kinesis;
 pub mod nats;
+pub mod payload;
 pub mod pubsub;
 pub mod rabbitmq;
 pub mod registry;

@@ -10,10 +10,10 @@
 
 use super::batcher::{Limits, Transport};
 use super::guard::EgressGrant;
+use super::payload::Payload;
 use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
-use crate::claim_check::Payload;
 use crate::config::SourceBounds;
-use crate::model::SinkEntry;
+use crate::model::{SinkEntry, SourceSpec};
 use crate::secrets::SecretPolicy;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -223,6 +223,37 @@ impl Sinks {
     }
 }
 
+/// Check a source's sink list: a known module and the options it needs, under the secure
+/// default guards and bounds ([`EdgePolicy::default`]) and no tenant (so a secret reference
+/// is refused). Errors: the first refusal, naming the entry and the field.
+pub fn validate_source(spec: &SourceSpec) -> Result<(), String> {
+    let edge = EdgePolicy::default();
+    check_entries(&spec.sinks, &edge, &edge.sources.bounds(""), "")
+}
+
+/// [`validate_source`] for a source of `tenant` under `edge`, then the tenant's egress
+/// grants ([`check_grants`]): the SSRF guard for literal IP hosts (`http.allow_cidrs`), the
+/// tenant's secret namespace (`secrets.*`, `tenants.<id>.shared_secrets`), the operator's
+/// bounds (`[limits]`, `[tenants.<id>]`, the `[retry]` caps) and grants
+/// (`tenants.<id>.custom_endpoints`, `ambient_credentials`; checked again at attempt time).
+/// Errors: the first refusal, naming the limit and its config key.
+pub fn check_source(spec: &SourceSpec, tenant: &str, edge: &EdgePolicy) -> Result<(), String> {
+    let bounds = edge.sources.bounds(tenant);
+    // Before any entry is parsed: a 20 000-entry spec costs one comparison.
+    let max = &bounds.max_sinks_per_source;
+    if spec.sinks.len() > max.value {
+        return Err(format!(
+            "sinks: {} entries, more than the {} a source may have ({} = {})",
+            spec.sinks.len(),
+            max.value,
+            max.key,
+            max.value
+        ));
+    }
+    check_entries(&spec.sinks, &edge.for_tenant(tenant), &bounds, tenant)?;
+    check_grants(&spec.sinks, tenant, edge)
+}
+
 /// Check every entry of a source's sink list (its length is checked before): a known module
 /// allowed for the tenant, the generic policy fields (lane key, filter, retry, rate limit,
 /// disable), then the module's own options. Every refusal names the entry and the field.
@@ -293,6 +324,19 @@ pub fn no_grant_needed(_: &SinkEntry, _: &str, _: &EgressGrant) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_config_knows_every_module_in_registry_order() {
+        // The config validates `limits.modules` against the default file's list: a module
+        // added here must be added there, in the same place.
+        assert_eq!(
+            names().collect::<Vec<_>>(),
+            crate::config::sink_modules()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        );
+    }
 
     #[test]
     fn every_module_name_finds_its_module_and_no_other_does() {

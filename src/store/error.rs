@@ -130,6 +130,67 @@ impl StoreError {
     }
 }
 
+/// Why a source could not be read or written ([`super::Store::put_source`],
+/// [`super::Store::get_source`], [`super::Store::set_sink_disabled`]). [`crate::Error`]
+/// carries each case as its own variant, with the same message and exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A tenant or source id is malformed.
+    #[error(transparent)]
+    BadId(#[from] crate::ids::BadId),
+    /// The spec is refused (the message names the entry, the field and the config key), or
+    /// the stored one no longer parses.
+    #[error("invalid source: {0}")]
+    Invalid(String),
+    /// No such source, or no such entry in it.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The source kept changing under a compare-and-set.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The store call failed (`Fenced` for a deposed leader's disable).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<fred::error::Error> for SourceError {
+    fn from(e: fred::error::Error) -> Self {
+        SourceError::Store(e.into())
+    }
+}
+
+/// Why [`super::Store::check_partitions`] refuses this store's partition count.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionsError {
+    /// The count differs from the one recorded in Redis at the instance's first start
+    /// (issue 13): routing tenants with another count would lose their rows.
+    #[error("{}", partitions_mismatch(instance, *configured, *recorded, key))]
+    Mismatch {
+        /// The instance.
+        instance: String,
+        /// `partitions` of the config.
+        configured: u32,
+        /// The count recorded in Redis.
+        recorded: u32,
+        /// The Redis key holding it.
+        key: String,
+    },
+    /// The store call failed, or the key holds no count.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The message of a partition count mismatch: the two counts and how to change the count.
+pub fn partitions_mismatch(instance: &str, configured: u32, recorded: u32, key: &str) -> String {
+    format!(
+        "partitions = {configured} in the config, but instance {instance:?} was started with \
+         partitions = {recorded} (recorded in redis key {key}); set partitions = {recorded}, \
+         or change the count as docs/running.md \"Partitions\" says: drain, stop every \
+         worker, move the data (or start empty), SET {key} <new count>, set partitions in \
+         every config, start the workers"
+    )
+}
+
 /// Errors of a commit (R1). Nothing was written when any of these is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {

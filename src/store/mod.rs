@@ -62,7 +62,9 @@ pub use cancel::Cancelled;
 pub use claim::{ByteRooms, ClaimRequest, ClaimResult, ClaimWeights, ClaimedRow};
 pub use commit::{CommitOptions, CommitReceipt, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};
 pub use decode::first_score;
-pub use error::{CommitError, RedisFailure, StoreError};
+pub use error::{
+    partitions_mismatch, CommitError, PartitionsError, RedisFailure, SourceError, StoreError,
+};
 pub use history::{history_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
 pub use hooks::StoredHook;
 pub use lease::{token_node, LeaseAcquire};

@@ -67,9 +67,9 @@ impl Store {
 
     /// Check this store's partition count against the one recorded in Redis; `record`
     /// (a worker's start) records it when none is (`SET NX`: the instance's first start).
-    /// Errors: [`crate::Error::PartitionsMismatch`] when they differ (the message says how to
+    /// Errors: [`PartitionsError::Mismatch`] when they differ (the message says how to
     /// change it); a recorded value that is no count is a [`StoreError`] naming the key.
-    pub async fn check_partitions(&self, record: bool) -> Result<(), crate::Error> {
+    pub async fn check_partitions(&self, record: bool) -> Result<(), PartitionsError> {
         let key = self.ks.partition_count();
         let c = self.client();
         // Read first: a full Redis (maxmemory under noeviction) still answers reads, and a
@@ -110,7 +110,7 @@ impl Store {
         if recorded == self.partitions {
             return Ok(());
         }
-        Err(crate::Error::PartitionsMismatch {
+        Err(PartitionsError::Mismatch {
             instance: self.ks.instance().to_string(),
             configured: self.partitions,
             recorded,

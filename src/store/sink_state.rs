@@ -65,7 +65,7 @@ impl Store {
     /// the event to the `events` stream trimmed to about `events_max_len`. `token`: the
     /// leader's lease token (fenced), or `None` for an operator's command. `module`, when
     /// given, must be the entry's module (the leader's disable names the key it saw fail).
-    /// Errors: [`crate::Error::NotFound`] for an unknown source or index, `Store(Fenced)`.
+    /// Errors: [`SourceError::NotFound`] for an unknown source or index, `Store(Fenced)`.
     #[allow(clippy::too_many_arguments)]
     pub async fn set_sink_disabled(
         &self,
@@ -76,11 +76,11 @@ impl Store {
         module: Option<&str>,
         disabled: Option<Disabled>,
         events_max_len: u64,
-    ) -> Result<SinkStateChange, crate::Error> {
+    ) -> Result<SinkStateChange, SourceError> {
         // The tenant's partition (issue 13).
         let this = self.for_tenant(tenant);
-        crate::model::check_id("tenant", tenant)?;
-        crate::model::check_id("source", source)?;
+        crate::ids::check_id("tenant", tenant)?;
+        crate::ids::check_id("source", source)?;
         for _ in 0..8 {
             let key = this.ks.source(tenant, source);
             let (spec, version): (Option<String>, Option<String>) = self
@@ -89,13 +89,13 @@ impl Store {
                 .await
                 .map_err(StoreError::from)?;
             let (Some(spec), Some(version)) = (spec, version) else {
-                return Err(crate::Error::NotFound(format!("source {tenant}/{source}")));
+                return Err(SourceError::NotFound(format!("source {tenant}/{source}")));
             };
             let mut spec: SourceSpec = serde_json::from_str(&spec).map_err(|e| {
-                crate::Error::InvalidSource(format!("stored spec of {tenant}/{source}: {e}"))
+                SourceError::Invalid(format!("stored spec of {tenant}/{source}: {e}"))
             })?;
             let Some(entry) = spec.sinks.get_mut(index as usize) else {
-                return Err(crate::Error::NotFound(format!(
+                return Err(SourceError::NotFound(format!(
                     "sink entry {index} of {tenant}/{source}"
                 )));
             };
@@ -129,8 +129,8 @@ impl Store {
                 ..SinkEvent::default()
             };
             entry.disabled = disabled.clone();
-            let json = serde_json::to_string(&spec)
-                .map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
+            let json =
+                serde_json::to_string(&spec).map_err(|e| SourceError::Invalid(e.to_string()))?;
             let mut args: Vec<Value> = vec![
                 this.prefix(),
                 token.unwrap_or("").into(),
@@ -168,7 +168,7 @@ impl Store {
                 "changed" => continue,
                 "fenced" => return Err(StoreError::Fenced.into()),
                 "unknown_source" => {
-                    return Err(crate::Error::NotFound(format!("source {tenant}/{source}")))
+                    return Err(SourceError::NotFound(format!("source {tenant}/{source}")))
                 }
                 other => {
                     return Err(
@@ -177,7 +177,7 @@ impl Store {
                 }
             }
         }
-        Err(crate::Error::Unavailable(format!(
+        Err(SourceError::Unavailable(format!(
             "{tenant}/{source} kept changing while entry {index} was being updated"
         )))
     }

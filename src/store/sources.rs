@@ -30,20 +30,18 @@ impl Store {
     /// Register or replace a source (R19). The spec is validated first, under this store's
     /// [`Store::with_edge`] guards and bounds for `tenant` (a literal blocked IP, a reference
     /// outside the tenant's secret namespace, an entry over `[limits]`, an egress grant the
-    /// tenant lacks is an [`crate::Error::InvalidSource`] naming it and its config key).
+    /// tenant lacks is a [`SourceError::Invalid`] naming it and its config key).
     pub async fn put_source(
         &self,
         tenant: &str,
         source: &str,
         spec: &SourceSpec,
-    ) -> Result<u64, crate::Error> {
-        crate::model::check_id("tenant", tenant)?;
-        crate::model::check_id("source", source)?;
-        spec.validate_for(tenant, &self.edge)
-            .and_then(|()| spec.check_egress(tenant, &self.edge))
-            .map_err(crate::Error::InvalidSource)?;
-        let json =
-            serde_json::to_string(spec).map_err(|e| crate::Error::InvalidSource(e.to_string()))?;
+    ) -> Result<u64, SourceError> {
+        crate::ids::check_id("tenant", tenant)?;
+        crate::ids::check_id("source", source)?;
+        crate::sinks::registry::check_source(spec, tenant, &self.edge)
+            .map_err(SourceError::Invalid)?;
+        let json = serde_json::to_string(spec).map_err(|e| SourceError::Invalid(e.to_string()))?;
         // A source lives in its tenant's partition (issue 13).
         let this = self.for_tenant(tenant);
         let key = this.ks.source(tenant, source);
@@ -94,7 +92,7 @@ impl Store {
         &self,
         tenant: &str,
         source: &str,
-    ) -> Result<Option<SourceSpec>, crate::Error> {
+    ) -> Result<Option<SourceSpec>, SourceError> {
         let this = self.for_tenant(tenant);
         let spec: Option<String> = this
             .client()
@@ -104,7 +102,7 @@ impl Store {
         match spec {
             None => Ok(None),
             Some(s) => serde_json::from_str(&s).map(Some).map_err(|e| {
-                crate::Error::InvalidSource(format!("stored spec of {tenant}/{source}: {e}"))
+                SourceError::Invalid(format!("stored spec of {tenant}/{source}: {e}"))
             }),
         }
     }

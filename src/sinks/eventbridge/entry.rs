@@ -4,12 +4,12 @@
 
 use super::{client, EventBridgeClients, EventBridgeOpts, EventBridgeTarget, EventBridgeTransport};
 use super::{FIELDS_RESERVE, MAX_REQUEST_BYTES};
-use crate::claim_check::Payload;
 use crate::config::SourceBounds;
 use crate::model::SinkEntry;
 use crate::secrets::SecretPolicy;
 use crate::sinks::batcher::{Limits, Transport};
 use crate::sinks::guard::EgressGrant;
+use crate::sinks::payload::Payload;
 use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
 use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy};
 use std::sync::Arc;

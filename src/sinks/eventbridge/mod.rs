@@ -23,8 +23,8 @@ use super::aws::{
 use super::batcher::{BoxFuture, Limits, Transport};
 use super::guard::EgressGrant;
 use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
-use crate::claim_check::Payload;
 use crate::secrets::SecretPolicy;
+use crate::sinks::payload::Payload;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ impl EventBridgeTarget {
         let detail = match payload {
             Payload::Inline(b) => b.clone(),
             Payload::Checked { url, size } => {
-                crate::claim_check::generic_pointer(url, *size).into()
+                crate::sinks::payload::generic_pointer(url, *size).into()
             }
         };
         let perm =

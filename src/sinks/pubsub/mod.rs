@@ -35,8 +35,8 @@ use super::guard::{
 use super::{
     message_header_pairs, truncate, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind,
 };
-use crate::claim_check::{generic_pointer, Payload};
 use crate::secrets::{has_reference, SecretPolicy};
+use crate::sinks::payload::{generic_pointer, Payload};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

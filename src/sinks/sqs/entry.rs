@@ -3,12 +3,12 @@
 //! process's [`SqsClients`].
 
 use super::{header_pairs, SqsClients, SqsOpts, SqsTarget};
-use crate::claim_check::Payload;
 use crate::config::SourceBounds;
 use crate::model::SinkEntry;
 use crate::secrets::SecretPolicy;
 use crate::sinks::batcher::{Limits, Transport};
 use crate::sinks::guard::EgressGrant;
+use crate::sinks::payload::Payload;
 use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
 use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy};
 use std::sync::Arc;

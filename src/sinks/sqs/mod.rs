@@ -32,8 +32,8 @@ use super::guard::EgressGrant;
 use super::{
     header_pairs, message_header_pairs, AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind,
 };
-use crate::claim_check::Payload;
 use crate::secrets::{has_reference, SecretPolicy};
+use crate::sinks::payload::Payload;
 use aws_sdk_sqs::config::{BehaviorVersion, IdentityCache, Region};
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
@@ -118,14 +118,14 @@ impl SqsTarget {
         }
         let body = match payload {
             Payload::Inline(b) => b.clone(),
-            Payload::Checked { url, size } => match crate::claim_check::s3_parts(url) {
+            Payload::Checked { url, size } => match crate::sinks::payload::s3_parts(url) {
                 Some((bucket, key)) => {
                     attributes.push((EXTENDED_PAYLOAD_SIZE.into(), size.to_string(), true));
                     extended_pointer(&bucket, &key).into()
                 }
                 None => {
                     attributes.push(("ankusa-claim-check".into(), url.clone(), false));
-                    crate::claim_check::generic_pointer(url, *size).into()
+                    crate::sinks::payload::generic_pointer(url, *size).into()
                 }
             },
         };
