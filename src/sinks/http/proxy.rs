@@ -130,7 +130,8 @@ impl ProxiedClient {
     ///
     /// # Errors
     /// hyper's error, whose source chain holds the guard's [`crate::sinks::guard::Blocked`]
-    /// for a refused destination and the proxy's refusal for a failed `CONNECT`.
+    /// for a refused destination and the proxy's refusal for a failed `CONNECT`; [`TimedOut`]
+    /// past the request's timeout.
     pub async fn execute(&self, req: reqwest::Request) -> Result<reqwest::Response, BoxError> {
         let timeout = req.timeout().copied();
         let mut req: http::Request<reqwest::Body> = req.try_into()?;
@@ -149,12 +150,25 @@ impl ProxiedClient {
         let resp = match timeout {
             Some(t) => tokio::time::timeout(t, sent)
                 .await
-                .map_err(|_| format!("timeout after {} ms", t.as_millis()))??,
+                .map_err(|_| TimedOut(t))??,
             None => sent.await?,
         };
         Ok(reqwest::Response::from(resp.map(reqwest::Body::wrap)))
     }
 }
+
+/// A proxied request outlasted its timeout (the attempt's `attempt_timeout_ms`): the kind
+/// `timeout`, told by its type rather than its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut(pub Duration);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "timeout after {} ms", self.0.as_millis())
+    }
+}
+
+impl std::error::Error for TimedOut {}
 
 /// The proxy refused or broke a `CONNECT` (its status and reason, control characters
 /// escaped: the proxy's text is not ours). The proxy's own address is not in it: this text

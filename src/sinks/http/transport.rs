@@ -93,7 +93,7 @@ fn proxied_error(e: &(dyn std::error::Error + 'static), url: &str) -> SendError 
         .is_some_and(|e| e.is_connect());
     let (kind, word) = if connect {
         (ErrorKind::Connect, "connect")
-    } else if e.to_string().starts_with("timeout") {
+    } else if e.downcast_ref::<super::proxy::TimedOut>().is_some() {
         (ErrorKind::Timeout, "timeout")
     } else {
         (ErrorKind::Transport, "transport")
