@@ -1,5 +1,5 @@
 //! Prometheus metrics. Names, types, units and labels are catalogued in
-//! `docs/metrics.md`; `tests/observability.rs` keeps this file, the catalogue, the
+//! `docs/metrics.md`; `tests/observability/` keeps this file, the catalogue, the
 //! dashboards in `grafana/` and the alert rules in `prometheus/` in step.
 //!
 //! Every series carries the pipeline's instance name (the config's `instance`) as the global label

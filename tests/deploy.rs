@@ -2,7 +2,7 @@
 //! Dockerfile and the demo receiver. No container engine runs here, so the stack is proven
 //! piece by piece: `docker-compose config` accepts the file, every file a service mounts or
 //! names exists, the services point at each other by the right names and ports, and the
-//! commands they run exist in the binary. (`tests/observability.rs` runs the stack's
+//! commands they run exist in the binary. (`tests/observability/` runs the stack's
 //! Prometheus configuration against a real worker.)
 //!
 //! `docker-compose` (Debian package, installed by `.ci/run`) and a Python with PyYAML (the

@@ -635,3 +635,21 @@ fn no_module_imports_itself_through_others() {
         }
     }
 }
+
+/// No Rust file of the crate or its tests is over 800 lines: a longer one is split by topic
+/// (a test binary into `tests/<name>/main.rs` and a module per topic, still one binary).
+#[test]
+fn no_source_or_test_file_is_over_800_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = rust_files(&root.join("src"), |_| false);
+    files.extend(rust_files(&root.join("tests"), |_| false));
+    assert!(files.len() > 100, "read the files: {}", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).unwrap().lines().count();
+            (n > 800).then(|| format!("{} ({n} lines)", f.strip_prefix(root).unwrap().display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these by topic: {long:?}");
+}
