@@ -17,7 +17,8 @@ mod cli;
 
 use clap::Parser;
 use cli::args::{Cli, Cmd, LogFormat};
-use cli::run::{init_logs, load_config, run};
+use cli::run::{init_logs, run};
+use cli::setup::load_config;
 
 /// The allocator of the binary: mimalloc, with per-thread heaps. Under glibc `malloc` the
 /// worker spent ~18 % of its CPU in `malloc`/`free` and their bookkeeping

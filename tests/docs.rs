@@ -603,7 +603,15 @@ fn no_module_imports_itself_through_others() {
             (m.clone(), used)
         })
         .collect();
-    // Depth-first from each module; a module met again on the current path is a circle.
+    if let Some(circle) = find_circle(&uses) {
+        panic!("an import circle: {}", circle.join(" -> "));
+    }
+}
+
+/// One import circle of `uses` (module → the modules it uses), module by module; `None`
+/// when there is none. Depth-first from each module: one met again on the current path
+/// closes a circle.
+fn find_circle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn walk(
         m: &str,
         uses: &BTreeMap<String, BTreeSet<String>>,
@@ -619,7 +627,7 @@ fn no_module_imports_itself_through_others() {
             return None;
         }
         path.push(m.to_string());
-        for u in &uses[m] {
+        for u in uses.get(m).into_iter().flatten() {
             if let Some(c) = walk(u, uses, path, done) {
                 return Some(c);
             }
@@ -629,10 +637,52 @@ fn no_module_imports_itself_through_others() {
         None
     }
     let mut done = BTreeSet::new();
-    for m in &modules {
-        if let Some(circle) = walk(m, &uses, &mut Vec::new(), &mut done) {
-            panic!("an import circle: {}", circle.join(" -> "));
-        }
+    uses.keys()
+        .find_map(|m| walk(m, uses, &mut Vec::new(), &mut done))
+}
+
+/// No import circle among the command line's files either (`src/cli/`: `super::x` and
+/// `crate::cli::x` uses): the commands use the plumbing (args, setup, out), never the
+/// dispatcher that calls them.
+#[test]
+fn no_command_line_file_imports_itself_through_others() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli");
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_stem()?.to_str()?.to_string();
+            (p.extension().is_some_and(|x| x == "rs") && name != "mod").then_some(name)
+        })
+        .collect();
+    assert!(files.len() > 10, "read src/cli: {files:?}");
+    let path = Regex::new(r"(?:super|crate::cli)::([a-z_]+)").unwrap();
+    let group = Regex::new(r"super::\{([^}]*)\}").unwrap();
+    let word = Regex::new(r"(?:^|[,{\s])([a-z_]+)").unwrap();
+    let uses: BTreeMap<String, BTreeSet<String>> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(dir.join(format!("{f}.rs"))).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+            let code: String = code
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut used: BTreeSet<String> = path
+                .captures_iter(&code)
+                .map(|c| c[1].to_string())
+                .collect();
+            for g in group.captures_iter(&code) {
+                used.extend(word.captures_iter(&g[1]).map(|c| c[1].to_string()));
+            }
+            used.retain(|u| u != f && files.contains(u));
+            (f.clone(), used)
+        })
+        .collect();
+    assert!(uses["run"].contains("produce"), "read the uses: {uses:?}");
+    if let Some(circle) = find_circle(&uses) {
+        panic!("an import circle in src/cli: {}", circle.join(" -> "));
     }
 }
 

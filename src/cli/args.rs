@@ -3,7 +3,6 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-use super::worker::parse_fail;
 use super::{ops, vis};
 
 /// Heading of the options every command takes, so `--help` shows them apart.
@@ -78,7 +77,7 @@ pub enum Cmd {
     /// Tenant tokens: mint, list, revoke bearer tokens that reach one tenant by scope.
     Token {
         #[command(subcommand)]
-        cmd: super::token::TokenCmd,
+        cmd: TokenCmd,
     },
     /// Mint a short-lived signed link that opens one tenant's portal (/portal/) without a
     /// token; print its URL on the worker's admin address (what `admin.listen` names).
@@ -405,4 +404,53 @@ pub struct ProduceArgs {
     /// `…+01:00`) or milliseconds since the Unix epoch; a time past is delivered now.
     #[arg(long)]
     pub deliver_at: Option<String>,
+}
+
+/// `ankusa token …`.
+#[derive(clap::Subcommand)]
+pub enum TokenCmd {
+    /// Mint a token that reaches one tenant's resources by scope; print it once (only its
+    /// SHA-256 is stored).
+    ///
+    /// The token alone goes to stdout (`TOKEN=$(ankusa token create --tenant acme)`), what
+    /// it is to stderr; with --json: {"token", "id", "tenant", "scopes", "name",
+    /// "created_at_ms", "expires_at_ms"}.
+    Create {
+        /// The tenant it reaches.
+        #[arg(long)]
+        tenant: String,
+        /// What it may do there, comma-separated: ingest (commit hooks), read (hooks, rows,
+        /// dead letters), sources (the tenant's sources), replay (resend, replay).
+        #[arg(long, default_value = "ingest")]
+        scopes: String,
+        /// How long it lives: 30d, 12h, 90m (at most 3650d).
+        #[arg(long, default_value = "90d")]
+        ttl: String,
+        /// A label for people (at most 100 characters).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List live tokens: id, tenant, scopes, name, expiry (never a token).
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a token by id: every worker refuses it within 5 s.
+    Revoke {
+        /// The token's id (16 hex digits, from `token list` or `token create`).
+        id: String,
+    },
+}
+
+/// `--fail PATH=FRACTION` of `ankusa receiver`; a bad value is a usage error (exit 2).
+pub fn parse_fail(s: &str) -> Result<(String, f64), String> {
+    let (path, fraction) = s.split_once('=').ok_or("expected PATH=FRACTION")?;
+    let fraction: f64 = fraction
+        .parse()
+        .map_err(|e| format!("FRACTION {fraction:?}: {e}"))?;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(format!("FRACTION {fraction} is not in 0.0..=1.0"));
+    }
+    Ok((path.trim_start_matches('/').to_string(), fraction))
 }

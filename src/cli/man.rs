@@ -158,7 +158,7 @@ pub fn man(words: &[String], dir: Option<&Path>, json: bool) -> Result<(), Error
             written.push(path.display().to_string());
         }
         if json {
-            return super::run::json_line(&serde_json::json!({ "written": written }));
+            return super::out::json_line(&serde_json::json!({ "written": written }));
         }
         outln!(
             "wrote {} into {} (read one with `man {}/ankusa.1`)",
@@ -178,5 +178,5 @@ pub fn man(words: &[String], dir: Option<&Path>, json: bool) -> Result<(), Error
             want.replace('-', " ")
         )));
     };
-    super::run::emit_text(json, "man", roff)
+    super::out::emit_text(json, "man", roff)
 }

@@ -10,6 +10,7 @@ pub mod out;
 pub mod produce;
 pub mod redis_words;
 pub mod run;
+pub mod setup;
 pub mod signals;
 pub mod sources;
 pub mod token;

@@ -2,6 +2,7 @@
 //! when the reader goes away, the command ends quietly with exit 0 instead of panicking
 //! (`failed printing to stdout: Broken pipe`, exit 101) as `println!` does.
 
+use ankusa::Error;
 use std::io::Write;
 
 /// Write one line (`args` and a newline) to stdout; see [`gone`] for write errors.
@@ -53,4 +54,25 @@ pub fn quiet_broken_pipe() {
         }
         default(info)
     }));
+}
+
+/// Print `value` as one JSON line.
+pub fn json_line<T: serde::Serialize>(value: &T) -> Result<(), Error> {
+    outln!(
+        "{}",
+        serde_json::to_string(value).map_err(|e| Error::Other(e.to_string()))?
+    );
+    Ok(())
+}
+
+/// Print generated text (a completion script, a man page) as is, or with `--json` as
+/// `{"<key>": "<text>"}`.
+pub fn emit_text(json: bool, key: &str, text: &[u8]) -> Result<(), Error> {
+    let text = String::from_utf8_lossy(text);
+    if json {
+        json_line(&serde_json::json!({ key: text }))
+    } else {
+        self::text(&text);
+        Ok(())
+    }
 }

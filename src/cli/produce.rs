@@ -1,7 +1,8 @@
 //! `ankusa produce`: commit hooks from files, directories of payloads, or stdin.
 
 use super::args::{Cli, ProduceArgs};
-use super::run::{collect_files, json_line, load_config, store};
+use super::out::json_line;
+use super::setup::{collect_files, load_config, store};
 use ankusa::{Error, Hook, Producer};
 
 /// Read every body and check it before the first commit (a refusal commits nothing), then

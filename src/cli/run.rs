@@ -1,14 +1,13 @@
 //! Running one parsed command: config, sources, produce, dead letters, hooks, demo, bench.
 
 use super::args::{Cli, Cmd, ConfigCmd, DlqCmd, LogFormat};
+use super::out::{emit_text, json_line};
+use super::setup::{load_config, store};
 use super::worker::{receiver, worker};
 use super::{ops, produce, sources, vis};
 use ankusa::config::Config;
-use ankusa::model::SourceSpec;
-use ankusa::store::Store;
 use ankusa::Error;
 use clap::CommandFactory;
-use std::path::{Path, PathBuf};
 
 /// The log subscriber: stderr (`format`, `ANKUSA_LOG` or `RUST_LOG`, else `default`), plus the
 /// export of attempt spans when `telemetry` runs (then the log filter is the fmt layer's own,
@@ -74,86 +73,7 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
     .delimited(" ")
 }
 
-pub fn load_config(cli: &Cli) -> Result<Config, Error> {
-    let mut cfg = Config::load(cli.config.as_deref())?;
-    if let Some(i) = &cli.instance {
-        cfg.instance = i.clone();
-    }
-    if let Some(u) = &cli.redis_url {
-        cfg.redis.url = u.clone();
-    }
-    cfg.validate()?;
-    crate::cli::redis_words::remember(&cfg.redis.url);
-    Ok(cfg)
-}
-
-pub async fn store(cfg: &Config) -> Result<Store, Error> {
-    ops::connect(cfg).await
-}
-
-pub fn read_spec(path: &Path) -> Result<SourceSpec, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?;
-    let spec: SourceSpec = if path.extension().is_some_and(|e| e == "toml") {
-        toml::from_str(&text)
-            .map_err(|e| Error::InvalidSource(format!("{}: {e}", path.display())))?
-    } else {
-        serde_json::from_str(&text).map_err(|e| {
-            Error::InvalidSource(format!(
-                "{}: {e} (a source file is JSON, or TOML when its name ends in .toml)",
-                path.display()
-            ))
-        })?
-    };
-    Ok(spec)
-}
-
-/// The payload files of `produce`: files as given, directories expanded to their regular
-/// files (sorted), or to those matching `pattern` (a glob relative to the directory).
-pub fn collect_files(paths: &[PathBuf], pattern: Option<&str>) -> Result<Vec<PathBuf>, Error> {
-    let mut out = Vec::new();
-    for p in paths {
-        if !p.is_dir() {
-            out.push(p.clone());
-            continue;
-        }
-        let mut entries: Vec<PathBuf> = match pattern {
-            Some(g) => {
-                let full = p.join(g);
-                glob::glob(&full.to_string_lossy())
-                    .map_err(|e| Error::BadRequest(format!("--glob {g:?}: {e}")))?
-                    .filter_map(Result::ok)
-                    .filter(|p| p.is_file())
-                    .collect()
-            }
-            None => std::fs::read_dir(p)
-                .map_err(|e| Error::BadRequest(format!("{}: {e}", p.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .collect(),
-        };
-        if entries.is_empty() {
-            return Err(Error::BadRequest(format!(
-                "{}: no files to commit{}",
-                p.display(),
-                pattern.map_or(String::new(), |g| format!(" match --glob {g:?}"))
-            )));
-        }
-        entries.sort();
-        out.extend(entries);
-    }
-    Ok(out)
-}
-
-/// Print `value` as one JSON line.
-pub fn json_line<T: serde::Serialize>(value: &T) -> Result<(), Error> {
-    outln!(
-        "{}",
-        serde_json::to_string(value).map_err(|e| Error::Other(e.to_string()))?
-    );
-    Ok(())
-}
-
+/// Run one parsed command; its error is what `main` prints and maps to the exit code.
 pub async fn run(cli: Cli) -> Result<(), Error> {
     let json = cli.json;
     match &cli.cmd {
@@ -306,17 +226,5 @@ async fn dlq(cli: &Cli, cmd: &DlqCmd) -> Result<(), Error> {
         DlqCmd::Purge { filter, all, yes } => {
             ops::dlq_purge(&s, &cfg, filter, (*all, *yes), json).await
         }
-    }
-}
-
-/// Print generated text (a completion script, a man page) as is, or with `--json` as
-/// `{"<key>": "<text>"}`.
-pub fn emit_text(json: bool, key: &str, text: &[u8]) -> Result<(), Error> {
-    let text = String::from_utf8_lossy(text);
-    if json {
-        json_line(&serde_json::json!({ key: text }))
-    } else {
-        crate::cli::out::text(&text);
-        Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! `ankusa source put|get|list|delete|enable`: a tenant's sources and their sink entries.
 
 use super::args::{Cli, SourceCmd};
-use super::run::{json_line, load_config, read_spec, store};
+use super::out::json_line;
+use super::setup::{load_config, read_spec, store};
 use ankusa::Error;
 
 /// Run one `source` command. `put` reads and checks the file before connecting (a bad file

@@ -1,46 +1,10 @@
 //! `ankusa token create|list|revoke`: tenant tokens, straight in Redis (no worker needed).
 
-use super::args::Cli;
-use super::run::{json_line, load_config, store};
+use super::args::{Cli, TokenCmd};
+use super::out::json_line;
+use super::setup::{load_config, store};
 use ankusa::tokens::{parse_scopes, Scope, TokenInfo, TokenRequest};
 use ankusa::Error;
-
-/// `ankusa token …`.
-#[derive(clap::Subcommand)]
-pub enum TokenCmd {
-    /// Mint a token that reaches one tenant's resources by scope; print it once (only its
-    /// SHA-256 is stored).
-    ///
-    /// The token alone goes to stdout (`TOKEN=$(ankusa token create --tenant acme)`), what
-    /// it is to stderr; with --json: {"token", "id", "tenant", "scopes", "name",
-    /// "created_at_ms", "expires_at_ms"}.
-    Create {
-        /// The tenant it reaches.
-        #[arg(long)]
-        tenant: String,
-        /// What it may do there, comma-separated: ingest (commit hooks), read (hooks, rows,
-        /// dead letters), sources (the tenant's sources), replay (resend, replay).
-        #[arg(long, default_value = "ingest")]
-        scopes: String,
-        /// How long it lives: 30d, 12h, 90m (at most 3650d).
-        #[arg(long, default_value = "90d")]
-        ttl: String,
-        /// A label for people (at most 100 characters).
-        #[arg(long)]
-        name: Option<String>,
-    },
-    /// List live tokens: id, tenant, scopes, name, expiry (never a token).
-    List {
-        /// Only this tenant's.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-    /// Revoke a token by id: every worker refuses it within 5 s.
-    Revoke {
-        /// The token's id (16 hex digits, from `token list` or `token create`).
-        id: String,
-    },
-}
 
 /// Run one `token` command.
 pub async fn token(cli: &Cli, cmd: &TokenCmd) -> Result<(), Error> {

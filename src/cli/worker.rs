@@ -1,7 +1,7 @@
 //! `ankusa worker` and `ankusa receiver`: the long-running commands.
 
 use super::args::Cli;
-use super::run::load_config;
+use super::setup::load_config;
 use ankusa::config::Config;
 use ankusa::{Error, Producer, Worker};
 use std::sync::Arc;
@@ -84,18 +84,6 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
     let _ = admin.await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// `--fail PATH=FRACTION` of `ankusa receiver`; a bad value is a usage error (exit 2).
-pub fn parse_fail(s: &str) -> Result<(String, f64), String> {
-    let (path, fraction) = s.split_once('=').ok_or("expected PATH=FRACTION")?;
-    let fraction: f64 = fraction
-        .parse()
-        .map_err(|e| format!("FRACTION {fraction:?}: {e}"))?;
-    if !(0.0..=1.0).contains(&fraction) {
-        return Err(format!("FRACTION {fraction} is not in 0.0..=1.0"));
-    }
-    Ok((path.trim_start_matches('/').to_string(), fraction))
 }
 
 /// `ankusa receiver`: serve until SIGTERM/SIGINT, logging what arrived every 10 s and then
