@@ -378,11 +378,51 @@ impl DeadReason {
             DeadReason::SinkDisabled(_) => "sink_disabled",
         }
     }
+
+    /// Every kind, as [`DeadReason::kind`] names them.
+    pub const KINDS: [&'static str; 7] = [
+        "permanent",
+        "retry_horizon",
+        "max_attempts",
+        "sink_gone",
+        "source_gone",
+        "malformed",
+        "sink_disabled",
+    ];
+
+    /// The kind of a reason as a dead letter stores it (`kind(detail)`, the [`fmt::Display`]
+    /// form, which the scripts write too); `None` for text of no known kind (a stream
+    /// written by other means).
+    pub fn kind_of(stored: &str) -> Option<&'static str> {
+        // The detail may have been cut short where it was stored: the kind is what counts.
+        let (kind, _) = stored.split_once('(')?;
+        Self::KINDS.into_iter().find(|k| *k == kind)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_reason_tells_its_kind_and_unknown_text_none() {
+        let all = [
+            DeadReason::Permanent("http 410".into()),
+            DeadReason::RetryHorizon("3600000 ms".into()),
+            DeadReason::MaxAttempts("5".into()),
+            DeadReason::SinkGone(2, "sqs".into()),
+            DeadReason::SourceGone("orders".into()),
+            DeadReason::Malformed("field t missing".into()),
+            DeadReason::SinkDisabled(1),
+        ];
+        for r in &all {
+            assert_eq!(DeadReason::kind_of(&r.to_string()), Some(r.kind()), "{r}");
+        }
+        assert_eq!(DeadReason::kind_of("permanent(http 5"), Some("permanent"));
+        for odd in ["", "permanent", "perm(x)", "(x)", "Permanent(x)"] {
+            assert_eq!(DeadReason::kind_of(odd), None, "{odd:?}");
+        }
+    }
 
     #[test]
     fn row_ids_round_trip_and_garbage_is_refused() {

@@ -13,6 +13,7 @@
 
 use crate::config::DlqConfig;
 use crate::error::Error;
+use crate::model::DeadReason;
 use crate::ops::{pressure, Pressure};
 use crate::store::{DlqPurge, DlqReplayed, Store, StoreError};
 use std::collections::BTreeMap;
@@ -102,9 +103,10 @@ impl DeadLetter {
         }
     }
 
-    /// The reason's kind: the text before `(` (`permanent`, `source_gone`, …).
-    pub fn reason_kind(&self) -> &str {
-        self.reason.split('(').next().unwrap_or("")
+    /// The reason's kind (`permanent`, `source_gone`, …: [`DeadReason::kind_of`]); `None`
+    /// for a reason of no known kind.
+    pub fn reason_kind(&self) -> Option<&'static str> {
+        DeadReason::kind_of(&self.reason)
     }
 }
 
@@ -154,10 +156,9 @@ impl Filter {
             Ok(i) => d.sink == Some(i),
             Err(_) => *s == d.module,
         });
-        let reason = self
-            .reason
-            .as_ref()
-            .map_or(true, |r| *r == d.reason || r == d.reason_kind());
+        let reason = self.reason.as_ref().map_or(true, |r| {
+            *r == d.reason || Some(r.as_str()) == d.reason_kind()
+        });
         let hook = self.hook.map_or(true, |h| d.hook == Some(h));
         source && sink && reason && hook
     }
