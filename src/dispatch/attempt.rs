@@ -264,7 +264,7 @@ pub(super) fn attempt_span(job: &mut Job) -> tracing::Span {
         status = tracing::field::Empty, error = tracing::field::Empty, trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty);
     // A child of the producer's traceparent when spans are exported (crate::telemetry).
-    crate::telemetry::link(&span, &job.hook.headers);
+    crate::telemetry::link(&span, job.hook.headers.json());
     // With export on, the log lines in the span name its trace, and the request carries the
     // span as the receiver's parent.
     job.traceparent = crate::telemetry::span_ids(&span).map(|ids| {

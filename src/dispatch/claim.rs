@@ -273,7 +273,7 @@ impl Binder {
             // The filter as it is now, as every per-entry option (issue 28): one edited
             // after the commit, or the one of the entry a reordered row falls back to,
             // refuses a hook its row was made for. Dropped, never dead-lettered.
-            if !filter.matches_hook(hook.event_type.as_deref(), &hook.body, &hook.headers) {
+            if !filter.matches_hook(hook.event_type.as_deref(), &hook.body, hook.headers.json()) {
                 metrics::counter!("ankusa_rows_unmatched_total").increment(1);
                 return Err(SettleOp::Unmatched);
             }

@@ -325,8 +325,8 @@ pub struct Delivery {
     pub attempt: u32,
     /// Body bytes, exactly as committed.
     pub body: Bytes,
-    /// Producer headers, a JSON object text (or empty).
-    pub headers: String,
+    /// Producer headers, decoded once at the claim.
+    pub headers: ProducerHeaders,
     /// Commit time (ms since the epoch, Redis clock).
     pub committed_at_ms: i64,
     /// The hook's event type, if its producer set one: the receiver gets it as the
@@ -403,29 +403,90 @@ pub fn message_header_pairs(d: &Delivery) -> Vec<(String, String)> {
     pairs
 }
 
-/// Producer headers (a JSON object text) as `(name, value)` pairs with string values,
-/// sorted by name; hop-by-hop and framing headers are left out.
-pub fn header_pairs(headers: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    if headers.is_empty() {
-        return out;
-    }
-    if let Ok(serde_json::Value::Object(h)) = serde_json::from_str::<serde_json::Value>(headers) {
-        for (k, v) in h {
-            let lk = k.to_ascii_lowercase();
-            if matches!(
-                lk.as_str(),
-                "host" | "content-length" | "connection" | "transfer-encoding"
-            ) {
-                continue;
+/// A hook's producer headers, decoded once when the hook is read for delivery (every
+/// attempt and every sink of the row shares them): the JSON object text as stored, and its
+/// entries sorted by name, a value that is no string kept as `None` (the http sink refuses
+/// those, the message sinks leave them out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerHeaders {
+    json: Arc<str>,
+    entries: Arc<[(String, Option<String>)]>,
+    /// Why the text is no JSON object (`None` for one, and for no headers at all).
+    problem: Option<Arc<str>>,
+}
+
+impl ProducerHeaders {
+    /// Decode the stored text (a JSON object, or empty for none). Never fails: text that is
+    /// no JSON object keeps its [`ProducerHeaders::problem`] and has no entries.
+    pub fn decode(json: impl Into<Arc<str>>) -> ProducerHeaders {
+        let json: Arc<str> = json.into();
+        if json.is_empty() {
+            return ProducerHeaders::default();
+        }
+        let (entries, problem) = match serde_json::from_str::<serde_json::Value>(&json) {
+            Ok(serde_json::Value::Object(h)) => {
+                let mut e: Vec<(String, Option<String>)> = h
+                    .into_iter()
+                    .map(|(k, v)| match v {
+                        serde_json::Value::String(v) => (k, Some(v)),
+                        _ => (k, None),
+                    })
+                    .collect();
+                e.sort();
+                (e, None)
             }
-            if let Some(v) = v.as_str() {
-                out.push((k, v.to_string()));
-            }
+            Ok(_) => (Vec::new(), Some("not a JSON object".into())),
+            Err(e) => (Vec::new(), Some(e.to_string().into())),
+        };
+        ProducerHeaders {
+            json,
+            entries: entries.into(),
+            problem,
         }
     }
-    out.sort();
-    out
+
+    /// The JSON object text as stored (empty for none).
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// Whether the hook has no headers.
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
+
+    /// Every entry, sorted by name; `None` for a value that is no string.
+    pub fn entries(&self) -> &[(String, Option<String>)] {
+        &self.entries
+    }
+
+    /// Why the stored text is no JSON object (written by other means than a producer,
+    /// which checks headers at commit); `None` when it is one or empty.
+    pub fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
+    }
+}
+
+impl From<&str> for ProducerHeaders {
+    fn from(json: &str) -> ProducerHeaders {
+        ProducerHeaders::decode(json)
+    }
+}
+
+/// Producer headers as `(name, value)` pairs with string values, sorted by name;
+/// hop-by-hop and framing headers are left out.
+pub fn header_pairs(headers: &ProducerHeaders) -> Vec<(String, String)> {
+    headers
+        .entries()
+        .iter()
+        .filter(|(k, _)| {
+            !matches!(
+                k.to_ascii_lowercase().as_str(),
+                "host" | "content-length" | "connection" | "transfer-encoding"
+            )
+        })
+        .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+        .collect()
 }
 
 /// Cut `s` to at most `max` bytes on a char boundary (stored errors are bounded).
@@ -444,6 +505,38 @@ pub fn truncate(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn producer_headers_are_decoded_once_with_their_problems_kept() {
+        let h = ProducerHeaders::decode(r#"{"x-b":"2","Host":"h","x-a":"1","n":7}"#);
+        assert_eq!(h.problem(), None);
+        let names: Vec<&str> = h.entries().iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["Host", "n", "x-a", "x-b"], "sorted by name");
+        assert_eq!(h.entries()[1].1, None, "a number is no string value");
+        // The message sinks' pairs: string values only, framing headers left out.
+        assert_eq!(
+            header_pairs(&h),
+            [
+                ("x-a".to_string(), "1".to_string()),
+                ("x-b".into(), "2".into())
+            ]
+        );
+        assert!(ProducerHeaders::decode("").is_empty());
+        assert_eq!(ProducerHeaders::decode("").problem(), None);
+        for bad in ["[1]", "\"x\"", "{not json"] {
+            let h = ProducerHeaders::decode(bad);
+            assert!(h.problem().is_some(), "{bad}");
+            assert!(
+                h.entries().is_empty() && header_pairs(&h).is_empty(),
+                "{bad}"
+            );
+            assert_eq!(h.json(), bad, "the stored text is kept");
+        }
+        assert_eq!(
+            ProducerHeaders::decode("[1]").problem(),
+            Some("not a JSON object")
+        );
+    }
 
     #[test]
     fn truncation_keeps_utf8_valid() {

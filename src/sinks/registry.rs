@@ -11,7 +11,7 @@
 use super::batcher::{Limits, Transport};
 use super::guard::EgressGrant;
 use super::payload::Payload;
-use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind};
+use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind, ProducerHeaders};
 use crate::config::SourceBounds;
 use crate::model::{SinkEntry, SourceSpec};
 use crate::secrets::SecretPolicy;
@@ -92,9 +92,9 @@ pub trait Target: Send + Sync + std::fmt::Debug {
     /// The module's name ([`Module::name`]).
     fn module(&self) -> &'static str;
 
-    /// The largest body sent inline for a hook with these producer `headers` (JSON object
-    /// text); a larger body is checked in to the blob store first (R18). `None`: no limit.
-    fn inline_max_bytes(&self, _headers: &str) -> Option<usize> {
+    /// The largest body sent inline for a hook with these producer `headers`; a larger
+    /// body is checked in to the blob store first (R18). `None`: no limit.
+    fn inline_max_bytes(&self, _headers: &ProducerHeaders) -> Option<usize> {
         None
     }
 

@@ -210,7 +210,7 @@ fn decode_hook(v: Value, body: Value) -> Option<Result<StoredHook, String>> {
         f[6].int().ok_or_else(|| bad(6))?;
         Ok(StoredHook {
             body,
-            headers: f[1].text(),
+            headers: crate::sinks::ProducerHeaders::decode(f[1].text()),
             committed_at_ms: f[2].int().ok_or_else(|| bad(2))?,
             tenant: text(3)?,
             source: text(4)?,

@@ -7,8 +7,8 @@ use super::*;
 pub struct StoredHook {
     /// Body bytes, exactly as committed.
     pub body: Bytes,
-    /// Producer headers (JSON object text, or empty).
-    pub headers: String,
+    /// Producer headers, decoded once here for every attempt and sink of the hook.
+    pub headers: crate::sinks::ProducerHeaders,
     /// Commit time (ms, Redis clock).
     pub committed_at_ms: i64,
     /// Tenant id.

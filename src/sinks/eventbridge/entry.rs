@@ -11,7 +11,7 @@ use crate::sinks::batcher::{Limits, Transport};
 use crate::sinks::guard::EgressGrant;
 use crate::sinks::payload::Payload;
 use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
-use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy};
+use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy, ProducerHeaders};
 use std::sync::Arc;
 
 /// The `eventbridge` sink module: Amazon EventBridge, batched.
@@ -52,7 +52,7 @@ impl Target for EventBridgeEntry {
     }
 
     /// 256 KiB less room for the event's other fields: headers are not sent.
-    fn inline_max_bytes(&self, _headers: &str) -> Option<usize> {
+    fn inline_max_bytes(&self, _headers: &ProducerHeaders) -> Option<usize> {
         Some(MAX_REQUEST_BYTES - FIELDS_RESERVE)
     }
 

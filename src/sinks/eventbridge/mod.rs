@@ -358,7 +358,7 @@ mod tests {
             hook: 7,
             attempt: 1,
             body: bytes::Bytes::from_static(body),
-            headers: String::new(),
+            headers: Default::default(),
             committed_at_ms: 0,
             event_type: event_type.map(str::to_string),
             traceparent: None,

@@ -612,12 +612,10 @@ impl HttpSink {
                     format!("invalid hook headers: {what}"),
                 )
             };
-            let produced = match serde_json::from_str::<serde_json::Value>(&d.headers) {
-                Ok(serde_json::Value::Object(h)) => h,
-                Ok(_) => return Err(bad("not a JSON object".into())),
-                Err(e) => return Err(bad(e.to_string())),
-            };
-            for (k, v) in produced {
+            if let Some(why) = d.headers.problem() {
+                return Err(bad(why.to_string()));
+            }
+            for (k, v) in d.headers.entries() {
                 let lk = k.to_ascii_lowercase();
                 if matches!(
                     lk.as_str(),
@@ -626,7 +624,7 @@ impl HttpSink {
                 {
                     continue;
                 }
-                let Some(v) = v.as_str() else {
+                let Some(v) = v else {
                     return Err(bad(format!("value of {k:?} is not a string")));
                 };
                 let name =

@@ -288,7 +288,7 @@ async fn waves_of_concurrent_attempts_reuse_their_connections() {
                 hook: wave * 1000 + i,
                 attempt: 1,
                 body: bytes::Bytes::from(vec![b'x'; 1024]),
-                headers: String::new(),
+                headers: Default::default(),
                 committed_at_ms: 0,
                 event_type: None,
                 traceparent: None,

@@ -11,7 +11,7 @@ use crate::sinks::batcher::{Limits, Transport};
 use crate::sinks::guard::EgressGrant;
 use crate::sinks::payload::Payload;
 use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
-use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy};
+use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy, ProducerHeaders};
 use std::sync::Arc;
 
 /// The `kinesis` sink module: Amazon Kinesis Data Streams, batched.
@@ -54,7 +54,7 @@ impl Target for KinesisEntry {
     }
 
     /// 1 MiB less room for the partition key: headers are not sent.
-    fn inline_max_bytes(&self, _headers: &str) -> Option<usize> {
+    fn inline_max_bytes(&self, _headers: &ProducerHeaders) -> Option<usize> {
         Some(MAX_RECORD_BYTES - PARTITION_KEY_RESERVE)
     }
 

@@ -332,7 +332,7 @@ mod tests {
             hook: 7,
             attempt: 1,
             body: bytes::Bytes::from_static(b"\x00\xffraw"),
-            headers: String::new(),
+            headers: Default::default(),
             committed_at_ms: 0,
             event_type: None,
             traceparent: None,

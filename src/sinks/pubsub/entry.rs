@@ -10,7 +10,7 @@ use crate::sinks::batcher::{Limits, Transport};
 use crate::sinks::guard::EgressGrant;
 use crate::sinks::payload::Payload;
 use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
-use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy};
+use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy, ProducerHeaders};
 use std::sync::Arc;
 
 /// The `pubsub` sink module: Google Pub/Sub, batched (R17).
@@ -53,8 +53,8 @@ impl Target for PubSubEntry {
     }
 
     /// 7 MB (base64 in JSON) minus a bound on the attributes.
-    fn inline_max_bytes(&self, headers: &str) -> Option<usize> {
-        Some(INLINE_MAX_BYTES.saturating_sub(2048 + 2 * headers.len()))
+    fn inline_max_bytes(&self, headers: &ProducerHeaders) -> Option<usize> {
+        Some(INLINE_MAX_BYTES.saturating_sub(2048 + 2 * headers.json().len()))
     }
 
     fn batching(&self) -> Option<&dyn Batching> {

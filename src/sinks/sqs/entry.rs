@@ -10,7 +10,7 @@ use crate::sinks::batcher::{Limits, Transport};
 use crate::sinks::guard::EgressGrant;
 use crate::sinks::payload::Payload;
 use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
-use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy};
+use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy, ProducerHeaders};
 use std::sync::Arc;
 
 /// The `sqs` sink module: Amazon SQS, batched (R17).
@@ -54,9 +54,9 @@ impl Target for SqsEntry {
 
     /// 256 KiB (`max_message_bytes`) minus a bound on the attributes: the ankusa attributes,
     /// the pointer's `ExtendedPayloadSize` and the hook's headers.
-    fn inline_max_bytes(&self, headers: &str) -> Option<usize> {
+    fn inline_max_bytes(&self, headers: &ProducerHeaders) -> Option<usize> {
         let pairs = header_pairs(headers).len();
-        let overhead = 512 + headers.len() + 16 * pairs;
+        let overhead = 512 + headers.json().len() + 16 * pairs;
         Some(self.opts.max_message_bytes.saturating_sub(overhead))
     }
 
