@@ -415,6 +415,8 @@ mod tests {
             DeadReason::Malformed("field t missing".into()),
             DeadReason::SinkDisabled(1),
         ];
+        let kinds: Vec<&str> = all.iter().map(DeadReason::kind).collect();
+        assert_eq!(kinds, DeadReason::KINDS, "every kind listed, in order");
         for r in &all {
             assert_eq!(DeadReason::kind_of(&r.to_string()), Some(r.kind()), "{r}");
         }
