@@ -222,13 +222,16 @@ pub async fn dead_letter_source(
 /// Check a config: every `dispatch.*` / `retry.*` key and the rest; the error names
 /// each bad key, e.g. `dispatch.tenants.acme.max_inflight: must be > 0`.
 pub fn validate_config(config: &Config) -> Result<(), Error> {
-    Ok(config.validate()?)
+    config.validate()?;
+    Ok(crate::sinks::registry::check_config(config)?)
 }
 
 /// Parse and check a config file's text (defaults for missing keys, no environment):
 /// unknown keys and wrong types are named with their key path too.
 pub fn validate_config_toml(toml: &str) -> Result<Config, ConfigError> {
-    Config::from_toml_str(toml)
+    let config = Config::from_toml_str(toml)?;
+    crate::sinks::registry::check_config(&config)?;
+    Ok(config)
 }
 
 /// What [`enable_sink`] answers.

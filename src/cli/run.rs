@@ -167,6 +167,7 @@ fn config(cli: &Cli, cmd: &ConfigCmd) -> Result<(), Error> {
                 cfg.instance = i.clone();
             }
             cfg.validate()?;
+            ankusa::sinks::registry::check_config(&cfg)?;
             cfg.admin.check_exposure()?;
             if json {
                 json_line(&serde_json::json!({"ok": true}))

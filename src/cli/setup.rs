@@ -20,6 +20,7 @@ pub fn load_config(cli: &Cli) -> Result<Config, Error> {
         cfg.redis.url = u.clone();
     }
     cfg.validate()?;
+    ankusa::sinks::registry::check_config(&cfg)?;
     crate::cli::redis_words::remember(&cfg.redis.url);
     Ok(cfg)
 }

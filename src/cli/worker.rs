@@ -49,6 +49,7 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
         let (path, instance) = (cli.config.clone(), cfg.instance.clone());
         Arc::new(move || {
             let mut c = Config::load(path.as_deref())?;
+            ankusa::sinks::registry::check_config(&c)?;
             c.instance = instance.clone();
             Ok(c)
         })

@@ -112,9 +112,13 @@ pub struct LimitsConfig {
     /// Most bytes of one http entry's `headers`, names and values as written; <= 1048576.
     /// Default 8192.
     pub max_header_bytes: usize,
-    /// Sink modules a source may use (`http`, `sqs`, `pubsub`, `nats`, `rabbitmq`,
-    /// `kinesis`, `eventbridge`). Default all of them (a broker entry also needs a `[connections.<name>]` listing the tenant).
-    pub modules: Vec<String>,
+    /// Sink modules a source may use, by the names of the sink registry (`http`, `sqs`,
+    /// `pubsub`, ...). Default unset: every module this build has (a broker entry also needs a
+    /// `[connections.<name>]` listing the tenant). The names are checked against the
+    /// registry when the config is loaded (`ankusa::sinks::registry::check_config`), not
+    /// here, so that the config need not know the sinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<Vec<String>>,
 }
 
 impl Default for LimitsConfig {
@@ -123,27 +127,9 @@ impl Default for LimitsConfig {
             max_sinks_per_source: 20,
             max_headers_per_entry: 32,
             max_header_bytes: 8192,
-            modules: sink_modules().to_vec(),
+            modules: None,
         }
     }
-}
-
-/// The sink modules this build has, as the embedded default file lists them in `[limits]
-/// modules` (`config/ankusa.toml`, in the order errors name them). The sink registry's test
-/// keeps the two lists equal, so the config knows every module without reading the sinks.
-pub fn sink_modules() -> &'static [String] {
-    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    NAMES.get_or_init(|| {
-        let file: toml::Table =
-            toml::from_str(super::DEFAULT_CONFIG_TOML).expect("the embedded default file parses");
-        file.get("limits")
-            .and_then(|l| l.get("modules"))
-            .and_then(|m| m.as_array())
-            .expect("the embedded default file lists [limits] modules")
-            .iter()
-            .filter_map(|m| m.as_str().map(str::to_string))
-            .collect()
-    })
 }
 
 /// One `[tenants.<id>]` section: the operator's policy for one tenant. Unset bounds fall
@@ -211,13 +197,23 @@ pub struct SourceBounds {
     pub max_headers_per_entry: Bound<usize>,
     /// Most bytes of one http entry's `headers`.
     pub max_header_bytes: Bound<usize>,
-    /// Sink modules the tenant may use.
-    pub modules: Bound<Vec<String>>,
+    /// Sink modules the tenant may use; `None`: every module.
+    pub modules: Bound<Option<Vec<String>>>,
     /// `retry.max_attempts` (0: no limit): an entry's `retry.max_attempts` must be
     /// 1..=this when it is set.
     pub max_attempts: u32,
     /// `retry.max_elapsed_ms`: an entry's `retry.max_elapsed_ms` must be <= this.
     pub max_elapsed_ms: u64,
+}
+
+impl SourceBounds {
+    /// Whether the tenant may use the sink module `name` (every module when the key is unset).
+    pub fn allows_module(&self, name: &str) -> bool {
+        self.modules
+            .value
+            .as_ref()
+            .map_or(true, |m| m.iter().any(|m| m == name))
+    }
 }
 
 /// The operator's bounds on every tenant's sources: what [`SourceBounds`] are made of.
@@ -277,7 +273,9 @@ impl SourcePolicy {
                 "max_header_bytes",
             ),
             modules: pick(
-                t.and_then(|t| t.modules.as_ref()),
+                t.and_then(|t| t.modules.as_ref())
+                    .map(|m| Some(m.clone()))
+                    .as_ref(),
                 &l.modules,
                 tenant,
                 "modules",

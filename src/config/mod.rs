@@ -39,8 +39,8 @@ mod validate;
 
 pub use duration::parse_ms;
 pub use edge::{
-    sink_modules, Bound, ConnectionConfig, HttpConfig, LimitsConfig, SecretsConfig, SourceBounds,
-    SourcePolicy, TenantConfig,
+    Bound, ConnectionConfig, HttpConfig, LimitsConfig, SecretsConfig, SourceBounds, SourcePolicy,
+    TenantConfig,
 };
 use env::{parse_error, EnvOverrides};
 pub use forms::{frame_origin, split_host, valid_ambient_grant};

@@ -12,7 +12,7 @@ use super::batcher::{Limits, Transport};
 use super::guard::EgressGrant;
 use super::payload::Payload;
 use super::{AttemptError, BatchMessage, Delivery, EdgePolicy, ErrorKind, ProducerHeaders};
-use crate::config::SourceBounds;
+use crate::config::{Config, ConfigError, ConfigProblem, SourceBounds};
 use crate::model::{SinkEntry, SourceSpec};
 use crate::secrets::SecretPolicy;
 use std::any::{Any, TypeId};
@@ -27,7 +27,8 @@ pub type DeliverFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Option<u16>, AttemptError>> + Send + 'a>>;
 
 /// Every sink module this build delivers to, in the order their names are listed (`known:
-/// http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge` in errors and `limits.modules`' default).
+/// http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge` in errors); an unset
+/// `limits.modules` allows them all.
 pub static MODULES: &[&Module] = &[
     &super::http::MODULE,
     &super::sqs::MODULE,
@@ -271,11 +272,12 @@ pub fn check_entries(
                 names().collect::<Vec<_>>().join(", ")
             ));
         };
-        let allowed = &bounds.modules;
-        if !allowed.value.iter().any(|m| m == module.name) {
+        if !bounds.allows_module(module.name) {
             return Err(format!(
                 "sinks[{i}].module: {} is not allowed for tenant {tenant:?} ({} = {:?})",
-                module.name, allowed.key, allowed.value
+                module.name,
+                bounds.modules.key,
+                bounds.modules.value.as_deref().unwrap_or_default()
             ));
         }
         s.check_policy(bounds)
@@ -291,6 +293,38 @@ pub fn check_entries(
         (module.validate)(s, edge, bounds).map_err(|e| format!("sinks[{i}].opts: {e}"))?;
     }
     Ok(())
+}
+
+/// Checks that every module `limits.modules` and `[tenants.<id>].modules` name is one of
+/// [`MODULES`]: the part of the config's validation only the registry can do, run wherever a
+/// config is loaded (the command line's `load_config`, a reload), so the config need not know
+/// the sinks and a new sink is known by its registry line alone.
+///
+/// Errors: [`ConfigError::Invalid`] with one problem per unknown name, keyed
+/// `limits.modules[i]` or `tenants.<id>.modules[i]`, as the config's own checks are.
+pub fn check_config(config: &Config) -> Result<(), ConfigError> {
+    let known = names().collect::<Vec<_>>();
+    let lists = std::iter::once(("limits".to_string(), config.limits.modules.as_deref())).chain(
+        config
+            .tenants
+            .iter()
+            .map(|(id, t)| (format!("tenants.{id}"), t.modules.as_deref())),
+    );
+    let mut problems = Vec::new();
+    for (section, list) in lists {
+        for (i, m) in list.unwrap_or_default().iter().enumerate() {
+            if !known.contains(&m.as_str()) {
+                problems.push(ConfigProblem {
+                    key: format!("{section}.modules[{i}]"),
+                    message: format!("{m:?} is no sink module (known: {})", known.join(", ")),
+                });
+            }
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(ConfigError::Invalid(problems)),
+    }
 }
 
 /// The operator's egress grants to `tenant` over every entry ([`Module::check_grant`]);
@@ -326,16 +360,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_config_knows_every_module_in_registry_order() {
-        // The config validates `limits.modules` against the default file's list: a module
-        // added here must be added there, in the same place.
+    fn the_config_may_name_only_registered_modules() {
+        let c = Config::from_toml_str(
+            "[limits]\nmodules = [\"http\", \"ftp\"]\n[tenants.acme]\nmodules = [\"sns\", \"sqs\"]\n",
+        )
+        .expect("the config checks only the names' form");
+        let problems: Vec<String> = check_config(&c)
+            .unwrap_err()
+            .problems()
+            .iter()
+            .map(|p| format!("{}: {}", p.key, p.message))
+            .collect();
+        let known = "known: http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge";
         assert_eq!(
-            names().collect::<Vec<_>>(),
-            crate::config::sink_modules()
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
+            problems,
+            [
+                format!("limits.modules[1]: \"ftp\" is no sink module ({known})"),
+                format!("tenants.acme.modules[0]: \"sns\" is no sink module ({known})"),
+            ]
         );
+        assert!(check_config(&Config::default()).is_ok());
+        let every = crate::config::SourcePolicy::from_config(&Config::default()).bounds("beta");
+        assert!(names().all(|m| every.allows_module(m)));
     }
 
     #[test]

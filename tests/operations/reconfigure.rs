@@ -188,6 +188,27 @@ async fn validate_config_names_each_bad_key_in_every_interface() {
     )
     .await;
     assert_eq!((code, parse(&out)), (0, json!({"ok": true})));
+    // A sink module the build does not have is the sink registry's to refuse, in every
+    // interface alike, by its key.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/admin/config/check", pool.url(0)))
+        .body("[limits]\nmodules = [\"http\", \"ftp\"]\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        body["error"]["problems"][0]["key"], "limits.modules[1]",
+        "{body}"
+    );
+    std::fs::write(&file, "[tenants.acme]\nmodules = [\"sns\"]\n").unwrap();
+    let (code, _, err) = cli(&env, &["config", "check", file.to_str().unwrap()]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("tenants.acme.modules[0]: \"sns\" is no sink module (known: http, sqs,"),
+        "{err}"
+    );
     // A usage error is clap's: exit 2 as well.
     let (code, _, _) = cli(&env, &["dlq", "replay", "--batch", "many"]).await;
     assert_eq!(code, 2);
