@@ -35,7 +35,7 @@ use tracing::warn;
 /// The blob store of claim-checked bodies: a local directory or an S3 bucket
 /// (`object_store`), from `[claim_check]`.
 #[derive(Clone)]
-pub struct BlobStore {
+pub(crate) struct BlobStore {
     store: Arc<dyn ObjectStore>,
     /// `s3://bucket` or `file:///dir`, without a trailing slash.
     root: String,
@@ -57,7 +57,7 @@ impl BlobStore {
     /// secret reference, a directory that cannot be created.
     /// The error's kind is `secret` for a secret reference that cannot be resolved, `other`
     /// for the rest: an attempt that needs the store fails with it.
-    pub fn from_config(
+    pub(crate) fn from_config(
         cfg: &ClaimCheckConfig,
         instance: &str,
     ) -> Result<BlobStore, crate::sinks::ResolveError> {
@@ -123,7 +123,7 @@ impl BlobStore {
 
     /// Store one body; returns its reference. The key is
     /// `<prefix>/<tenant>/<hook id>-<random>`, so two stores of one hook never collide.
-    pub async fn put(&self, tenant: &str, hook: u64, body: Bytes) -> Result<String, String> {
+    pub(crate) async fn put(&self, tenant: &str, hook: u64, body: Bytes) -> Result<String, String> {
         let key = format!(
             "{}/{tenant}/{hook}-{:016x}",
             self.prefix,
@@ -142,14 +142,15 @@ impl BlobStore {
     }
 
     /// Read a blob back by its reference.
-    pub async fn get(&self, url: &str) -> Result<Bytes, String> {
+    #[cfg(test)] // only the unit tests call it
+    pub(crate) async fn get(&self, url: &str) -> Result<Bytes, String> {
         let path = self.path_of(url)?;
         let r = self.store.get(&path).await.map_err(|e| e.to_string())?;
         r.bytes().await.map_err(|e| e.to_string())
     }
 
     /// Delete a blob by its reference; a reference to another store is refused.
-    pub async fn delete(&self, url: &str) -> Result<(), String> {
+    pub(crate) async fn delete(&self, url: &str) -> Result<(), String> {
         let path = self.path_of(url)?;
         match self.store.delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -158,7 +159,7 @@ impl BlobStore {
     }
 
     /// Delete blobs in a background task (finished hooks, R18); failures are logged.
-    pub fn delete_later(&self, urls: Vec<String>) {
+    pub(crate) fn delete_later(&self, urls: Vec<String>) {
         if urls.is_empty() {
             return;
         }
@@ -203,7 +204,7 @@ fn own_uid() -> Result<u32, String> {
 /// `<base>/ankusa-claim-check-<uid>`, created 0700. One already there must be a real
 /// directory (not a symlink) owned by this user; its mode is narrowed to 0700 — bodies are
 /// tenants' data and the shared temp dir is readable by everyone.
-pub fn private_dir(base: &std::path::Path) -> Result<std::path::PathBuf, String> {
+pub(crate) fn private_dir(base: &std::path::Path) -> Result<std::path::PathBuf, String> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let uid = own_uid()?;
     let dir = base.join(format!("ankusa-claim-check-{uid}"));
@@ -237,7 +238,7 @@ fn explicit_dir(dir: &std::path::Path) -> Result<(), String> {
 
 /// `dir` is a directory, not a symlink, owned by `uid`; the error names the directory and
 /// says what is wrong.
-pub fn check_owned(dir: &std::path::Path, uid: u32) -> Result<(), String> {
+pub(crate) fn check_owned(dir: &std::path::Path, uid: u32) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(dir)
         .map_err(|e| format!("claim_check: {}: {e}", dir.display()))?;

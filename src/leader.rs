@@ -29,7 +29,7 @@
 
 use crate::config::Config;
 use crate::dispatch::{run_session, Progress, SchedulerState, SessionCtx, SessionEnd};
-pub use crate::health::Health;
+pub(crate) use crate::health::Health;
 use crate::scheduler::slots::SharedWindow;
 use crate::sinks::registry::Sinks;
 use crate::spread::{must_give, Spread};
@@ -42,7 +42,7 @@ use tracing::{error, info, warn};
 
 /// A process's identity in the pool: `<name>-<pid>-<random>`, unique per start so two
 /// processes started with one name never share a lease.
-pub fn node_id(name: Option<&str>) -> String {
+pub(crate) fn node_id(name: Option<&str>) -> String {
     let host = name.map(str::to_string).unwrap_or_else(|| {
         std::env::var("HOSTNAME")
             .ok()
@@ -62,7 +62,7 @@ pub fn node_id(name: Option<&str>) -> String {
 }
 
 /// One partition's side of a node: where its wakes, lease releases and state go.
-pub struct PartitionSide {
+pub(crate) struct PartitionSide {
     /// Wake notifications from commits to the partition (R2).
     pub wake: Arc<Notify>,
     /// Notified when the partition's leader released its lease: campaign at once.
@@ -72,7 +72,7 @@ pub struct PartitionSide {
 }
 
 /// What a node needs to run.
-pub struct Node {
+pub(crate) struct Node {
     /// The store (any partition: each campaign addresses its own, issue 13).
     pub store: Store,
     /// This process's node id.
@@ -98,7 +98,7 @@ pub struct Node {
 /// leading its own scheduler sessions under its own lease, epoch and breakers, until
 /// shutdown; the heartbeat keeps the node to its share ([`crate::spread`]). Returns when
 /// every loop ended; the node's heartbeat is removed on the way out.
-pub async fn run_node(node: Node) {
+pub(crate) async fn run_node(node: Node) {
     let node = Arc::new(node);
     // P beside the per-partition `ankusa_leader` series: what AnkusaPartitionNoLeader reads.
     metrics::gauge!("ankusa_partitions").set(node.partitions.len() as f64);

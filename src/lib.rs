@@ -15,14 +15,14 @@
 //! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers (P9) |
 //! | [`store`] | the only door to Redis: pool, the `lua/` scripts and one typed wrapper file each, plain reads and writes, the wake subscription (a test keeps every other module off the client library) |
 //! | [`producer`] | committing hooks (R1, R2) |
-//! | [`leader`] | lease, renewal, fencing epoch, standby (R25), one campaign per partition |
-//! | [`spread`] | how many partitions each worker leads: heartbeats, shares, hand-over (issue 13) |
-//! | [`health`] | what `/healthz` and `/readyz` report beyond "the process answers" |
-//! | [`dispatch`] | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
-//! | [`scheduler`] | pure decisions: [`scheduler::slots`], [`scheduler::breaker`], [`scheduler::backoff`] |
+//! | `leader` | lease, renewal, fencing epoch, standby (R25), one campaign per partition |
+//! | `spread` | how many partitions each worker leads: heartbeats, shares, hand-over (issue 13) |
+//! | `health` | what `/healthz` and `/readyz` report beyond "the process answers" |
+//! | `dispatch` | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
+//! | `scheduler` | pure decisions: `scheduler::slots`, `scheduler::breaker`, `scheduler::backoff` |
 //! | [`sinks`] | sink modules (http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge) behind [`sinks::registry`], the batcher, retry classification (R8, R17) |
 //! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references scoped per tenant |
-//! | [`claim_check`] | blob store for bodies over a sink's inline limit (R18); a sink carries a [`sinks::payload::Payload`] |
+//! | `claim_check` | blob store for bodies over a sink's inline limit (R18); a sink carries a [`sinks::payload::Payload`] |
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
 //! | [`dlq`] | reading, replaying and purging dead letters |
@@ -34,6 +34,10 @@
 //! | [`progress`] | the progress bar on stderr and the log lines written around it |
 //! | [`testkit`] | real `redis-server` and webhook receiver for tests, demo and bench |
 //! | [`demo`], [`bench`] | the end-to-end demo and the benchmark |
+//!
+//! `leader`, `spread`, `health`, `dispatch`, `scheduler` and `claim_check` are the worker's
+//! insides, crate-private: a program drives them through [`Worker`], [`ops`] and [`admin`]
+//! (the map still names them because their files are where the decisions are).
 //!
 //! The command line lives in the binary (`src/main.rs`, `src/cli/`). `docs/architecture.md`
 //! walks one hook from commit to settle through these files; `CONTRIBUTING.md` says where a
@@ -49,27 +53,27 @@
 
 pub mod admin;
 pub mod bench;
-pub mod claim_check;
+pub(crate) mod claim_check;
 pub mod config;
 pub mod demo;
-pub mod dispatch;
+pub(crate) mod dispatch;
 pub mod dlq;
 pub mod error;
 mod fault;
 pub mod filter;
-pub mod health;
+pub(crate) mod health;
 pub mod ids;
 pub mod keyspace;
-pub mod leader;
+pub(crate) mod leader;
 pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod producer;
 pub mod progress;
-pub mod scheduler;
+pub(crate) mod scheduler;
 pub mod secrets;
 pub mod sinks;
-pub mod spread;
+pub(crate) mod spread;
 pub mod store;
 pub mod telemetry;
 pub mod testkit;

@@ -25,14 +25,14 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// `(lo, hi)`: `floor(P / N)` and `ceil(P / N)` for `live` workers (at least 1).
-pub fn quota(partitions: u32, live: usize) -> (u32, u32) {
+pub(crate) fn quota(partitions: u32, live: usize) -> (u32, u32) {
     let n = (live.max(1)).min(u32::MAX as usize) as u32;
     (partitions / n, partitions.div_ceil(n))
 }
 
 /// Whether a worker leading `mine` partitions may campaign for one more, given what the
 /// other live workers lead (`others`, this worker excluded).
-pub fn may_take(mine: u32, others: &[u32], partitions: u32) -> bool {
+pub(crate) fn may_take(mine: u32, others: &[u32], partitions: u32) -> bool {
     let (lo, hi) = quota(partitions, others.len() + 1);
     mine < hi && (mine < lo || others.iter().all(|&c| c >= lo))
 }
@@ -41,7 +41,7 @@ pub fn may_take(mine: u32, others: &[u32], partitions: u32) -> bool {
 /// live worker's count (`workers`; its own entry, if present, is replaced by `mine`). The
 /// workers above `lo` give in order of most led first, then node id, as many as the
 /// others lack below `lo`; above `hi` a worker always gives.
-pub fn must_give(me: &str, mine: u32, workers: &[LiveWorker], partitions: u32) -> bool {
+pub(crate) fn must_give(me: &str, mine: u32, workers: &[LiveWorker], partitions: u32) -> bool {
     let others: Vec<&LiveWorker> = workers.iter().filter(|w| w.node != me).collect();
     let (lo, hi) = quota(partitions, others.len() + 1);
     if mine > hi {
@@ -64,7 +64,7 @@ pub fn must_give(me: &str, mine: u32, workers: &[LiveWorker], partitions: u32) -
 /// One worker's side of the spread: the partitions it leads (each with the token that hands
 /// it over), the campaigns under way, and the last heartbeat's view of the others.
 #[derive(Debug, Default)]
-pub struct Spread {
+pub(crate) struct Spread {
     inner: Mutex<Inner>,
     /// Notified when the view or this worker's leadership changed: campaigns check again,
     /// and the heartbeat announces the new count at once.
@@ -87,12 +87,12 @@ impl Spread {
     }
 
     /// Partitions this worker leads, in order.
-    pub fn led(&self) -> Vec<u32> {
+    pub(crate) fn led(&self) -> Vec<u32> {
         self.lock().led.keys().copied().collect()
     }
 
     /// Take the last heartbeat's view (every live worker, this one included or not).
-    pub fn observe(&self, me: &str, workers: &[LiveWorker]) {
+    pub(crate) fn observe(&self, me: &str, workers: &[LiveWorker]) {
         self.lock().others = workers
             .iter()
             .filter(|w| w.node != me)
@@ -103,7 +103,7 @@ impl Spread {
 
     /// Reserve a campaign for one more partition if [`may_take`] allows it counting the
     /// campaigns already under way; release it with [`Spread::campaigned`].
-    pub fn try_campaign(&self, partitions: u32) -> bool {
+    pub(crate) fn try_campaign(&self, partitions: u32) -> bool {
         let mut g = self.lock();
         let mine = g.led.len() as u32 + g.campaigning;
         if may_take(mine, &g.others, partitions) {
@@ -115,7 +115,7 @@ impl Spread {
     }
 
     /// A reserved campaign ended: `won` with the token that hands the partition over.
-    pub fn campaigned(&self, partition: u32, won: Option<CancellationToken>) {
+    pub(crate) fn campaigned(&self, partition: u32, won: Option<CancellationToken>) {
         let mut g = self.lock();
         g.campaigning = g.campaigning.saturating_sub(1);
         if let Some(t) = won {
@@ -126,14 +126,14 @@ impl Spread {
     }
 
     /// The term of `partition` ended.
-    pub fn stepped_down(&self, partition: u32) {
+    pub(crate) fn stepped_down(&self, partition: u32) {
         self.lock().led.remove(&partition);
         self.changed.notify_waiters();
     }
 
     /// Hand over the highest partition this worker leads (its session drains and releases
     /// the lease); the partition it picked, if any.
-    pub fn give_one(&self) -> Option<u32> {
+    pub(crate) fn give_one(&self) -> Option<u32> {
         let g = self.lock();
         let (&p, token) = g.led.iter().rev().find(|(_, t)| !t.is_cancelled())?;
         token.cancel();
@@ -141,7 +141,7 @@ impl Spread {
     }
 
     /// Partitions led and not being handed over.
-    pub fn keeping(&self) -> u32 {
+    pub(crate) fn keeping(&self) -> u32 {
         self.lock()
             .led
             .values()

@@ -1,7 +1,7 @@
 //! A worker process's library face: start it, ask it things, stop it.
 //!
 //! [`Worker::start`] connects, checks Redis is safe to use, subscribes to the
-//! wake channel and runs the node loop ([`crate::leader`]) in the background.
+//! wake channel and runs the node loop (`crate::leader`) in the background.
 
 use crate::config::Config;
 use crate::dispatch::SchedulerState;

@@ -323,7 +323,7 @@ impl Binder {
 
 /// Bind a row to a sink entry (R19): its own index when the module still matches, else the
 /// one entry with its module; `None` when neither holds (`sink_gone`).
-pub fn bind(sinks: &[SinkEntry], index: u32, module: &str) -> Option<u32> {
+pub(crate) fn bind(sinks: &[SinkEntry], index: u32, module: &str) -> Option<u32> {
     if sinks
         .get(index as usize)
         .is_some_and(|s| s.module == module)

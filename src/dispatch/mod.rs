@@ -26,8 +26,6 @@ mod events;
 mod policy;
 mod settle;
 
-pub use claim::bind;
-
 use crate::config::Config;
 use crate::model::{DeadReason, RowId, SinkEntry};
 use crate::scheduler::backoff;
@@ -49,7 +47,7 @@ use tracing::{debug, info, warn, Instrument};
 /// The scheduler's heartbeat: the session calls [`Progress::tick`] whenever it moves
 /// (rows claimed, an attempt finished, outcomes settled); the leader's self-check reads its age.
 #[derive(Debug)]
-pub struct Progress {
+pub(crate) struct Progress {
     base: Instant,
     /// Milliseconds from `base` to the last tick.
     last_ms: AtomicU64,
@@ -66,24 +64,24 @@ impl Default for Progress {
 
 impl Progress {
     /// Record progress now.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         self.last_ms
             .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Time since the last tick (or since creation).
-    pub fn age(&self) -> Duration {
+    pub(crate) fn age(&self) -> Duration {
         let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
         self.base.elapsed().saturating_sub(last)
     }
 }
 
 /// Bytes of an error kept on a row or a dead letter.
-pub const ERROR_MAX_BYTES: usize = 1024;
+pub(crate) const ERROR_MAX_BYTES: usize = 1024;
 
 /// The unit of isolation (R15): `(tenant, source, sink index, module)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SinkKey {
+pub(crate) struct SinkKey {
     /// Tenant id.
     pub tenant: Arc<str>,
     /// Source id.
@@ -229,7 +227,7 @@ pub struct SchedulerState {
 
 /// Why a session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionEnd {
+pub(crate) enum SessionEnd {
     /// Shut down on request; the lease was released.
     Shutdown,
     /// The lease was lost or a script answered fenced: step down.
@@ -239,7 +237,7 @@ pub enum SessionEnd {
 }
 
 /// Everything a session needs from its node.
-pub struct SessionCtx {
+pub(crate) struct SessionCtx {
     /// The store.
     pub store: Store,
     /// Current config (reconfigure sends a new one, R22).
@@ -373,7 +371,7 @@ async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
 }
 
 /// Run one leadership term until shutdown or loss of the lease.
-pub async fn run_session(ctx: SessionCtx) -> SessionEnd {
+pub(crate) async fn run_session(ctx: SessionCtx) -> SessionEnd {
     let cfg = ctx.config.borrow().clone();
     let batched = batched::Batched::new(&cfg);
     let (tx, mut rx) = mpsc::unbounded_channel();

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// The retry policy of one sink entry (P9): the global `[retry]` with the entry's fields
 /// over it, and the entry's fixed schedule if it has one.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// The merged `[retry]` fields.
     pub cfg: RetryConfig,
     /// Delays before the 2nd, 3rd, … attempt, ms; the last repeats. Replaces the
@@ -20,7 +20,7 @@ pub struct Policy {
 /// its own the entry's delays are exact (jitter 0). The operator's `max_attempts` (when set)
 /// and `max_elapsed_ms` stay caps: an entry may give up sooner, never later, even one stored
 /// before `source put` refused larger values.
-pub fn effective(global: &RetryConfig, entry: Option<&EntryRetry>) -> Policy {
+pub(crate) fn effective(global: &RetryConfig, entry: Option<&EntryRetry>) -> Policy {
     let Some(e) = entry else {
         return Policy {
             cfg: global.clone(),
@@ -65,7 +65,7 @@ fn capped_attempts(entry: u32, global: u32) -> u32 {
 }
 
 /// An entry's retry horizon under the operator's `retry.max_elapsed_ms`, ms.
-pub fn horizon_ms(global: &RetryConfig, entry: Option<&EntryRetry>) -> u64 {
+pub(crate) fn horizon_ms(global: &RetryConfig, entry: Option<&EntryRetry>) -> u64 {
     entry
         .and_then(|r| r.max_elapsed_ms)
         .map_or(global.max_elapsed_ms, |e| e.min(global.max_elapsed_ms))
@@ -73,7 +73,7 @@ pub fn horizon_ms(global: &RetryConfig, entry: Option<&EntryRetry>) -> u64 {
 
 /// [`backoff_ms`] under a [`Policy`]: the schedule's delay for this attempt (the last one
 /// repeating) minus up to `jitter` of itself, else the exponential backoff.
-pub fn policy_backoff_ms(p: &Policy, attempts: u32, draw: f64) -> u64 {
+pub(crate) fn policy_backoff_ms(p: &Policy, attempts: u32, draw: f64) -> u64 {
     match p.schedule_ms.as_deref() {
         Some(s) if !s.is_empty() => {
             let i = (attempts.saturating_sub(1) as usize).min(s.len() - 1);
@@ -85,7 +85,7 @@ pub fn policy_backoff_ms(p: &Policy, attempts: u32, draw: f64) -> u64 {
 }
 
 /// [`decide`] under an entry's [`Policy`] (P9).
-pub fn decide_policy(
+pub(crate) fn decide_policy(
     p: &Policy,
     attempts: u32,
     first_attempt_ms: i64,
@@ -105,7 +105,7 @@ pub fn decide_policy(
 
 /// What to do with a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDecision {
+pub(crate) enum RetryDecision {
     /// Due again after this many ms.
     RetryIn(u64),
     /// The horizon passed (R9): dead-letter `retry_horizon(module)`.
@@ -116,7 +116,7 @@ pub enum RetryDecision {
 
 /// Backoff before attempt `attempts + 1` (ms): `initial × multiplier^(attempts-1)`, capped at
 /// `max_backoff_ms`, minus up to `jitter` of itself (`draw` in [0, 1)).
-pub fn backoff_ms(cfg: &RetryConfig, attempts: u32, draw: f64) -> u64 {
+pub(crate) fn backoff_ms(cfg: &RetryConfig, attempts: u32, draw: f64) -> u64 {
     let exp = attempts.saturating_sub(1).min(64) as i32;
     let raw = cfg.initial_backoff_ms as f64 * cfg.multiplier.powi(exp);
     let capped = raw.min(cfg.max_backoff_ms as f64);
@@ -133,7 +133,8 @@ pub fn backoff_ms(cfg: &RetryConfig, attempts: u32, draw: f64) -> u64 {
 /// horizon (R9): a backoff is cut to land on it (the last attempt runs there), but a delay
 /// the sink asked for, or the floor, is never cut short by an extra attempt: when the
 /// horizon comes first the row is dead-lettered now. A failure at or past it is final.
-pub fn decide(
+#[cfg(test)] // only the unit tests call it
+pub(crate) fn decide(
     cfg: &RetryConfig,
     attempts: u32,
     first_attempt_ms: i64,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// What to do with a row of this key now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
+pub(crate) enum Admit {
     /// Run the attempt.
     Run,
     /// Run it as the half-open probe.
@@ -23,7 +23,7 @@ pub enum Admit {
 
 /// How an attempt ended, as the breaker sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Result {
+pub(crate) enum Result {
     /// The sink answered ok.
     Success,
     /// A retryable failure (transport error, 5xx, timeout…).
@@ -34,7 +34,7 @@ pub enum Result {
 
 /// A transition worth a log line and a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     /// Opened for this long.
     Opened(Duration),
     /// Closed after a successful probe.
@@ -50,7 +50,7 @@ enum State {
 
 /// Breaker settings (`dispatch.breaker_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Consecutive failures that open it; 0 disables breakers.
     pub failures: u32,
     /// First open period.
@@ -66,7 +66,7 @@ pub struct Settings {
 /// term reads Redis `TIME` to restore it. A leader whose wall clock ran hours ahead would
 /// otherwise have opened its successors' breakers for hours (issue 24).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// When the open period ends, Unix ms on Redis's clock; at or before now: half-open.
     /// In the form handed to `breakers.lua` ([`Breaker::remaining`]): ms left from the
     /// moment it was taken.
@@ -77,11 +77,11 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// `"<until_unix_ms>:<opens>"`, as stored.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!("{}:{}", self.until_unix_ms, self.opens)
     }
     /// The stored form back; `None` when it is not one.
-    pub fn decode(s: &str) -> Option<Snapshot> {
+    pub(crate) fn decode(s: &str) -> Option<Snapshot> {
         let (u, o) = s.split_once(':')?;
         Some(Snapshot {
             until_unix_ms: u.parse().ok()?,
@@ -91,7 +91,7 @@ impl Snapshot {
 }
 
 /// Wall-clock Unix time, ms.
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -99,7 +99,7 @@ pub fn unix_ms() -> u64 {
 
 /// One sink key's breaker.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     state: State,
     /// Consecutive opens without a successful probe (the doubling exponent).
     opens: u32,
@@ -116,7 +116,7 @@ impl Default for Breaker {
 
 impl Breaker {
     /// Whether a row may run now.
-    pub fn admit(&mut self, s: &Settings, now: Instant) -> Admit {
+    pub(crate) fn admit(&mut self, s: &Settings, now: Instant) -> Admit {
         if s.failures == 0 {
             return Admit::Run;
         }
@@ -132,7 +132,7 @@ impl Breaker {
     }
 
     /// Record an attempt's end. `probe` says whether it was the admitted probe.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         s: &Settings,
         now: Instant,
@@ -188,7 +188,7 @@ impl Breaker {
 
     /// How long a row arriving now would be parked, without changing state (a claim
     /// does not take the probe; only a start does).
-    pub fn parks(&self, s: &Settings, now: Instant) -> Option<Duration> {
+    pub(crate) fn parks(&self, s: &Settings, now: Instant) -> Option<Duration> {
         match self.state {
             _ if s.failures == 0 => None,
             State::Open { until } if now < until => Some(until - now),
@@ -198,13 +198,13 @@ impl Breaker {
     }
 
     /// Whether the breaker is open or probing (rows are being parked).
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         !matches!(self.state, State::Closed { .. })
     }
 
     /// The breaker as a new term should start it; `None` when closed. `now` and `unix_now`
     /// are the same instant on the two clocks.
-    pub fn snapshot(&self, now: Instant, unix_now: u64) -> Option<Snapshot> {
+    pub(crate) fn snapshot(&self, now: Instant, unix_now: u64) -> Option<Snapshot> {
         let left = match self.state {
             State::Closed { .. } => return None,
             State::Open { until } => until.saturating_duration_since(now).as_millis() as u64,
@@ -218,13 +218,13 @@ impl Breaker {
 
     /// The snapshot relative to `now`: `until_unix_ms` is the ms left of the open period
     /// (0 when half-open), for `breakers.lua` to add Redis `TIME` to; `None` when closed.
-    pub fn remaining(&self, now: Instant) -> Option<Snapshot> {
+    pub(crate) fn remaining(&self, now: Instant) -> Option<Snapshot> {
         self.snapshot(now, 0)
     }
 
     /// A breaker restored from its snapshot: open for what is left of its period, or
     /// half-open with its one probe not yet taken when the period is over.
-    pub fn restore(s: Snapshot, now: Instant, unix_now: u64) -> Breaker {
+    pub(crate) fn restore(s: Snapshot, now: Instant, unix_now: u64) -> Breaker {
         let left = s.until_unix_ms.saturating_sub(unix_now);
         let state = if left > 0 {
             State::Open {

@@ -2,8 +2,8 @@
 //! limits (R5–R9, R13–R16, P9). No I/O and no clock of their own: the dispatch loop
 //! ([`crate::dispatch`]) feeds them instants and applies what they decide.
 
-pub mod backoff;
-pub mod breaker;
-pub mod rate;
-pub mod slots;
-pub mod window;
+pub(crate) mod backoff;
+pub(crate) mod breaker;
+pub(crate) mod rate;
+pub(crate) mod slots;
+pub(crate) mod window;

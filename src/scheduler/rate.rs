@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 /// One sink key's token bucket: up to `burst` tokens, refilled at `per_second`; an attempt
 /// takes one.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     burst: f64,
     per_second: f64,
@@ -20,7 +20,7 @@ pub struct Bucket {
 
 impl Bucket {
     /// A full bucket for `limit` at `now`.
-    pub fn new(limit: &RateLimit, now: Instant) -> Bucket {
+    pub(crate) fn new(limit: &RateLimit, now: Instant) -> Bucket {
         let burst = f64::from(limit.burst());
         Bucket {
             tokens: burst,
@@ -33,7 +33,7 @@ impl Bucket {
 
     /// Take a changed limit (the source was edited): tokens earned so far are kept, cut to
     /// the new burst.
-    pub fn set_limit(&mut self, limit: &RateLimit, now: Instant) {
+    pub(crate) fn set_limit(&mut self, limit: &RateLimit, now: Instant) {
         self.refill(now);
         self.burst = f64::from(limit.burst());
         self.per_second = limit.per_second;
@@ -47,7 +47,7 @@ impl Bucket {
     }
 
     /// `None` when a token is there now; else how long until one is.
-    pub fn wait(&mut self, now: Instant) -> Option<Duration> {
+    pub(crate) fn wait(&mut self, now: Instant) -> Option<Duration> {
         self.refill(now);
         if self.tokens >= 1.0 {
             return None;
@@ -57,7 +57,7 @@ impl Bucket {
     }
 
     /// Take a token if there is one now.
-    pub fn take(&mut self, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
         if self.wait(now).is_some() {
             return false;
         }
@@ -67,7 +67,7 @@ impl Bucket {
 
     /// How long until `n` more tokens than are there now have been earned: when the `n`-th
     /// row queued behind the key may run at the earliest.
-    pub fn time_for(&mut self, n: usize, now: Instant) -> Duration {
+    pub(crate) fn time_for(&mut self, n: usize, now: Instant) -> Duration {
         self.refill(now);
         let missing = (n as f64 - self.tokens).max(0.0);
         Duration::from_secs_f64(missing / self.per_second)
@@ -76,7 +76,7 @@ impl Bucket {
     /// How long a row that finds `queued` rows ahead of it should wait in Redis (parked):
     /// until its token would come behind the queue and every row parked before it, one
     /// token apart.
-    pub fn park_for(&mut self, queued: usize, now: Instant) -> Duration {
+    pub(crate) fn park_for(&mut self, queued: usize, now: Instant) -> Duration {
         let behind_queue = now + self.time_for(queued + 1, now);
         let at = match self.next_park {
             Some(p) if p > behind_queue => p,
@@ -89,7 +89,7 @@ impl Bucket {
     /// Rows a key may hold claimed and queued at once before further rows are parked back
     /// in Redis (they would wait longer than about two seconds of tokens): `burst` plus two
     /// seconds' worth, so the key never starves for queued rows and never holds the window.
-    pub fn queue_cap(&self) -> usize {
+    pub(crate) fn queue_cap(&self) -> usize {
         (self.burst + 2.0 * self.per_second).ceil().max(1.0) as usize
     }
 }

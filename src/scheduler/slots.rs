@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::window::mark;
-pub use super::window::{fair_share, SharedWindow};
+pub(crate) use super::window::{fair_share, SharedWindow};
 
 /// The next page (rows per claim, outcomes per settle) after a call that handled `asked`
 /// items took `took` of Redis time (the script's own measure, by Redis' clock) against the
@@ -27,7 +27,7 @@ pub use super::window::{fair_share, SharedWindow};
 /// settle call blocks every other client of Redis while it runs): over 4/5 of the budget
 /// the page shrinks in proportion, aiming at 4/5 of it; under 2/5 with the whole page used
 /// it doubles; always within `16..=max` (`max` when below 16).
-pub fn adapt_page(
+pub(crate) fn adapt_page(
     page: usize,
     asked: usize,
     took: std::time::Duration,
@@ -48,7 +48,7 @@ pub fn adapt_page(
 }
 
 /// What the slot machinery needs to know of a queued job.
-pub trait Slotted {
+pub(crate) trait Slotted {
     /// The unit of isolation: `(tenant, source, sink index, module)` (R15).
     type Key: Clone + Eq + Hash + std::fmt::Debug;
     /// The job's tenant.
@@ -83,7 +83,7 @@ struct Tenant<J: Slotted> {
 
 /// The windows, per-key queues and slot counters of one scheduler.
 #[derive(Debug)]
-pub struct Slots<J: Slotted> {
+pub(crate) struct Slots<J: Slotted> {
     /// The process-wide counters the global caps apply to.
     shared: Arc<SharedWindow>,
     global: ResolvedLimits,
@@ -107,12 +107,13 @@ pub struct Slots<J: Slotted> {
 
 impl<J: Slotted> Slots<J> {
     /// Empty slots under `cfg`'s limits, alone in their process.
-    pub fn new(cfg: &DispatchConfig) -> Self {
+    #[cfg(test)] // only the unit tests call it
+    pub(crate) fn new(cfg: &DispatchConfig) -> Self {
         Self::with_shared(cfg, Arc::new(SharedWindow::default()))
     }
 
     /// Empty slots whose global caps count every session sharing `shared` (issue 13).
-    pub fn with_shared(cfg: &DispatchConfig, shared: Arc<SharedWindow>) -> Self {
+    pub(crate) fn with_shared(cfg: &DispatchConfig, shared: Arc<SharedWindow>) -> Self {
         Slots {
             shared,
             global: ResolvedLimits {
@@ -135,7 +136,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Take new limits (R22): claimed and running rows stay; a lowered cap only gates the next start.
-    pub fn reconfigure(&mut self, cfg: &DispatchConfig) {
+    pub(crate) fn reconfigure(&mut self, cfg: &DispatchConfig) {
         self.global.concurrency = cfg.concurrency;
         self.sink_concurrency = cfg.sink_concurrency;
         self.cfg.concurrency = cfg.concurrency;
@@ -148,24 +149,24 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Rows claimed by this session and not yet settled.
-    pub fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         self.rows
     }
     /// Bytes of hook bodies claimed by this session and not yet settled.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
     /// Attempts running in this session.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.running
     }
     /// The process-wide counters these slots share.
-    pub fn shared(&self) -> &Arc<SharedWindow> {
+    pub(crate) fn shared(&self) -> &Arc<SharedWindow> {
         &self.shared
     }
     /// Whether the process's global window is full (rows or bytes held), for `pressure()`
     /// (R21).
-    pub fn window_full(&self) -> bool {
+    pub(crate) fn window_full(&self) -> bool {
         self.shared.rows() >= self.global.max_inflight
             || self.shared.bytes() >= self.global.max_inflight_bytes
     }
@@ -179,7 +180,7 @@ impl<J: Slotted> Slots<J> {
     /// Rows the next claim may take at most, given the global window, `batch`, and this
     /// session's fair share of the rows while other sessions wait for room (issue 13).
     /// 0 marks this session waiting until a later call finds room.
-    pub fn claim_room(&mut self) -> usize {
+    pub(crate) fn claim_room(&mut self) -> usize {
         let others = self.shared.wanting_rows() - usize::from(self.wants_rows);
         let mut room = if self.no_room() {
             0
@@ -213,7 +214,7 @@ impl<J: Slotted> Slots<J> {
 
     /// Room of every tenant in flight that is tighter than `page`: `(tenant, rows)`;
     /// room 0 means at its window (skipped by the scan and the wake timer, R14).
-    pub fn tenant_rooms(&self, page: usize) -> Vec<(&str, usize)> {
+    pub(crate) fn tenant_rooms(&self, page: usize) -> Vec<(&str, usize)> {
         self.tenants
             .iter()
             .filter_map(|(id, t)| {
@@ -230,7 +231,7 @@ impl<J: Slotted> Slots<J> {
     /// The byte window for the next claim, row by row (R5): the global room, whether nothing
     /// is claimed, the room of a tenant with nothing in flight, and the room of every tenant
     /// in flight or with limits of its own (`dispatch.tenants`).
-    pub fn byte_rooms(&self) -> crate::store::ByteRooms {
+    pub(crate) fn byte_rooms(&self) -> crate::store::ByteRooms {
         let default_tenant = self.cfg.tenant_limits("default").max_inflight_bytes;
         let mut tenants: Vec<(String, u64, bool)> = self
             .tenants
@@ -268,7 +269,10 @@ impl<J: Slotted> Slots<J> {
     /// may then go); `None` when no row or no byte is left (the session then waits for
     /// room freed, as [`Slots::claim_room`] makes it). Holds of the claim's rows draw on
     /// the reservation; [`Slots::end_claim`] gives back what they did not use.
-    pub fn reserve_claim(&mut self, page: usize) -> Option<(usize, crate::store::ByteRooms)> {
+    pub(crate) fn reserve_claim(
+        &mut self,
+        page: usize,
+    ) -> Option<(usize, crate::store::ByteRooms)> {
         self.end_claim();
         let max_rows = self.global.max_inflight;
         let prev_rows = self
@@ -312,7 +316,7 @@ impl<J: Slotted> Slots<J> {
 
     /// The claim's answer is handled (or it failed): give back the room its rows did not
     /// use, and tell waiting sessions.
-    pub fn end_claim(&mut self) {
+    pub(crate) fn end_claim(&mut self) {
         let (rows, bytes) = (self.reserved_rows, self.reserved_bytes);
         if rows == 0 && bytes == 0 {
             return;
@@ -329,7 +333,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// The room a tenant with nothing in flight has.
-    pub fn default_room(&self) -> usize {
+    pub(crate) fn default_room(&self) -> usize {
         self.cfg.tenant_limits("default").max_inflight
     }
 
@@ -357,7 +361,7 @@ impl<J: Slotted> Slots<J> {
 
     /// Count a claimed row against the windows (until [`Slots::settled`]), first from the
     /// room its claim reserved ([`Slots::reserve_claim`]).
-    pub fn hold(&mut self, tenant: &str, bytes: u64) {
+    pub(crate) fn hold(&mut self, tenant: &str, bytes: u64) {
         self.rows += 1;
         self.bytes += bytes;
         if self.reserved_rows > 0 {
@@ -380,7 +384,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// A row's outcome is in Redis: free its window room.
-    pub fn settled(&mut self, tenant: &str, bytes: u64) {
+    pub(crate) fn settled(&mut self, tenant: &str, bytes: u64) {
         let (rows, held) = (self.rows, self.bytes);
         self.rows = self.rows.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(bytes);
@@ -406,7 +410,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Queue a held job behind its sink key.
-    pub fn push(&mut self, job: J) {
+    pub(crate) fn push(&mut self, job: J) {
         let tenant = job.tenant().to_string();
         let key = job.key().clone();
         let t = self.tenant_mut(&tenant);
@@ -427,13 +431,14 @@ impl<J: Slotted> Slots<J> {
 
     /// The next job to start under every cap, round-robin across tenants then keys;
     /// `None` when nothing may start now.
-    pub fn next_start(&mut self) -> Option<J> {
+    #[cfg(test)] // only the unit tests call it
+    pub(crate) fn next_start(&mut self) -> Option<J> {
         self.next_start_gated(|_| true)
     }
 
     /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit, P9): a key
     /// it refuses keeps its queue and its place in line and takes no slot.
-    pub fn next_start_gated(&mut self, gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
+    pub(crate) fn next_start_gated(&mut self, gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
         // Within the fair share while other sessions wait (issue 13), then a slot of the
         // process (atomically: other partitions' sessions run on other threads), given back
         // if no job may start.
@@ -518,7 +523,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// An attempt of `key` finished: its slot is free (its window room is freed by `settled`).
-    pub fn finished(&mut self, tenant: &str, key: &J::Key) {
+    pub(crate) fn finished(&mut self, tenant: &str, key: &J::Key) {
         if self.running > 0 {
             self.running -= 1;
             self.shared.running.fetch_sub(1, Ordering::Relaxed);
@@ -536,7 +541,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Remove every queued (not running) job, e.g. on shutdown or a lost lease.
-    pub fn drain_queued(&mut self) -> Vec<J> {
+    pub(crate) fn drain_queued(&mut self) -> Vec<J> {
         let mut out = Vec::new();
         for t in self.tenants.values_mut() {
             for q in t.keys.values_mut() {
@@ -551,7 +556,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Queued jobs of one sink key, taken out (a breaker opening parks them, R16).
-    pub fn take_key(&mut self, tenant: &str, key: &J::Key) -> Vec<J> {
+    pub(crate) fn take_key(&mut self, tenant: &str, key: &J::Key) -> Vec<J> {
         let Some(t) = self.tenants.get_mut(tenant) else {
             return Vec::new();
         };
@@ -568,16 +573,11 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Jobs queued (not running) behind one sink key.
-    pub fn queued(&self, tenant: &str, key: &J::Key) -> usize {
+    pub(crate) fn queued(&self, tenant: &str, key: &J::Key) -> usize {
         self.tenants
             .get(tenant)
             .and_then(|t| t.keys.get(key))
             .map_or(0, |q| q.jobs.len())
-    }
-
-    /// Attempts running for one tenant (for tests and metrics).
-    pub fn tenant_running(&self, tenant: &str) -> usize {
-        self.tenants.get(tenant).map_or(0, |t| t.running)
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// goes back when the claim's answer is handled. The counters include reservations; the
 /// getters ([`SharedWindow::rows`], [`SharedWindow::bytes`]) report what is held.
 #[derive(Debug)]
-pub struct SharedWindow {
+pub(crate) struct SharedWindow {
     /// Rows held plus rows reserved by claims in flight.
     pub(super) rows: AtomicUsize,
     /// Bytes held plus bytes reserved by claims in flight.
@@ -56,13 +56,13 @@ impl Default for SharedWindow {
 
 impl SharedWindow {
     /// Rows held by every session of the process (claimed, not yet settled).
-    pub fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         self.rows
             .load(Ordering::Relaxed)
             .saturating_sub(self.reserved_rows.load(Ordering::Relaxed))
     }
     /// Bytes held by every session of the process.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
             .load(Ordering::Relaxed)
             .saturating_sub(self.reserved_bytes.load(Ordering::Relaxed))
@@ -76,11 +76,11 @@ impl SharedWindow {
         self.bytes.load(Ordering::Relaxed)
     }
     /// Attempts running in every session of the process.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.running.load(Ordering::Relaxed)
     }
     /// Changes whenever room freed after a session found none (a watch never misses one).
-    pub fn freed(&self) -> tokio::sync::watch::Receiver<()> {
+    pub(crate) fn freed(&self) -> tokio::sync::watch::Receiver<()> {
         self.freed.subscribe()
     }
     /// Take one of `cap` slots if one is free.
@@ -92,11 +92,11 @@ impl SharedWindow {
             .is_ok()
     }
     /// Sessions waiting for attempt slots (issue 13's fair share).
-    pub fn wanting_slots(&self) -> usize {
+    pub(crate) fn wanting_slots(&self) -> usize {
         self.wanting_slots.load(Ordering::Relaxed)
     }
     /// Sessions waiting for window rows (issue 13's fair share).
-    pub fn wanting_rows(&self) -> usize {
+    pub(crate) fn wanting_rows(&self) -> usize {
         self.wanting_rows.load(Ordering::Relaxed)
     }
     pub(super) fn starve(&self) {
@@ -118,7 +118,7 @@ impl SharedWindow {
 /// The most one session may hold of `cap` while `others` sessions wait for it too:
 /// `ceil(cap / (others + 1))`, at least 1 (issue 13: the partitions one worker leads
 /// share its caps fairly).
-pub fn fair_share(cap: usize, others: usize) -> usize {
+pub(crate) fn fair_share(cap: usize, others: usize) -> usize {
     cap.div_ceil(others + 1).max(1)
 }
 

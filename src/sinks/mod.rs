@@ -14,7 +14,7 @@
 //! The broker sinks reach brokers only through the operator's named [`connections`].
 //!
 //! A batched sink's attempts wait in a per-destination [`batcher`] (R17); a body over its
-//! inline limit is checked in to the blob store ([`crate::claim_check`], R18).
+//! inline limit is checked in to the blob store (`crate::claim_check`, R18).
 //!
 //! The rest of the worker knows the modules only through the [`registry`]: a module name
 //! maps to its options parser, its `source put` checks and its [`registry::Target`]; the

@@ -1,5 +1,5 @@
 //! What a sink sends for one hook: its body, or the reference of its claim-checked copy
-//! ([`crate::claim_check`] stores it; the sinks only carry the reference).
+//! (`crate::claim_check` stores it; the sinks only carry the reference).
 
 use bytes::Bytes;
 
