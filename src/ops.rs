@@ -222,16 +222,13 @@ pub async fn dead_letter_source(
 /// Check a config: every `dispatch.*` / `retry.*` key and the rest; the error names
 /// each bad key, e.g. `dispatch.tenants.acme.max_inflight: must be > 0`.
 pub fn validate_config(config: &Config) -> Result<(), Error> {
-    config.validate()?;
-    Ok(crate::sinks::registry::check_config(config)?)
+    Ok(config.validate_with(crate::sinks::registry::config_problems)?)
 }
 
 /// Parse and check a config file's text (defaults for missing keys, no environment):
 /// unknown keys and wrong types are named with their key path too.
 pub fn validate_config_toml(toml: &str) -> Result<Config, ConfigError> {
-    let config = Config::from_toml_str(toml)?;
-    crate::sinks::registry::check_config(&config)?;
-    Ok(config)
+    Config::from_toml_str_checked(toml, crate::sinks::registry::config_problems)
 }
 
 /// What [`enable_sink`] answers.

@@ -162,12 +162,14 @@ fn config(cli: &Cli, cmd: &ConfigCmd) -> Result<(), Error> {
             }
         }
         ConfigCmd::Check { file } => {
-            let mut cfg = Config::load(file.as_deref().or(cli.config.as_deref()))?;
+            let mut cfg = Config::load_checked(
+                file.as_deref().or(cli.config.as_deref()),
+                ankusa::sinks::registry::config_problems,
+            )?;
             if let Some(i) = &cli.instance {
                 cfg.instance = i.clone();
             }
-            cfg.validate()?;
-            ankusa::sinks::registry::check_config(&cfg)?;
+            cfg.validate_with(ankusa::sinks::registry::config_problems)?;
             cfg.admin.check_exposure()?;
             if json {
                 json_line(&serde_json::json!({"ok": true}))

@@ -5,6 +5,7 @@ use super::args::Cli;
 use super::ops;
 use ankusa::config::Config;
 use ankusa::model::SourceSpec;
+use ankusa::sinks::registry::config_problems;
 use ankusa::store::Store;
 use ankusa::Error;
 use std::path::{Path, PathBuf};
@@ -12,15 +13,14 @@ use std::path::{Path, PathBuf};
 /// The config of `--config`, with `--instance` and `--redis-url` over it, validated; the
 /// Redis URL is remembered so its errors can be told in plain words.
 pub fn load_config(cli: &Cli) -> Result<Config, Error> {
-    let mut cfg = Config::load(cli.config.as_deref())?;
+    let mut cfg = Config::load_checked(cli.config.as_deref(), config_problems)?;
     if let Some(i) = &cli.instance {
         cfg.instance = i.clone();
     }
     if let Some(u) = &cli.redis_url {
         cfg.redis.url = u.clone();
     }
-    cfg.validate()?;
-    ankusa::sinks::registry::check_config(&cfg)?;
+    cfg.validate_with(config_problems)?;
     crate::cli::redis_words::remember(&cfg.redis.url);
     Ok(cfg)
 }

@@ -48,8 +48,8 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
     let reload: ankusa::admin::Reload = {
         let (path, instance) = (cli.config.clone(), cfg.instance.clone());
         Arc::new(move || {
-            let mut c = Config::load(path.as_deref())?;
-            ankusa::sinks::registry::check_config(&c)?;
+            let mut c =
+                Config::load_checked(path.as_deref(), ankusa::sinks::registry::config_problems)?;
             c.instance = instance.clone();
             Ok(c)
         })

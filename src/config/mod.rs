@@ -36,6 +36,7 @@ mod proxy;
 pub mod redis_url;
 mod sections;
 mod validate;
+pub use validate::{no_check, Check};
 
 pub use duration::parse_ms;
 pub use edge::{
@@ -214,14 +215,29 @@ impl Config {
     /// Loads defaults → the file at `path` (if given; a missing file is an error) → environment
     /// overrides, then validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        Self::load_with_env(path, std::env::vars_os())
+        Self::load_checked(path, no_check)
+    }
+
+    /// [`Config::load`], with `check`'s problems reported beside the config's own
+    /// ([`Config::validate_with`]).
+    pub fn load_checked(path: Option<&Path>, check: Check) -> Result<Config, ConfigError> {
+        Self::load_env_checked(path, std::env::vars_os(), check)
     }
 
     /// [`Config::load`] with the environment given as `vars`, so tests need not touch the
     /// process environment.
+    #[cfg(test)]
     fn load_with_env(
         path: Option<&Path>,
         vars: impl IntoIterator<Item = (impl AsRef<std::ffi::OsStr>, impl AsRef<std::ffi::OsStr>)>,
+    ) -> Result<Config, ConfigError> {
+        Self::load_env_checked(path, vars, no_check)
+    }
+
+    fn load_env_checked(
+        path: Option<&Path>,
+        vars: impl IntoIterator<Item = (impl AsRef<std::ffi::OsStr>, impl AsRef<std::ffi::OsStr>)>,
+        check: Check,
     ) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Toml::string(DEFAULT_CONFIG_TOML));
         if let Some(path) = path {
@@ -232,19 +248,27 @@ impl Config {
             })?;
             figment = figment.merge(Toml::file_exact(path));
         }
-        Self::extract(figment.merge(EnvOverrides::from_vars(vars)))
+        Self::extract(figment.merge(EnvOverrides::from_vars(vars)), check)
     }
 
     /// Defaults → the TOML in `toml`, without environment overrides, then validates.
     pub fn from_toml_str(toml: &str) -> Result<Config, ConfigError> {
-        Self::extract(Figment::from(Toml::string(DEFAULT_CONFIG_TOML)).merge(Toml::string(toml)))
+        Self::from_toml_str_checked(toml, no_check)
     }
 
-    fn extract(figment: Figment) -> Result<Config, ConfigError> {
+    /// [`Config::from_toml_str`], with `check`'s problems reported beside the config's own.
+    pub fn from_toml_str_checked(toml: &str, check: Check) -> Result<Config, ConfigError> {
+        Self::extract(
+            Figment::from(Toml::string(DEFAULT_CONFIG_TOML)).merge(Toml::string(toml)),
+            check,
+        )
+    }
+
+    fn extract(figment: Figment, check: Check) -> Result<Config, ConfigError> {
         let config: Config = figment
             .extract()
             .map_err(|e| parse_error(env::every_unknown_key(&figment, e)))?;
-        config.validate()?;
+        config.validate_with(check)?;
         Ok(config)
     }
 

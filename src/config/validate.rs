@@ -11,9 +11,25 @@ use std::collections::BTreeMap;
 
 const GT0: &str = "must be > 0";
 
+/// A check of a parsed config that the config itself cannot make because it needs a higher
+/// layer (`ankusa::sinks::registry::config_problems`: whether a module name is one of the
+/// build's); its problems are reported with the config's own, at once.
+pub type Check = fn(&Config) -> Vec<ConfigProblem>;
+
+/// The [`Check`] that finds nothing.
+pub fn no_check(_: &Config) -> Vec<ConfigProblem> {
+    Vec::new()
+}
+
 impl Config {
     /// Checks every key and returns all problems at once, each with its dotted key path.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_with(no_check)
+    }
+
+    /// [`Config::validate`], with the problems `check` finds (a check only a higher layer
+    /// can make, such as the sink registry's module names) reported in the same list.
+    pub fn validate_with(&self, check: Check) -> Result<(), ConfigError> {
         let mut p = Problems::default();
         p.check(
             is_name(&self.instance, 64, |c| {
@@ -42,6 +58,7 @@ impl Config {
         limits(&self.limits, &mut p);
         tenants(&self.tenants, &self.secrets, &mut p);
         connections(&self.connections, &mut p);
+        p.0.extend(check(self));
         match p.0.is_empty() {
             true => Ok(()),
             false => Err(ConfigError::Invalid(p.0)),

@@ -296,13 +296,23 @@ pub fn check_entries(
 }
 
 /// Checks that every module `limits.modules` and `[tenants.<id>].modules` name is one of
-/// [`MODULES`]: the part of the config's validation only the registry can do, run wherever a
-/// config is loaded (the command line's `load_config`, a reload), so the config need not know
-/// the sinks and a new sink is known by its registry line alone.
-///
-/// Errors: [`ConfigError::Invalid`] with one problem per unknown name, keyed
-/// `limits.modules[i]` or `tenants.<id>.modules[i]`, as the config's own checks are.
+/// [`MODULES`]: the part of the config's validation only the registry can do, so the config
+/// need not know the sinks and a new sink is known by its registry line alone. Errors:
+/// [`ConfigError::Invalid`] with [`config_problems`].
 pub fn check_config(config: &Config) -> Result<(), ConfigError> {
+    let problems = config_problems(config);
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(ConfigError::Invalid(problems)),
+    }
+}
+
+/// One problem per module name of `limits.modules` and `[tenants.<id>].modules` that is none
+/// of [`MODULES`], keyed `limits.modules[i]` or `tenants.<id>.modules[i]` as the config's own
+/// checks are: the [`crate::config::Check`] wherever a config is loaded (the command line's
+/// `load_config` and `config check`, a worker's reload, [`crate::ops::validate_config`]), so
+/// they are reported with the config's own problems, at once.
+pub fn config_problems(config: &Config) -> Vec<ConfigProblem> {
     let known = names().collect::<Vec<_>>();
     let lists = std::iter::once(("limits".to_string(), config.limits.modules.as_deref())).chain(
         config
@@ -321,10 +331,7 @@ pub fn check_config(config: &Config) -> Result<(), ConfigError> {
             }
         }
     }
-    match problems.is_empty() {
-        true => Ok(()),
-        false => Err(ConfigError::Invalid(problems)),
-    }
+    problems
 }
 
 /// The operator's egress grants to `tenant` over every entry ([`Module::check_grant`]);
@@ -380,6 +387,14 @@ mod tests {
             ]
         );
         assert!(check_config(&Config::default()).is_ok());
+        // Loaded with the registry's check, its problems come in one list with the config's.
+        let err = Config::from_toml_str_checked(
+            "[retry]\njitter = 1.5\n[limits]\nmodules = [\"ftp\"]\n",
+            config_problems,
+        )
+        .unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["retry.jitter", "limits.modules[0]"]);
         let every = crate::config::SourcePolicy::from_config(&Config::default()).bounds("beta");
         assert!(names().all(|m| every.allows_module(m)));
     }

@@ -189,7 +189,7 @@ async fn validate_config_names_each_bad_key_in_every_interface() {
     .await;
     assert_eq!((code, parse(&out)), (0, json!({"ok": true})));
     // A sink module the build does not have is the sink registry's to refuse, in every
-    // interface alike, by its key.
+    // interface alike, by its key, in one list with the config's own problems.
     let resp = reqwest::Client::new()
         .post(format!("{}/admin/config/check", pool.url(0)))
         .body("[limits]\nmodules = [\"http\", \"ftp\"]\n")
@@ -202,9 +202,17 @@ async fn validate_config_names_each_bad_key_in_every_interface() {
         body["error"]["problems"][0]["key"], "limits.modules[1]",
         "{body}"
     );
-    std::fs::write(&file, "[tenants.acme]\nmodules = [\"sns\"]\n").unwrap();
+    std::fs::write(
+        &file,
+        "[retry]\njitter = 1.5\n[tenants.acme]\nmodules = [\"sns\"]\n",
+    )
+    .unwrap();
     let (code, _, err) = cli(&env, &["config", "check", file.to_str().unwrap()]).await;
     assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("retry.jitter: must be between 0.0 and 1.0"),
+        "{err}"
+    );
     assert!(
         err.contains("tenants.acme.modules[0]: \"sns\" is no sink module (known: http, sqs,"),
         "{err}"
