@@ -115,7 +115,7 @@ pub struct LimitsConfig {
     /// Sink modules a source may use, by the names of the sink registry (`http`, `sqs`,
     /// `pubsub`, ...). Default unset: every module this build has (a broker entry also needs a
     /// `[connections.<name>]` listing the tenant). The names are checked against the
-    /// registry when the config is loaded (`ankusa::sinks::registry::check_config`), not
+    /// registry when the config is loaded (`ankusa::sinks::registry::config_problems`), not
     /// here, so that the config need not know the sinks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modules: Option<Vec<String>>,

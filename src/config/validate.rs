@@ -444,7 +444,7 @@ fn source_bounds(
         );
     }
     // Whether a name is one of this build's modules is the sink registry's to say
-    // (`sinks::registry::check_config`); the config only checks that it can be one.
+    // (`sinks::registry::config_problems`); the config only checks that it can be one.
     for (i, m) in modules.unwrap_or_default().iter().enumerate() {
         p.check(
             is_name(m, 32, |c| {
