@@ -205,6 +205,13 @@ async fn tick_says_what_waits_behind_an_open_breaker_and_all_waits_for_it() {
         c.dispatch.breaker_failures = 2;
         c.dispatch.breaker_open_ms = 3_000;
         c.retry.max_elapsed_ms = 600_000;
+        // Rows attempted before the breaker opened retry by their backoff, not the breaker:
+        // with the test config's 20 ms they came due again and were claimed between tick's
+        // return and the read of what is pending (a CI run saw 3 claimed). A backoff longer
+        // than the open period keeps them waiting while the test looks.
+        c.retry.initial_backoff_ms = 5_000;
+        c.retry.max_backoff_ms = 5_000;
+        c.retry.min_backoff_ms = 5_000;
     })
     .await;
     for _ in 0..5 {
