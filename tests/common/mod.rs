@@ -19,6 +19,17 @@ use std::time::{Duration, Instant};
 /// A generous liveness bound for waits in tests (never a performance claim).
 pub const LIVENESS: Duration = Duration::from_secs(30);
 
+/// [`Env::pending_rows`] in one server-side call: ARGV holds each partition's key prefix;
+/// answers the sum of the claimed set's and every due set's sizes.
+const PENDING_ROWS_LUA: &str = "local n = 0
+for _, prefix in ipairs(ARGV) do
+  n = n + redis.call('ZCARD', prefix .. 'claimed')
+  for _, due in ipairs(redis.call('KEYS', prefix .. 'due:*')) do
+    n = n + redis.call('ZCARD', due)
+  end
+end
+return n";
+
 /// One test's world: Redis, a receiver, a config for workers, a store and a producer.
 pub struct Env {
     pub redis: RedisServer,
@@ -248,21 +259,24 @@ impl Env {
     }
 
     /// Rows not finished yet, in every partition: due (now or later) in any tenant's set, or
-    /// claimed. Members of ordered lanes waiting behind their head are not counted.
+    /// claimed. Members of ordered lanes waiting behind their head are not counted (the
+    /// settle that finishes a head makes the next member due in the same script).
+    ///
+    /// One script counts every partition's claimed set and due sets, so the count is one
+    /// instant's: a row moving from its due set to the claimed set (claimed once its backoff
+    /// is over) is never missed between two reads.
     pub fn pending_rows(&self) -> u64 {
-        let mut n = 0;
-        for part in self.store.all_partitions() {
-            let prefix = part.keyspace().prefix();
-            let due = self.redis_cmd(&["KEYS", &format!("{prefix}due:*")]);
-            n += self
-                .redis_cmd(&["ZCARD", &format!("{prefix}claimed")])
-                .parse::<u64>()
-                .expect("ZCARD");
-            for k in due.lines().filter(|l| !l.is_empty()) {
-                n += self.redis_cmd(&["ZCARD", k]).parse::<u64>().expect("ZCARD");
-            }
-        }
-        n
+        let prefixes: Vec<String> = self
+            .store
+            .all_partitions()
+            .iter()
+            .map(|part| part.keyspace().prefix().to_string())
+            .collect();
+        let mut args = vec!["EVAL", PENDING_ROWS_LUA, "0"];
+        args.extend(prefixes.iter().map(String::as_str));
+        self.redis_cmd(&args)
+            .parse()
+            .expect("the pending-rows script answers an integer")
     }
 
     /// The dead letters of `tenant`, oldest first.
