@@ -30,6 +30,27 @@ for _, prefix in ipairs(ARGV) do
 end
 return n";
 
+/// [`Env::all_values`] in one server-side call: every key, sorted, each followed by its
+/// value (the members, fields, elements or entries of a collection), flattened into one
+/// array (the test connection prints an array as its elements, one a line).
+const ALL_VALUES_LUA: &str = "local out = {}
+local keys = redis.call('KEYS', '*')
+table.sort(keys)
+for _, k in ipairs(keys) do
+  local t = redis.call('TYPE', k).ok
+  local v
+  if t == 'string' then v = redis.call('GET', k)
+  elseif t == 'hash' then v = redis.call('HGETALL', k)
+  elseif t == 'list' then v = redis.call('LRANGE', k, 0, -1)
+  elseif t == 'set' then v = redis.call('SMEMBERS', k)
+  elseif t == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+  elseif t == 'stream' then v = redis.call('XRANGE', k, '-', '+')
+  else v = '<' .. t .. '>' end
+  table.insert(out, k)
+  table.insert(out, v)
+end
+return out";
+
 /// One test's world: Redis, a receiver, a config for workers, a store and a producer.
 pub struct Env {
     pub redis: RedisServer,
@@ -223,26 +244,10 @@ impl Env {
     }
 
     /// Every value of every key in this test's Redis, as text: what a secret must never be
-    /// found in.
+    /// found in. Read by one script, so a key a running worker renames or moves meanwhile is
+    /// still read once, with its value.
     pub fn all_values(&self) -> String {
-        let mut out = String::new();
-        for k in self.keys() {
-            let t = self.redis_cmd(&["TYPE", &k]);
-            let v = match t.as_str() {
-                "string" => self.redis_cmd(&["GET", &k]),
-                "hash" => self.redis_cmd(&["HGETALL", &k]),
-                "list" => self.redis_cmd(&["LRANGE", &k, "0", "-1"]),
-                "set" => self.redis_cmd(&["SMEMBERS", &k]),
-                "zset" => self.redis_cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"]),
-                "stream" => self.redis_cmd(&["XRANGE", &k, "-", "+"]),
-                other => format!("<{other}>"),
-            };
-            out.push_str(&k);
-            out.push('\n');
-            out.push_str(&v);
-            out.push('\n');
-        }
-        out
+        self.redis_cmd(&["EVAL", ALL_VALUES_LUA, "0"])
     }
 
     /// `DBSIZE`.
