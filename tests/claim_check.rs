@@ -278,7 +278,8 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     let body = big_body(400_000);
     env.commit("acme", "s", body.clone()).await;
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 1);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 1);
     let got = receive_n(&sqs, &q, 1).await;
     let ptr: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
     let url = ptr["ankusaClaimCheck"]["url"].as_str().unwrap().to_string();
@@ -290,7 +291,8 @@ async fn a_file_store_holds_the_body_until_the_hook_is_finished() {
     // for deletion, and the file goes.
     assert!(std::path::Path::new(&path).exists());
     env.commit("acme", "small", "x").await;
-    assert_eq!(worker.tick().await.unwrap(), 1);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 2);
     let gone = async {
         for _ in 0..500 {
             if !std::path::Path::new(&path).exists() {
@@ -337,7 +339,8 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
         .await;
     env.commit("acme", "gone", big_body(400_000)).await;
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 1);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 1);
     assert_eq!(
         ankusa::dlq::list(&env.store, "acme", 10)
             .await
@@ -360,11 +363,14 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
     assert_eq!(report.purged, 1);
     // The next settle files the purged hook's reference for the retention (1 ms here); the
     // one after hands it to the leader, which deletes it.
+    let before = env.settled().await;
     env.commit("acme", "ok", "small").await;
-    assert_eq!(worker.tick().await.unwrap(), 1);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await - before, 1);
     assert_eq!(files_under(dir.path()).len(), 1, "kept for the retention");
     env.commit("acme", "ok", "small").await;
-    assert_eq!(worker.tick().await.unwrap(), 1);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await - before, 2);
     let gone = async {
         for _ in 0..500 {
             if files_under(dir.path()).is_empty() {

@@ -69,7 +69,8 @@ async fn pubsub_publishes_in_requests_of_at_most_1000_via_pubsub_emulator_host()
         ids.extend((0..100).map(|i| format!("{}.0", r.first_hook + i)));
     }
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 2_500);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 2_500);
 
     let sizes: Vec<usize> = proxy.batches().iter().map(|b| b.entries.len()).collect();
     assert!(sizes.iter().all(|n| *n <= 1_000), "{sizes:?}");
@@ -121,7 +122,8 @@ async fn ordered_entries_publish_with_their_lane_as_ordering_key_in_commit_order
     }
     env.producer.commit_many("acme", "s", &hooks).await.unwrap();
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 18);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 18);
     let got = emu.pull_n("p", "orders-sub", 18).await;
     assert_eq!(got.len(), 18);
     let mut per_key: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -38,7 +38,8 @@ async fn sqs_requests_carry_at_most_ten_entries_and_every_message_its_attributes
         .collect();
     let r = env.producer.commit_many("acme", "s", &hooks).await.unwrap();
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 95);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 95);
 
     let batches = proxy.batches();
     assert!(
@@ -98,7 +99,8 @@ async fn a_batched_sink_with_sink_concurrency_8_sends_full_batches_of_10() {
     .await;
     env.commit_n("acme", "s", 200).await;
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 200);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 200);
     let sizes: Vec<usize> = proxy.batches().iter().map(|b| b.entries.len()).collect();
     assert_eq!(sizes, vec![10; 20], "every request full: 10 entries, not 8");
     assert!(
@@ -142,7 +144,8 @@ async fn requests_stay_within_256_kib_counting_attributes_that_moto_does_not_cou
     assert!(hooks.iter().all(|h| h.body.len() == 26_000));
     env.producer.commit_many("acme", "s", &hooks).await.unwrap();
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 10);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 10);
     let batches = proxy.batches();
     let sizes: Vec<usize> = batches.iter().map(Batch::size).collect();
     assert!(
@@ -395,7 +398,8 @@ async fn a_missing_queue_dead_letters_its_rows_as_permanent() {
     .await;
     env.commit_n("acme", "s", 3).await;
     let worker = env.worker().await;
-    assert_eq!(worker.tick().await.unwrap(), 3);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await, 3);
     let dead = ankusa::dlq::list(&env.store, "acme", 10).await.unwrap();
     assert_eq!(dead.len(), 3);
     assert!(
@@ -460,7 +464,8 @@ async fn bench_sqs_deliveries_per_second_against_moto() {
     };
     let worker = env.worker().await;
     let (t, c0) = (std::time::Instant::now(), cpu());
-    assert_eq!(worker.tick().await.unwrap() as usize, n);
+    worker.tick().await.unwrap();
+    assert_eq!(env.settled().await as usize, n);
     let secs = t.elapsed().as_secs_f64();
     let worker_cpu_us = (cpu() - c0) * 1e6 / n as f64;
     for _ in 0..n / 100 {

@@ -284,6 +284,15 @@ impl Env {
             .expect("the pending-rows script answers an integer")
     }
 
+    /// Rows finished so far (delivered, dead-lettered or dropped), by the store's totals.
+    /// Read after `tick()` (and before the commits, when earlier rows finished), it counts
+    /// every row the commits made, the ones a running worker settled before `tick()` began
+    /// included: `tick()`'s own answer counts only the rows settled during the call.
+    pub async fn settled(&self) -> u64 {
+        let t = self.store.totals().await.expect("totals");
+        t.delivered + t.dead_lettered + t.dropped
+    }
+
     /// The dead letters of `tenant`, oldest first.
     pub async fn dead_letters(&self, tenant: &str) -> Vec<DeadLetter> {
         ankusa::dlq::list(&self.store, tenant, 1_000)
