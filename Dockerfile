@@ -38,7 +38,7 @@ USER ankusa
 ENV ANKUSA_LOG_FORMAT=json \
     ANKUSA_ADMIN__LISTEN=0.0.0.0:9187
 EXPOSE 9187
-# /healthz: the process runs, and as leader its scheduler makes progress (R25 self-check).
+# /healthz: the process runs, and as leader its scheduler makes progress (its self-check).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
   CMD ["curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:9187/healthz"]
 ENTRYPOINT ["ankusa"]

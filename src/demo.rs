@@ -212,6 +212,7 @@ async fn serve_console(
 ) -> Result<(), Error> {
     let token = format!("demo-{:032x}", rand::random::<u128>());
     cfg.admin.token = Some(token.clone());
+    cfg.admin.portal_link_key = Some(format!("{:032x}", rand::random::<u128>()));
     let bound = listener
         .local_addr()
         .map_err(|e| Error::Other(format!("--console: {e}")))?;

@@ -150,7 +150,10 @@ pub struct NewToken {
 pub struct TokenRequest {
     /// The tenant the token reaches (`[A-Za-z0-9_.-]{1,128}`).
     pub tenant: String,
-    /// What it may do there; at least one.
+    /// What it may do there; at least one: a list (`["ingest", "read"]`) or a
+    /// comma-separated string (`"ingest,read"`, as `ankusa token create --scopes` takes).
+    #[serde(deserialize_with = "scope_list")]
+    #[schema(value_type = Vec<Scope>)]
     pub scopes: Vec<Scope>,
     /// How long it lives: a duration such as `30d`, `12h`, `90m` (default `90d`, at most
     /// ten years).
@@ -159,6 +162,28 @@ pub struct TokenRequest {
     /// A label for people, at most 100 printable characters.
     #[serde(default)]
     pub name: Option<String>,
+    /// Mint it for a tenant that is not known yet (no source, nothing in the config);
+    /// otherwise such a tenant is refused (`ankusa token create --create`).
+    #[serde(default)]
+    pub create: bool,
+}
+
+/// `scopes` as a list of names or one comma-separated string.
+fn scope_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Scope>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        List(Vec<Scope>),
+        Csv(String),
+    }
+    match Form::deserialize(d) {
+        Ok(Form::List(l)) => Ok(l),
+        Ok(Form::Csv(s)) => parse_scopes(&s).map_err(serde::de::Error::custom),
+        Err(_) => Err(serde::de::Error::custom(
+            "scopes: a list such as [\"ingest\", \"read\"] or a string such as \"ingest,read\" \
+             (ingest, read, sources, replay)",
+        )),
+    }
 }
 
 /// A minted token with the digest Redis keeps.
@@ -282,6 +307,7 @@ mod tests {
 
     fn request(scopes: &[Scope]) -> TokenRequest {
         TokenRequest {
+            create: false,
             tenant: "acme".into(),
             scopes: scopes.to_vec(),
             ttl: Some("30d".into()),

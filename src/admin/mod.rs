@@ -29,6 +29,7 @@ pub use operations::{
     ConfigOk, DeadLetterSourceRequest, DlqQuery, Limits, PurgeRequest, ReplayRequest, StateView,
     Ticked,
 };
+pub use tokens::check_known_tenant;
 
 use crate::config::Config;
 use crate::dlq::{

@@ -13,6 +13,30 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(portal_link_create))
 }
 
+/// Refuse a credential for a tenant nobody set up, unless `create` says it is meant: a tenant
+/// is known when it has a source, or `[tenants.<id>]` or `[dispatch.tenants.<id>]` in the
+/// config. A typo in a tenant id would otherwise mint a working credential for an empty
+/// tenant. Errors: [`Error::NotFound`] naming the tenant and the way out; a store failure.
+pub async fn check_known_tenant(
+    store: &crate::store::Store,
+    config: &Config,
+    tenant: &str,
+    create: bool,
+) -> Result<(), Error> {
+    crate::ids::check_id("tenant", tenant)?;
+    if create
+        || config.tenants.contains_key(tenant)
+        || config.dispatch.tenants.contains_key(tenant)
+        || store.tenant_has_sources(tenant).await?
+    {
+        return Ok(());
+    }
+    Err(Error::NotFound(format!(
+        "tenant {tenant:?}: it has no source and no [tenants.{tenant}] in the config; to set \
+         up a new tenant pass --create (API: \"create\": true)"
+    )))
+}
+
 /// Body of `POST /admin/portal-links`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +46,10 @@ pub(super) struct PortalLinkRequest {
     /// How long it opens it: a duration such as `15m` or `1h` (default `1h`, at most `24h`).
     #[serde(default)]
     pub ttl: Option<String>,
+    /// Mint it for a tenant that is not known yet (no source, nothing in the config);
+    /// otherwise such a tenant is refused with 404 `not_found`.
+    #[serde(default)]
+    pub create: bool,
 }
 
 /// A minted portal link.
@@ -35,22 +63,25 @@ pub(super) struct PortalLink {
 
 /// Mint a short-lived signed link that opens one tenant's portal (`/portal/`) without a
 /// token, e.g. from the operator's own product. Signed with a key derived from
-/// `admin.token`: nothing is stored, and changing the token voids every link. Errors: 400
-/// `bad_request` (no `admin.token`, a bad tenant id or ttl).
+/// `admin.portal_link_key`: nothing is stored, and changing the key voids every link.
+/// Errors: 400 `bad_request` (no `admin.token` or `admin.portal_link_key`, a bad tenant id
+/// or ttl); 404 `not_found` (a tenant with no source and nothing in the config, without
+/// `create`).
 #[utoipa::path(post, path = "/admin/portal-links", tag = "tokens", request_body = PortalLinkRequest,
-    responses((status = 201, body = PortalLink), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)),
+    responses((status = 201, body = PortalLink), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
     security(("bearer" = ["operator"])))]
 async fn portal_link_create(
     State(st): State<AdminState>,
     body: Result<Json<PortalLinkRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<PortalLink>), ApiError> {
     let Json(req) = body?;
-    let (link, expires_at_ms) = crate::admin::console::link::mint(
-        &st.worker.config().admin,
-        &req.tenant,
-        req.ttl.as_deref(),
-        crate::admin::console::now_ms(),
-    )?;
+    let config = st.worker.config();
+    let now = crate::admin::console::now_ms();
+    // The request's own faults first, then whether the tenant is known (a Redis read).
+    crate::admin::console::link::mint(&config.admin, &req.tenant, req.ttl.as_deref(), now)?;
+    check_known_tenant(st.worker.store(), &config, &req.tenant, req.create).await?;
+    let (link, expires_at_ms) =
+        crate::admin::console::link::mint(&config.admin, &req.tenant, req.ttl.as_deref(), now)?;
     tracing::info!(tenant = req.tenant, expires_at_ms, "portal link minted");
     Ok((
         StatusCode::CREATED,
@@ -62,16 +93,24 @@ async fn portal_link_create(
 }
 
 /// Mint a tenant token. The answer is the only place the token appears: Redis keeps its
-/// SHA-256. Errors: 400 `bad_request` naming the field (tenant id, scopes, ttl, name).
+/// SHA-256. Errors: 400 `bad_request` naming the field (tenant id, scopes, ttl, name), or
+/// when the worker has no `admin.token` (a tenant token would narrow nothing); 404
+/// `not_found` for a tenant with no source and nothing in the config, without `create`.
 #[utoipa::path(post, path = "/admin/tokens", tag = "tokens", request_body = TokenRequest,
-    responses((status = 201, body = NewToken), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)),
+    responses((status = 201, body = NewToken), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
     security(("bearer" = ["operator"])))]
 async fn token_create(
     State(st): State<AdminState>,
     body: Result<Json<TokenRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<NewToken>), ApiError> {
     let Json(req) = body?;
+    let config = st.worker.config();
+    if let Some(problem) = config.admin.minting_problem("tenant tokens") {
+        return Err(Error::BadRequest(problem).into());
+    }
     let store = st.worker.store();
+    crate::tokens::mint(&req, 0).map_err(Error::from)?;
+    check_known_tenant(store, &config, &req.tenant, req.create).await?;
     let minted = crate::tokens::mint(&req, store.now_ms().await.map_err(Error::from)?)
         .map_err(Error::from)?;
     store

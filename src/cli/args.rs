@@ -96,6 +96,10 @@ pub enum Cmd {
         /// (default: http:// and `admin.listen`).
         #[arg(long)]
         base_url: Option<String>,
+        /// Mint it for a tenant that is not set up yet (no source, nothing in the config);
+        /// without it such a tenant is refused, so a typo mints nothing.
+        #[arg(long)]
+        create: bool,
     },
     /// Commit hooks from files, directories of payloads, or stdin.
     Produce(ProduceArgs),
@@ -429,6 +433,10 @@ pub enum TokenCmd {
         /// A label for people (at most 100 characters).
         #[arg(long)]
         name: Option<String>,
+        /// Mint it for a tenant that is not set up yet (no source, nothing in the config);
+        /// without it such a tenant is refused, so a typo mints nothing.
+        #[arg(long)]
+        create: bool,
     },
     /// List live tokens: id, tenant, scopes, name, expiry (never a token).
     List {

@@ -104,7 +104,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             tenant,
             ttl,
             base_url,
-        } => super::token::portal_link(&cli, tenant, ttl, base_url.as_deref()),
+            create,
+        } => super::token::portal_link(&cli, tenant, ttl, base_url.as_deref(), *create).await,
         Cmd::Produce(args) => produce::produce(&cli, args).await,
         Cmd::Hooks { cmd } => {
             let cfg = load_config(&cli)?;

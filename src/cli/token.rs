@@ -15,6 +15,7 @@ pub async fn token(cli: &Cli, cmd: &TokenCmd) -> Result<(), Error> {
             scopes,
             ttl,
             name,
+            create,
         } => {
             let req = TokenRequest {
                 tenant: tenant.clone(),
@@ -22,11 +23,16 @@ pub async fn token(cli: &Cli, cmd: &TokenCmd) -> Result<(), Error> {
                     .map_err(|e| Error::BadRequest(format!("--scopes: {e}")))?,
                 ttl: Some(ttl.clone()),
                 name: name.clone(),
+                create: *create,
             };
             // Checked before connecting: a bad argument is a usage error whatever Redis does.
             ankusa::tokens::mint(&req, 0)?;
             let cfg = load_config(cli)?;
+            if let Some(problem) = cfg.admin.minting_problem("tenant tokens") {
+                return Err(Error::BadRequest(problem));
+            }
             let s = store(&cfg).await?;
+            ankusa::admin::check_known_tenant(&s, &cfg, tenant, *create).await?;
             let minted = ankusa::tokens::mint(&req, s.now_ms().await?)?;
             s.put_token(&minted.token.info, &minted.digest).await?;
             if json {
@@ -112,20 +118,25 @@ fn when(ms: i64) -> String {
 }
 
 /// `ankusa portal-link`: a signed link of `tenant`'s portal, minted from the config's
-/// `admin.token` (no Redis, no worker needed). The URL alone goes to stdout.
-pub fn portal_link(
+/// `admin.portal_link_key` (no worker needed; Redis only to see that the tenant has a
+/// source, unless the config names it or `create`). The URL alone goes to stdout.
+pub async fn portal_link(
     cli: &Cli,
     tenant: &str,
     ttl: &str,
     base_url: Option<&str>,
+    create: bool,
 ) -> Result<(), Error> {
     let cfg = load_config(cli)?;
-    let (link, expires_at_ms) = ankusa::admin::console::link::mint(
-        &cfg.admin,
-        tenant,
-        Some(ttl),
-        ankusa::admin::console::now_ms(),
-    )?;
+    let now = ankusa::admin::console::now_ms();
+    // The request's own faults first (usage errors whatever Redis does), then the tenant.
+    ankusa::admin::console::link::mint(&cfg.admin, tenant, Some(ttl), now)?;
+    let in_config = cfg.tenants.contains_key(tenant) || cfg.dispatch.tenants.contains_key(tenant);
+    if !create && !in_config {
+        ankusa::admin::check_known_tenant(&store(&cfg).await?, &cfg, tenant, false).await?;
+    }
+    let (link, expires_at_ms) =
+        ankusa::admin::console::link::mint(&cfg.admin, tenant, Some(ttl), now)?;
     let path = format!("/portal/enter?link={link}");
     let base = match base_url {
         Some(b) => b.trim_end_matches('/').to_string(),

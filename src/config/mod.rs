@@ -63,7 +63,7 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 17] = [
+const STRING_KEYS: [&str; 18] = [
     "instance",
     "redis.url",
     "redis.tls_ca_file",
@@ -72,6 +72,7 @@ const STRING_KEYS: [&str; 17] = [
     "admin.listen",
     "admin.token",
     "admin.ingest_token",
+    "admin.portal_link_key",
     "claim_check.url",
     "claim_check.endpoint",
     "claim_check.region",
@@ -284,36 +285,47 @@ impl Config {
         if config.admin.ingest_token.is_some() {
             config.admin.ingest_token = Some(REDACTED.into());
         }
+        if config.admin.portal_link_key.is_some() {
+            config.admin.portal_link_key = Some(REDACTED.into());
+        }
         if config
             .operator
             .signing_secret
             .as_deref()
-            .is_some_and(|s| !s.starts_with("${"))
+            .is_some_and(|s| !only_a_reference(s))
         {
             config.operator.signing_secret = Some(REDACTED.into());
         }
         for t in config.tenants.values_mut() {
             if t.events_signing_secret
                 .as_deref()
-                .is_some_and(|s| !s.starts_with("${"))
+                .is_some_and(|s| !only_a_reference(s))
             {
                 t.events_signing_secret = Some(REDACTED.into());
             }
         }
         if !config.claim_check.secret_access_key.is_empty()
-            && !config.claim_check.secret_access_key.starts_with("${env:")
+            && !only_a_reference(&config.claim_check.secret_access_key)
         {
             config.claim_check.secret_access_key = REDACTED.into();
         }
         for c in config.connections.values_mut() {
             for secret in [&mut c.password, &mut c.token] {
-                if secret.as_deref().is_some_and(|s| !s.starts_with("${")) {
+                if secret.as_deref().is_some_and(|s| !only_a_reference(s)) {
                     *secret = Some(REDACTED.into());
                 }
             }
         }
         toml::to_string(&config).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }
+}
+
+/// Whether a secret's value is one whole reference (`${env:NAME}`, `${file:name}`) and no
+/// more, so it can be shown as written: `${env:X}whsec_…` holds a literal secret after it.
+fn only_a_reference(s: &str) -> bool {
+    s.strip_prefix("${")
+        .and_then(|rest| rest.strip_suffix('}'))
+        .is_some_and(|inner| !inner.contains(['{', '}', '$']))
 }
 
 /// Replaces the password of a URL's `user:password@` (or a lone `secret@`) with `***`.

@@ -208,11 +208,25 @@ pub struct AdminConfig {
     /// Listen address, `host:port` (a `SocketAddr`). A non-loopback address needs `token`.
     /// Default `"127.0.0.1:9187"`.
     pub listen: String,
-    /// Secret bearer token of everything under `/admin/*` and `/v1/*` (ingest included);
-    /// non-empty. Required when `listen` is not a loopback address. Default unset (open, on
+    /// Secret bearer token of everything under `/admin/*` and `/v1/*` (ingest included):
+    /// at least [`AdminConfig::TOKEN_MIN_CHARS`] characters with
+    /// [`AdminConfig::TOKEN_MIN_DISTINCT`] different ones (a random string, e.g. `openssl
+    /// rand -hex 32`) unless `allow_weak_token`. Required when `listen` is not a loopback
+    /// address, and for tenant tokens and portal links (without it anyone who reaches the
+    /// listener is the operator, so they would mean nothing). Default unset (open, on
     /// loopback only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// Accept a `token` that fails the strength check: for a demo or a test on loopback,
+    /// never where anyone else reaches the listener. Default false.
+    pub allow_weak_token: bool,
+    /// Secret key portal links are signed with (`ankusa portal-link`, `POST
+    /// /admin/portal-links`): a random string of at least [`AdminConfig::TOKEN_MIN_CHARS`]
+    /// characters, the same on every worker of the pool and for the CLI; changing it voids
+    /// every link. Apart from `token`, so a link tells nothing about the operator token.
+    /// Default unset: portal links are off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub portal_link_key: Option<String>,
     /// Secret bearer token that opens only ingest (`/v1/hooks/…`), for producers; `token`
     /// opens ingest too. Non-empty. Default unset.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -504,6 +518,8 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: "127.0.0.1:9187".into(),
             token: None,
+            allow_weak_token: false,
+            portal_link_key: None,
             ingest_token: None,
             header_timeout_ms: 5_000,
             request_timeout_ms: 30_000,
@@ -545,6 +561,42 @@ impl AdminConfig {
         "upgrade",
         "expect",
     ];
+
+    /// The fewest characters of a strong `admin.token` or `admin.portal_link_key`.
+    pub const TOKEN_MIN_CHARS: usize = 32;
+    /// The fewest different characters among them (so `aaaa…` or a word repeated is weak).
+    pub const TOKEN_MIN_DISTINCT: usize = 8;
+
+    /// Why `secret` is too weak for an operator token or a link key, if it is: shorter than
+    /// [`Self::TOKEN_MIN_CHARS`] characters or with fewer than [`Self::TOKEN_MIN_DISTINCT`]
+    /// different ones. A guessable operator token opens every tenant's data.
+    pub fn weakness(secret: &str) -> Option<String> {
+        let chars = secret.chars().count();
+        let distinct = secret
+            .chars()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        (chars < Self::TOKEN_MIN_CHARS || distinct < Self::TOKEN_MIN_DISTINCT).then(|| {
+            format!(
+                "too weak ({chars} characters, {distinct} different): use at least {} random \
+                 characters, e.g. the output of `openssl rand -hex 32`",
+                Self::TOKEN_MIN_CHARS
+            )
+        })
+    }
+
+    /// Why minting tenant tokens or portal links is refused, if it is: with no `token`
+    /// anyone who reaches the listener is the operator, so a tenant's narrower credential
+    /// would protect nothing.
+    pub fn minting_problem(&self, what: &str) -> Option<String> {
+        self.token.is_none().then(|| {
+            format!(
+                "{what} need admin.token: without an operator token anyone who reaches the \
+                 admin listener is the operator, so {what} would narrow nothing; set admin.token \
+                 (ANKUSA_ADMIN__TOKEN, 32 or more random characters) on the workers and here"
+            )
+        })
+    }
 
     /// Checked where the listener is served (`ankusa worker`, `ankusa config check`), not by
     /// [`Config::validate`], so the CLI's other commands run in an image whose environment

@@ -30,11 +30,13 @@ fn the_embedded_default_file_parses_to_exactly_the_default_config() {
 fn the_default_file_lists_every_key() {
     let listed = DEFAULT_CONFIG_TOML
         .replace("# token =", "token =")
-        .replace("# ingest_token =", "ingest_token =");
+        .replace("# ingest_token =", "ingest_token =")
+        .replace("# portal_link_key =", "portal_link_key =");
     let keys: toml::Table = toml::from_str(&listed).expect("parses");
     let mut config = Config::default();
     config.admin.token = Some("t".into());
     config.admin.ingest_token = Some("i".into());
+    config.admin.portal_link_key = Some("k".into());
     let all: toml::Table = toml::from_str(&config.redacted_toml()).expect("parses");
     for (section, table) in &all {
         match table.as_table() {
@@ -255,7 +257,7 @@ fn environment_variables_override_the_file_and_cli_variables_are_ignored() {
     let env = [
         ("ANKUSA_DISPATCH__CONCURRENCY", "8"),
         ("ANKUSA_DISPATCH__TENANTS__ACME__MAX_INFLIGHT", "5"),
-        ("ANKUSA_ADMIN__TOKEN", "1234"),
+        ("ANKUSA_ADMIN__TOKEN", "12345678901234567890123456789012"),
         ("ANKUSA_REDIS__ALLOW_EVICTING", "true"),
         ("ANKUSA_CONFIG", "/elsewhere.toml"),
         ("ANKUSA_LOG", "debug"),
@@ -267,7 +269,10 @@ fn environment_variables_override_the_file_and_cli_variables_are_ignored() {
     assert_eq!(config.dispatch.concurrency, 8);
     assert_eq!(config.dispatch.batch, 7);
     assert_eq!(config.dispatch.tenant_limits("acme").max_inflight, 5);
-    assert_eq!(config.admin.token.as_deref(), Some("1234"));
+    assert_eq!(
+        config.admin.token.as_deref(),
+        Some("12345678901234567890123456789012")
+    );
     assert!(config.redis.allow_evicting);
 }
 
@@ -403,7 +408,7 @@ fn a_listen_address_beyond_loopback_needs_the_admin_token() {
         "{found:#?}"
     );
     for fine in [
-        "[admin]\nlisten = \"0.0.0.0:9187\"\ntoken = \"t\"\n",
+        "[admin]\nlisten = \"0.0.0.0:9187\"\ntoken = \"t\"\nallow_weak_token = true\n",
         "[admin]\nlisten = \"127.0.0.1:9187\"\n",
         "[admin]\nlisten = \"[::1]:9187\"\n",
     ] {
@@ -643,5 +648,47 @@ fn limits_tenant_sections_and_secret_namespaces_are_checked_naming_the_key() {
     assert_eq!(
         (beta.modules.value, beta.modules.key.as_str()),
         (None, "limits.modules")
+    );
+}
+
+#[test]
+fn a_weak_operator_token_or_link_key_is_refused_naming_the_key_unless_a_demo_opts_out() {
+    for weak in ["hunter2", "change-me", &"ab".repeat(20)] {
+        let toml = format!("[admin]\ntoken = {weak:?}\n");
+        let err = Config::from_toml_str(&toml).expect_err(weak);
+        let found: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("admin.token: too weak")
+                && found[0].contains("openssl rand -hex 32")
+                && found[0].contains("admin.allow_weak_token"),
+            "{found:#?}"
+        );
+        let opted = format!("{toml}allow_weak_token = true\n");
+        Config::from_toml_str(&opted).expect("a demo opts out explicitly");
+    }
+    let strong = "[admin]\ntoken = \"9f86d081884c7d659a2feaa0c55ad015\"\n";
+    Config::from_toml_str(strong).expect("32 random characters");
+    let err = Config::from_toml_str(&format!("{strong}portal_link_key = \"short\"\n"))
+        .expect_err("a weak link key");
+    assert!(err
+        .problems()
+        .iter()
+        .any(|p| p.to_string().starts_with("admin.portal_link_key: too weak")));
+}
+
+#[test]
+fn redaction_hides_a_literal_secret_written_after_a_reference() {
+    let mut config = Config::default();
+    config.operator.signing_secret = Some("${env:X}whsec_c2VjcmV0LXRhaWw=".into());
+    config.admin.portal_link_key = Some("0123456789abcdef0123456789abcdef".into());
+    let dump = config.redacted_toml();
+    assert!(!dump.contains("whsec_c2VjcmV0LXRhaWw="), "{dump}");
+    assert!(!dump.contains("0123456789abcdef0123456789abcdef"), "{dump}");
+    config.operator.signing_secret = Some("${env:ANKUSA_OPERATOR_SECRET}".into());
+    let dump = config.redacted_toml();
+    assert!(
+        dump.contains("signing_secret = \"${env:ANKUSA_OPERATOR_SECRET}\""),
+        "a whole reference is shown as written: {dump}"
     );
 }

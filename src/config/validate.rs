@@ -288,6 +288,21 @@ fn admin(a: &AdminConfig, p: &mut Problems) {
         "admin.token",
         "must not be empty when set",
     );
+    if let Some(weak) = a
+        .token
+        .as_deref()
+        .filter(|t| !t.is_empty() && !a.allow_weak_token)
+        .and_then(AdminConfig::weakness)
+    {
+        p.check(
+            false,
+            "admin.token",
+            format!("{weak}; a demo or test on loopback may set admin.allow_weak_token = true"),
+        );
+    }
+    if let Some(weak) = a.portal_link_key.as_deref().and_then(AdminConfig::weakness) {
+        p.check(false, "admin.portal_link_key", weak);
+    }
     p.check(
         a.ingest_token.as_deref() != Some(""),
         "admin.ingest_token",

@@ -30,34 +30,49 @@ pub const CUSTOM_ENDPOINT_NEEDS_CREDS: &str =
     "endpoint_url: a custom endpoint needs explicit access_key_id and secret_access_key; the \
      worker's own AWS credentials sign only requests to AWS";
 
-/// Whether `endpoint` is AWS's own (HTTPS, an `amazonaws.com` host), the only place the
-/// ambient credential chain signs for.
-pub fn is_aws_endpoint(endpoint: &str) -> bool {
+/// The region of `host` when it is AWS's own endpoint of `service`:
+/// `<service>.<region>.amazonaws.com`, `<service>-fips.<region>.amazonaws.com` or the same
+/// under `amazonaws.com.cn`. Any other name under `amazonaws.com` (an EC2 instance, an API
+/// Gateway stage, a load balancer: names anyone can hold) is not.
+fn service_host_region<'h>(host: &'h str, service: &str) -> Option<&'h str> {
+    let rest = host
+        .strip_suffix(".amazonaws.com")
+        .or_else(|| host.strip_suffix(".amazonaws.com.cn"))?;
+    let (svc, region) = rest.split_once('.')?;
+    let region_ok = !region.is_empty()
+        && region.split('-').count() >= 3
+        && region.split('-').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        });
+    let svc_ok = svc == service || svc.strip_suffix("-fips") == Some(service);
+    (svc_ok && region_ok).then_some(region)
+}
+
+/// Whether `endpoint` is AWS's own endpoint of `service` (HTTPS, no port or user, the host
+/// `<service>[-fips].<region>.amazonaws.com[.cn]`), the only place the ambient credential
+/// chain signs for and the only endpoint that needs no `custom_endpoints` grant.
+pub fn is_aws_endpoint(endpoint: &str, service: &str) -> bool {
     let Ok(u) = url::Url::parse(endpoint) else {
         return false;
     };
     u.scheme() == "https"
+        && u.port().is_none()
+        && u.username().is_empty()
+        && u.password().is_none()
         && u.host_str()
-            .is_some_and(|h| h.ends_with(".amazonaws.com") || h.ends_with(".amazonaws.com.cn"))
+            .is_some_and(|h| service_host_region(h, service).is_some())
 }
 
 /// The region of an AWS endpoint `https://<service>.<region>.amazonaws.com[.cn]` whose
 /// service is `service`, with no port or path; `None` for any other URL.
 pub fn aws_endpoint_region(endpoint: &str, service: &str) -> Option<String> {
     let u = url::Url::parse(endpoint).ok()?;
-    if !is_aws_endpoint(endpoint) || u.port().is_some() || !u.path().trim_matches('/').is_empty() {
+    if !is_aws_endpoint(endpoint, service) || !u.path().trim_matches('/').is_empty() {
         return None;
     }
-    let host = u.host_str()?;
-    let rest = host
-        .strip_suffix(".amazonaws.com")
-        .or_else(|| host.strip_suffix(".amazonaws.com.cn"))?;
-    match rest.split_once('.') {
-        Some((s, region)) if s == service && !region.is_empty() && !region.contains('.') => {
-            Some(region.to_string())
-        }
-        _ => None,
-    }
+    service_host_region(u.host_str()?, service).map(str::to_string)
 }
 
 /// Check a URL's literal IP host against the address guard (a name is left to the guard's
@@ -235,6 +250,8 @@ impl ResourceKind {
 /// `${env:NAME}` references): a view on the module's own options struct.
 #[derive(Debug, Clone, Copy)]
 pub struct AccessOpts<'a> {
+    /// The AWS service the sink calls (`kinesis`, `events`): its endpoints are AWS's own.
+    pub service: &'static str,
     /// `region`.
     pub region: Option<&'a str>,
     /// `endpoint_url`.
@@ -252,7 +269,7 @@ impl AccessOpts<'_> {
     /// a secret reference (which may resolve to anything).
     pub fn custom_endpoint(&self) -> bool {
         self.endpoint_url
-            .is_some_and(|e| has_reference(e) || !is_aws_endpoint(e))
+            .is_some_and(|e| has_reference(e) || !is_aws_endpoint(e, self.service))
     }
 
     /// Check the access options (at `source put` with the tenant's `edge`, else syntax
@@ -376,7 +393,11 @@ impl AccessOpts<'_> {
             }
             _ => None,
         };
-        if creds.is_none() && endpoint.as_deref().is_some_and(|e| !is_aws_endpoint(e)) {
+        if creds.is_none()
+            && endpoint
+                .as_deref()
+                .is_some_and(|e| !is_aws_endpoint(e, self.service))
+        {
             return Err(CUSTOM_ENDPOINT_NEEDS_CREDS.into());
         }
         Ok(AwsAccess::new(endpoint, region, creds))
@@ -445,7 +466,7 @@ impl AwsAccess {
         if self
             .endpoint
             .as_deref()
-            .is_some_and(|e| !is_aws_endpoint(e))
+            .is_some_and(|e| !is_aws_endpoint(e, resource.service))
             && !grant.custom_endpoints
         {
             return Err(EgressGrant::custom_refused(tenant, "endpoint_url"));

@@ -384,7 +384,7 @@ pub struct BatchMessage {
     pub attributes: Vec<(String, String, bool)>,
     /// SQS `MessageGroupId` / Pub/Sub `orderingKey`.
     pub group: Option<String>,
-    /// SQS `MessageDeduplicationId` (the row id, FIFO queues only).
+    /// SQS `MessageDeduplicationId` (the delivery's message id, FIFO queues only).
     pub dedup: Option<String>,
     /// Bytes this message counts against the request limit, as the module measures them.
     pub size: usize,

@@ -121,6 +121,38 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether `tenant` has at least one registered source: a walk of its partition's source
+    /// index (`SSCAN … MATCH <tenant>/*`) that stops at the first.
+    pub async fn tenant_has_sources(&self, tenant: &str) -> Result<bool, StoreError> {
+        let this = self.for_tenant(tenant);
+        let key = this.ks.sources();
+        let pattern = format!("{}/*", glob_escape(tenant));
+        let mut cursor = "0".to_string();
+        loop {
+            let cmd = fred::types::CustomCommand::new_static(
+                "SSCAN",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            );
+            let args = vec![
+                key.clone(),
+                cursor.clone(),
+                "MATCH".into(),
+                pattern.clone(),
+                "COUNT".into(),
+                "1000".into(),
+            ];
+            let (next, members): (String, Vec<String>) = this.client().custom(cmd, args).await?;
+            if !members.is_empty() {
+                return Ok(true);
+            }
+            if next == "0" {
+                return Ok(false);
+            }
+            cursor = next;
+        }
+    }
+
     /// Delete a source; its pending rows are dead-lettered `source_gone` when claimed (R19).
     /// Returns whether it existed.
     pub async fn delete_source(&self, tenant: &str, source: &str) -> Result<bool, StoreError> {
@@ -132,4 +164,16 @@ impl Store {
             .await?;
         Ok(n > 0)
     }
+}
+
+/// `s` with the glob characters of a `MATCH` pattern escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

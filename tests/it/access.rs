@@ -414,11 +414,14 @@ async fn a_revoked_or_expired_token_is_refused_and_tenant_tokens_work_without_an
 async fn tokens_are_minted_listed_and_revoked_by_cli_and_api_and_redis_keeps_only_their_digest() {
     let w = World::start(|_| {}).await;
     let base = w.base();
+    // The CLI reads the world's config: minting needs the operator token configured.
+    let config = w.dir.path().join("ankusa.toml");
+    let config = Some(config.as_path());
     // The CLI: the token alone on stdout, once.
     let (code, out, err) = w
         .env
         .cli_with(
-            None,
+            config,
             &[
                 "token",
                 "create",
@@ -443,7 +446,7 @@ async fn tokens_are_minted_listed_and_revoked_by_cli_and_api_and_redis_keeps_onl
     let (code, out, err) = w
         .env
         .cli_with(
-            None,
+            config,
             &[
                 "--json", "token", "create", "--tenant", B, "--scopes", "sources",
             ],
@@ -560,4 +563,116 @@ async fn tokens_are_minted_listed_and_revoked_by_cli_and_api_and_redis_keeps_onl
         .await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("ttl"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_operator_token_no_tenant_token_or_portal_link_is_minted_and_the_refusal_says_why(
+) {
+    let w = World::start(|c| c.admin.token = None).await;
+    let base = w.base();
+    for (path, body) in [
+        ("/admin/tokens", json!({"tenant": A, "scopes": ["read"]})),
+        ("/admin/portal-links", json!({"tenant": A})),
+    ] {
+        let (status, answer) = call(
+            "POST",
+            &format!("{base}{path}"),
+            None,
+            &[],
+            Some(("application/json", body.to_string())),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("need admin.token") && message.contains("anyone who reaches"),
+            "{path}: {answer}"
+        );
+    }
+    let config = w.dir.path().join("ankusa.toml");
+    for args in [
+        vec!["token", "create", "--tenant", A, "--scopes", "read"],
+        vec!["portal-link", "--tenant", A],
+    ] {
+        let (code, out, err) = w.env.cli_with(Some(&config), &args).await;
+        assert_eq!(code, 2, "{args:?}: {out} {err}");
+        assert!(err.contains("need admin.token"), "{args:?}: {err}");
+        assert!(out.is_empty(), "nothing minted: {out}");
+    }
+    assert!(
+        !w.env.keys().iter().any(|k| k.contains(":token:")),
+        "no token record written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_or_portal_link_for_a_tenant_nobody_set_up_is_refused_unless_asked_to_create_it() {
+    let w = World::start(|_| {}).await;
+    let base = w.base();
+    let config = w.dir.path().join("ankusa.toml");
+    let post = |path: &'static str, body: Value| {
+        let url = format!("{base}{path}");
+        async move {
+            call(
+                "POST",
+                &url,
+                Some(OPERATOR),
+                &[],
+                Some(("application/json", body.to_string())),
+            )
+            .await
+        }
+    };
+    // "alpah": a typo of a tenant with sources.
+    for (path, body) in [
+        (
+            "/admin/tokens",
+            json!({"tenant": "alpah", "scopes": ["read"]}),
+        ),
+        ("/admin/portal-links", json!({"tenant": "alpah"})),
+    ] {
+        let (status, answer) = post(path, body.clone()).await;
+        assert_eq!(status, 404, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "not_found", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("\"alpah\"") && message.contains("--create"),
+            "{answer}"
+        );
+        let mut create = body;
+        create["create"] = json!(true);
+        let (status, answer) = post(path, create).await;
+        assert_eq!(status, 201, "{path} with create: {answer}");
+    }
+    for args in [
+        vec!["token", "create", "--tenant", "alpah"],
+        vec!["portal-link", "--tenant", "alpah"],
+    ] {
+        let (code, out, err) = w.env.cli_with(Some(&config), &args).await;
+        assert_eq!(code, 1, "{args:?}: {out} {err}");
+        assert!(
+            err.contains("\"alpah\"") && err.contains("--create"),
+            "{err}"
+        );
+        assert!(out.is_empty(), "{out}");
+        let mut create = args.clone();
+        create.push("--create");
+        let (code, out, err) = w.env.cli_with(Some(&config), &create).await;
+        assert_eq!(code, 0, "{create:?}: {err}");
+        assert!(!out.trim().is_empty(), "{err}");
+    }
+    // A tenant with sources needs no flag; the API takes scopes as the CLI writes them too.
+    let (status, answer) = post(
+        "/admin/tokens",
+        json!({"tenant": A, "scopes": "ingest,read"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["scopes"], json!(["ingest", "read"]), "{answer}");
+    let (status, answer) = post(
+        "/admin/tokens",
+        json!({"tenant": A, "scopes": "ingest,root"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
 }

@@ -161,7 +161,7 @@ async fn the_ingest_token_opens_ingest_only_and_the_admin_token_opens_everything
     env.http_source("acme", "orders", &["in"]).await;
     let dir = tempfile::tempdir().unwrap();
     let w = worker(&env, &dir, |c| {
-        c.admin.token = Some("adm1n".into());
+        c.admin.token = Some("adm1n-0123456789abcdefghijklmnopqrstuv".into());
         c.admin.ingest_token = Some("pr0ducer".into());
     })
     .await;
@@ -174,7 +174,15 @@ async fn the_ingest_token_opens_ingest_only_and_the_admin_token_opens_everything
         202
     );
     assert_eq!(
-        ingest(a, hooks, Some("adm1n"), &[], b"{}".to_vec()).await.0,
+        ingest(
+            a,
+            hooks,
+            Some("adm1n-0123456789abcdefghijklmnopqrstuv"),
+            &[],
+            b"{}".to_vec()
+        )
+        .await
+        .0,
         202
     );
     for wrong in [None, Some("pr0duce"), Some("adm1n pr0ducer")] {
@@ -188,12 +196,20 @@ async fn the_ingest_token_opens_ingest_only_and_the_admin_token_opens_everything
         assert_eq!(status_of(a, path, Some("pr0ducer")).await, 401, "{path}");
         assert_eq!(status_of(a, path, None).await, 401, "{path}");
     }
-    assert_eq!(status_of(a, "/admin/state", Some("adm1n")).await, 200);
+    assert_eq!(
+        status_of(
+            a,
+            "/admin/state",
+            Some("adm1n-0123456789abcdefghijklmnopqrstuv")
+        )
+        .await,
+        200
+    );
     // Health, readiness and metrics stay open, for probes and Prometheus.
     for path in ["/healthz", "/readyz", "/metrics"] {
         assert_eq!(status_of(a, path, None).await, 200, "{path}");
     }
-    tick(a, Some("adm1n")).await;
+    tick(a, Some("adm1n-0123456789abcdefghijklmnopqrstuv")).await;
     assert!(
         env.receiver
             .wait_until(LIVENESS, |r| r.iter().filter(|r| r.path == "in").count()

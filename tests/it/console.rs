@@ -571,7 +571,7 @@ async fn receiver_markup_is_text(h: Arc<Harness>) {
 /// POST is refused and changes nothing.
 async fn expired_logged_out_and_cross_site_are_refused(h: Arc<Harness>) {
     h.b.delete_all_cookies().await.unwrap();
-    let key = ankusa::admin::console::link::key(OPERATOR);
+    let key = ankusa::admin::console::link::key(LINK_KEY);
     let expired =
         ankusa::admin::console::link::sign(&key, A, ankusa::admin::console::now_ms() - 1_000);
     h.go(&format!("/portal/enter?link={expired}")).await;

@@ -314,7 +314,7 @@ async fn ingest_headers_produce_flags_and_the_cancel_route_and_command_schedule_
     env.http_source("acme", "orders", &["a"]).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(&env, &dir, "ankusa.toml", |c| {
-        c.admin.token = Some("s3cret".into());
+        c.admin.token = Some("s3cret-0123456789abcdefghijklmnopqrstuv".into());
     });
     let w = WorkerProcess::spawn(&config, &dir, "w");
     wait_leader(&w).await;
@@ -325,7 +325,7 @@ async fn ingest_headers_produce_flags_and_the_cancel_route_and_command_schedule_
         async move {
             let mut req = reqwest::Client::new()
                 .post(ingest)
-                .bearer_auth("s3cret")
+                .bearer_auth("s3cret-0123456789abcdefghijklmnopqrstuv")
                 .body("{\"n\":1}");
             for (k, v) in headers {
                 req = req.header(k, v);
@@ -395,7 +395,7 @@ async fn ingest_headers_produce_flags_and_the_cancel_route_and_command_schedule_
     let (status, v) = admin_call(
         reqwest::Method::POST,
         format!("http://{}/admin/hooks/acme/{api_cancelled}/cancel", w.admin),
-        Some("s3cret"),
+        Some("s3cret-0123456789abcdefghijklmnopqrstuv"),
         None,
     )
     .await;

@@ -496,7 +496,7 @@ async fn huge_and_endless_2xx_bodies_are_delivered_and_the_worker_stays_under_10
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workers_own_settings_are_never_sent_and_resolved_secrets_never_reach_redis() {
-    const ADMIN: &str = "admin-token-8f3a61";
+    const ADMIN: &str = "admin-token-8f3a61c0d9e4b7a2f5e8c1d4b7a0e3f6";
     const QS: &str = "query-secret-b41c07";
     std::env::set_var("ANKUSA_ADMIN__TOKEN", ADMIN);
     std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_QS", QS);

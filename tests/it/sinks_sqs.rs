@@ -266,10 +266,14 @@ async fn fifo_queues_keep_commit_order_per_message_group_across_a_retry() {
     let mut per_group: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for m in &got {
         let g = m.group.clone().expect("FIFO messages carry a group id");
-        assert_eq!(
-            m.dedup.as_deref(),
-            Some(m.attrs["ankusa-delivery-id"].as_str()),
-            "row id deduplicates"
+        let dedup = m
+            .dedup
+            .as_deref()
+            .expect("FIFO messages carry a deduplication id");
+        let row = m.attrs["ankusa-delivery-id"].as_str();
+        assert!(
+            dedup.starts_with("msg_") && dedup.ends_with(&format!("_{row}")),
+            "the delivery's message id deduplicates, not the bare row id: {dedup}"
         );
         per_group.entry(g).or_default().push(m.body.clone());
     }

@@ -3,9 +3,12 @@
 //! operator's own product.
 //!
 //! A link is `<payload>.<tag>` (both base64url): the payload `v1\n<tenant>\n<expiry ms>`, the
-//! tag its HMAC-SHA-256 under a key derived from `admin.token`, so every worker of a pool
-//! (and the CLI, which reads the same config) mints and checks the same links without
-//! storing anything, and changing `admin.token` voids every link at once.
+//! tag its HMAC-SHA-256 under a key derived from `admin.portal_link_key`, so every worker of
+//! a pool (and the CLI, which reads the same config) mints and checks the same links without
+//! storing anything, and changing the key voids every link at once. The key is a random
+//! string of its own, never the operator token: a link and its payload are known to whoever
+//! holds it, so a tag under a key derived from `admin.token` would let them test guesses of
+//! the token offline.
 
 use crate::config::AdminConfig;
 use crate::error::Error;
@@ -30,7 +33,7 @@ pub struct PortalLink {
 /// Why a link does not open the portal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LinkError {
-    /// Not a link this instance signed (altered, truncated, another `admin.token`).
+    /// Not a link this instance signed (altered, truncated, another `admin.portal_link_key`).
     #[error("this portal link is not valid")]
     Invalid,
     /// Signed, but past its expiry.
@@ -38,10 +41,9 @@ pub enum LinkError {
     Expired,
 }
 
-/// The key links are signed with, derived from the operator token (never the token itself,
-/// so a link's tag tells nothing usable about it).
-pub fn key(operator_token: &str) -> hmac::Key {
-    let root = hmac::Key::new(hmac::HMAC_SHA256, operator_token.as_bytes());
+/// The key links are signed with, derived from `admin.portal_link_key`.
+pub fn key(link_key: &str) -> hmac::Key {
+    let root = hmac::Key::new(hmac::HMAC_SHA256, link_key.as_bytes());
     let derived = hmac::sign(&root, b"ankusa portal link v1");
     hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
 }
@@ -80,16 +82,23 @@ pub fn verify(key: &hmac::Key, link: &str, now_ms: i64) -> Result<PortalLink, Li
 
 /// A new link of `tenant` living `ttl` (a duration such as `15m`, `1h`; default 1 h, at
 /// most 24 h) from `now_ms`: `(link, expires_at_ms)`. Errors ([`Error::BadRequest`]): no
-/// `admin.token` (links are signed with a key derived from it), a bad tenant id or ttl.
+/// `admin.token` (a link's tenant session would narrow nothing), no
+/// `admin.portal_link_key` (links are signed with it), a bad tenant id or ttl.
 pub fn mint(
     admin: &AdminConfig,
     tenant: &str,
     ttl: Option<&str>,
     now_ms: i64,
 ) -> Result<(String, i64), Error> {
-    let token = admin.token.as_deref().ok_or_else(|| {
+    if let Some(problem) = admin.minting_problem("portal links") {
+        return Err(Error::BadRequest(problem));
+    }
+    let link_key = admin.portal_link_key.as_deref().ok_or_else(|| {
         Error::BadRequest(
-            "portal links need admin.token: they are signed with a key derived from it".into(),
+            "portal links need admin.portal_link_key (ANKUSA_ADMIN__PORTAL_LINK_KEY): a random \
+             key of 32 or more characters they are signed with, the same on every worker and \
+             here, e.g. `openssl rand -hex 32`"
+                .into(),
         )
     })?;
     crate::model::check_id("tenant", tenant)?;
@@ -108,7 +117,7 @@ pub fn mint(
         }
     };
     let expires_at_ms = now_ms + ttl_ms as i64;
-    Ok((sign(&key(token), tenant, expires_at_ms), expires_at_ms))
+    Ok((sign(&key(link_key), tenant, expires_at_ms), expires_at_ms))
 }
 
 #[cfg(test)]
@@ -130,7 +139,7 @@ mod tests {
         assert_eq!(
             verify(&key("another"), &link, 0),
             Err(LinkError::Invalid),
-            "another admin.token"
+            "another admin.portal_link_key"
         );
         // Another tenant or a later expiry in the payload breaks the tag.
         let (_, tag) = link.split_once('.').unwrap();
@@ -142,16 +151,28 @@ mod tests {
     }
 
     #[test]
-    fn minting_needs_the_operator_token_and_a_bounded_ttl() {
+    fn minting_needs_the_operator_token_the_link_key_and_a_bounded_ttl() {
         let mut admin = AdminConfig::default();
+        admin.portal_link_key = Some("k".repeat(40));
         assert!(mint(&admin, "alpha", None, 0)
             .unwrap_err()
             .to_string()
             .contains("admin.token"));
         admin.token = Some("t".into());
+        admin.portal_link_key = None;
+        assert!(mint(&admin, "alpha", None, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("admin.portal_link_key"));
+        admin.portal_link_key = Some("link-key".into());
         let (link, exp) = mint(&admin, "alpha", Some("15m"), 1_000).unwrap();
         assert_eq!(exp, 1_000 + 900_000);
-        assert_eq!(verify(&key("t"), &link, 1_000).unwrap().tenant, "alpha");
+        assert_eq!(
+            verify(&key("link-key"), &link, 1_000).unwrap().tenant,
+            "alpha"
+        );
+        // The operator token signs nothing: a link is no oracle for it.
+        assert_eq!(verify(&key("t"), &link, 1_000), Err(LinkError::Invalid));
         assert_eq!(mint(&admin, "alpha", None, 0).unwrap().1, 3_600_000);
         for bad in ["25h", "0s", "soon"] {
             assert!(mint(&admin, "alpha", Some(bad), 0).is_err(), "{bad}");

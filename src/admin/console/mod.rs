@@ -120,11 +120,17 @@ impl std::fmt::Debug for Console {
 }
 
 impl Console {
-    /// The console of a listener configured by `admin`: portal links need `admin.token`.
+    /// The console of a listener configured by `admin`: portal links need `admin.token`
+    /// (without it a link's tenant session would narrow nothing) and
+    /// `admin.portal_link_key`, which signs them.
     pub fn new(admin: &AdminConfig) -> Console {
         Console {
             operator_set: admin.token.is_some(),
-            link_key: admin.token.as_deref().map(link::key),
+            link_key: admin
+                .portal_link_key
+                .as_deref()
+                .filter(|_| admin.token.is_some())
+                .map(link::key),
             frame_ancestors: admin
                 .portal_frame_ancestors
                 .iter()
@@ -660,7 +666,8 @@ pub(crate) fn enter(st: &AdminState, headers: &HeaderMap, link_text: &str) -> Re
     let Some(key) = &st.console.link_key else {
         return Refusal::Status(
             StatusCode::FORBIDDEN,
-            "portal links are off: this worker has no admin.token".into(),
+            "portal links are off: this worker has no admin.token or no admin.portal_link_key"
+                .into(),
         )
         .into_response();
     };

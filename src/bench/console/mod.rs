@@ -217,7 +217,8 @@ impl Client {
                 "tenant": tenant,
                 "scopes": ["ingest", "read", "sources", "replay"],
                 "ttl": "1d",
-                "name": "bench --console"
+                "name": "bench --console",
+                "create": true
             })),
         };
         let (status, body, _) = self.send(&p).await?;
@@ -257,7 +258,7 @@ pub(super) async fn run(args: &BenchArgs) -> Result<(), Error> {
     let (store, producer) = super::connect_instance(&redis, "console").await?;
     let dir = tempfile::tempdir().map_err(other)?;
     let admin = free_port()?;
-    let operator = format!("bench-operator-{:016x}", rand::random::<u64>());
+    let operator = format!("bench-operator-{:032x}", rand::random::<u128>());
     let worker = spawn_worker_config(&dir, "console", &worker_config(&redis, admin, &operator))?;
     let mut client = Client {
         http: reqwest::Client::builder()

@@ -88,3 +88,53 @@ fn requests_retry_on_throttling_and_faults_and_not_on_client_errors() {
         );
     }
 }
+
+#[test]
+fn only_the_services_own_endpoints_pass_as_aws_and_skip_the_custom_endpoint_grant() {
+    for ok in [
+        "https://kinesis.eu-west-1.amazonaws.com",
+        "https://kinesis-fips.us-gov-west-1.amazonaws.com",
+        "https://kinesis.cn-north-1.amazonaws.com.cn",
+    ] {
+        assert!(is_aws_endpoint(ok, "kinesis"), "{ok}");
+    }
+    // Names anyone can hold under amazonaws.com: an EC2 instance, an API Gateway stage, a
+    // load balancer, an S3 website; another service; a port, a user, plain HTTP.
+    for stranger in [
+        "https://ec2-203-0-113-7.compute-1.amazonaws.com",
+        "https://abc123.execute-api.us-east-1.amazonaws.com",
+        "https://my-lb-1234.us-east-1.elb.amazonaws.com",
+        "https://bucket.s3-website-us-east-1.amazonaws.com",
+        "https://kinesis.evil.amazonaws.com",
+        "https://kinesis.eu-west-1.amazonaws.com.evil.example",
+        "https://events.eu-west-1.amazonaws.com",
+        "https://kinesis.eu-west-1.amazonaws.com:8443",
+        "https://u:p@kinesis.eu-west-1.amazonaws.com",
+        "http://kinesis.eu-west-1.amazonaws.com",
+    ] {
+        assert!(!is_aws_endpoint(stranger, "kinesis"), "{stranger}");
+        let access = AccessOpts {
+            service: "kinesis",
+            region: Some("us-east-1"),
+            endpoint_url: Some(stranger),
+            access_key_id: Some("k"),
+            secret_access_key: Some("s"),
+            session_token: None,
+        };
+        let no_grant = EgressGrant {
+            custom_endpoints: false,
+            ambient_credentials: vec![],
+        };
+        let stream = ResourceKind {
+            option: "stream",
+            service: "kinesis",
+            kind: "stream",
+            name_rule: "a name",
+            valid_name: |n| !n.is_empty(),
+        };
+        let e = access
+            .check_grant("acme", &no_grant, &stream, "orders")
+            .unwrap_err();
+        assert!(e.contains("custom_endpoints"), "{stranger}: {e}");
+    }
+}

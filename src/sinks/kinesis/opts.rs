@@ -85,6 +85,7 @@ impl KinesisOpts {
     /// The access options, as the shared AWS helpers read them.
     fn access(&self) -> AccessOpts<'_> {
         AccessOpts {
+            service: STREAM.service,
             region: self.region.as_deref(),
             endpoint_url: self.endpoint_url.as_deref(),
             access_key_id: self.access_key_id.as_deref(),

@@ -10,7 +10,8 @@
 //! variables, web identity / EKS, ECS container credentials, EC2 instance metadata), as
 //! implemented by `object_store`'s S3 client, so the worker does not build a second
 //! credential stack (`aws-config` and its STS client). The ambient chain signs requests only
-//! to AWS's own endpoints (`https://….amazonaws.com`): a custom `endpoint_url` (or a queue URL
+//! to AWS's own SQS endpoints (`https://sqs.<region>.amazonaws.com`, no other name under
+//! `amazonaws.com`): a custom `endpoint_url` (or a queue URL
 //! on another host) needs static credentials in the options, refused at `source put` and at
 //! attempt time otherwise, so the worker's own AWS identity never signs for a stranger; and
 //! only for queues the operator granted the tenant (`tenants.<id>.ambient_credentials`,
@@ -62,7 +63,8 @@ pub const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Poin
 pub struct SqsTarget {
     /// The queue URL.
     pub queue_url: String,
-    /// A FIFO queue (`.fifo`): every message needs a group id; the row id deduplicates.
+    /// A FIFO queue (`.fifo`): every message needs a group id; the delivery's message id
+    /// (`webhook-id`) deduplicates.
     pub fifo: bool,
     /// Endpoint override, if any.
     pub endpoint: Option<String>,
@@ -182,7 +184,7 @@ impl SqsTarget {
                 Some(l) => group_id_of_lane(l),
                 None => self.group.clone().unwrap_or_else(|| d.row.clone()),
             };
-            (Some(g), Some(d.row.clone()))
+            (Some(g), Some(d.message_id.clone()))
         } else {
             (None, None)
         };
@@ -356,6 +358,30 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_url_on_another_amazonaws_name_is_a_custom_endpoint_that_needs_the_grant() {
+        let o = opts(serde_json::json!({
+            "queue_url": "https://abc123.execute-api.us-east-1.amazonaws.com/123456789012/q",
+            "access_key_id": "k", "secret_access_key": "s"}))
+        .unwrap();
+        let no_grant = EgressGrant {
+            custom_endpoints: false,
+            ambient_credentials: vec![],
+        };
+        let e = o.check_grant("acme", &no_grant).unwrap_err();
+        assert!(e.contains("custom_endpoints"), "{e}");
+        let t = o.resolve(&SecretPolicy::default()).unwrap();
+        assert_eq!(
+            t.endpoint.as_deref(),
+            Some("https://abc123.execute-api.us-east-1.amazonaws.com")
+        );
+        let own = opts(serde_json::json!({
+            "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+            "access_key_id": "k", "secret_access_key": "s"}))
+        .unwrap();
+        assert!(own.check_grant("acme", &no_grant).is_ok());
+    }
+
+    #[test]
     fn custom_endpoints_need_static_credentials() {
         for o in [
             serde_json::json!({"queue_url": "http://127.0.0.1:5000/123/q"}),
@@ -517,7 +543,10 @@ mod tests {
             .attributes
             .contains(&("ExtendedPayloadSize".into(), "2097152".into(), true)));
         assert_eq!(m.group.as_deref(), Some("acme:s:0:abc"));
-        assert_eq!(m.dedup.as_deref(), Some("7.0"));
+        // The delivery's message id, not the bare row id: row ids start again after a
+        // Redis reset and repeat across instances, and SQS would drop a different delivery
+        // as a duplicate within its 5-minute window.
+        assert_eq!(m.dedup.as_deref(), Some("msg_0123456789abcdef_7.0"));
     }
 
     #[test]

@@ -142,7 +142,7 @@ impl SqsOpts {
     /// a secret reference), or a queue URL outside `amazonaws.com` that becomes the endpoint.
     fn custom_endpoint(&self) -> bool {
         match &self.endpoint_url {
-            Some(e) => has_reference(e) || !is_aws_endpoint(e),
+            Some(e) => has_reference(e) || !is_aws_endpoint(e, "sqs"),
             None => !has_reference(&self.queue_url) && endpoint_of(&self.queue_url).is_some(),
         }
     }
@@ -217,7 +217,11 @@ impl SqsOpts {
             )),
             _ => None,
         };
-        if creds.is_none() && endpoint.as_deref().is_some_and(|e| !is_aws_endpoint(e)) {
+        if creds.is_none()
+            && endpoint
+                .as_deref()
+                .is_some_and(|e| !is_aws_endpoint(e, "sqs"))
+        {
             return Err(CUSTOM_ENDPOINT_NEEDS_CREDS.into());
         }
         let crate::sinks::aws::AwsAccess {
@@ -259,7 +263,7 @@ impl SqsTarget {
         if self
             .endpoint
             .as_deref()
-            .is_some_and(|e| !is_aws_endpoint(e))
+            .is_some_and(|e| !is_aws_endpoint(e, "sqs"))
             && !grant.custom_endpoints
         {
             return Err(EgressGrant::custom_refused(tenant, "endpoint_url"));
@@ -310,7 +314,7 @@ pub fn ambient_queue_arn(
         "aws"
     };
     if let Some(e) = endpoint {
-        let ok = is_aws_endpoint(e)
+        let ok = is_aws_endpoint(e, "sqs")
             && url::Url::parse(e).is_ok_and(|e| {
                 e.host_str()
                     .and_then(|h| region_of(&format!("https://{h}/")))
@@ -393,13 +397,13 @@ pub(super) fn valid_attribute_value(v: &str) -> bool {
 /// The refusal of a custom endpoint without static credentials.
 pub(super) const CUSTOM_ENDPOINT_NEEDS_CREDS: &str =
     "endpoint_url: a custom endpoint (or a queue URL \
-     outside amazonaws.com) needs explicit access_key_id and secret_access_key; the worker's \
+     on another host than sqs.<region>.amazonaws.com) needs explicit access_key_id and secret_access_key; the worker's \
      own AWS credentials sign only requests to AWS";
 
 pub(super) fn endpoint_of(queue_url: &str) -> Option<String> {
     let (scheme, rest) = queue_url.split_once("://")?;
     let host = rest.split('/').next()?;
-    if host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn") {
+    if is_aws_endpoint(&format!("{scheme}://{host}"), "sqs") {
         None
     } else {
         Some(format!("{scheme}://{host}"))

@@ -12,7 +12,9 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The operator token of the world's worker.
-pub const OPERATOR: &str = "operator-s3cret";
+pub const OPERATOR: &str = "operator-s3cret-0123456789abcdefghijklmn";
+/// The key its portal links are signed with.
+pub const LINK_KEY: &str = "portal-link-key-5c1e9a7b3d0f2468ace13579bdf0";
 /// Its ingest token.
 pub const INGEST: &str = "ingest-s3cret";
 /// The tenant whose tokens are tried.
@@ -66,6 +68,7 @@ impl World {
         let config = write_config(&env, &dir, "ankusa.toml", |c| {
             c.admin.token = Some(OPERATOR.into());
             c.admin.ingest_token = Some(INGEST.into());
+            c.admin.portal_link_key = Some(LINK_KEY.into());
             tune(c);
         });
         let worker = WorkerProcess::spawn(&config, &dir, "w");
@@ -124,6 +127,7 @@ impl World {
             scopes: scopes.to_vec(),
             ttl: Some(ttl.into()),
             name: Some("test".into()),
+            create: true,
         };
         let now = self.env.store.now_ms().await.unwrap();
         let m = ankusa::tokens::mint(&req, now).unwrap();

@@ -440,7 +440,10 @@ async fn tick_returns_once_everything_settled_in_every_interface() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_refuses_a_missing_or_wrong_token_with_a_json_401() {
     let env = Env::new().await;
-    let pool = Pool::start(&env, |c| c.admin.token = Some("s3cret".into())).await;
+    let pool = Pool::start(&env, |c| {
+        c.admin.token = Some("s3cret-0123456789abcdefghijklmnopqrstuv".into())
+    })
+    .await;
     let url = pool.url(0);
     for token in [None, Some("wrong"), Some("s3cre")] {
         for (method, path) in [
@@ -462,7 +465,11 @@ async fn the_admin_api_refuses_a_missing_or_wrong_token_with_a_json_401() {
         ops::pressure(&env.store).await.is_ok()
     })
     .await;
-    let (status, _) = http_get(&format!("{url}/admin/pressure"), Some("s3cret")).await;
+    let (status, _) = http_get(
+        &format!("{url}/admin/pressure"),
+        Some("s3cret-0123456789abcdefghijklmnopqrstuv"),
+    )
+    .await;
     assert_eq!(status, 200);
     // Health, metrics and the OpenAPI document stay open.
     assert_eq!(http_get(&format!("{url}/readyz"), None).await.0, 200);

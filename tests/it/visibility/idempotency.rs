@@ -108,7 +108,9 @@ async fn the_same_idempotency_key_through_the_cli_and_ingest_makes_one_hook_one_
     assert_eq!(code, 2, "{err}");
 
     // ingest: a worker process with an admin token
-    let config = env.config_file(&dir, |c| c.admin.token = Some("s3cret".into()));
+    let config = env.config_file(&dir, |c| {
+        c.admin.token = Some("s3cret-0123456789abcdefghijklmnopqrstuv".into())
+    });
     let w = WorkerProcess::spawn(&config, &dir, "w1");
     wait_leader(&w).await;
     let post = |key: &'static str| {
@@ -116,7 +118,7 @@ async fn the_same_idempotency_key_through_the_cli_and_ingest_makes_one_hook_one_
         async move {
             let r = reqwest::Client::new()
                 .post(url)
-                .bearer_auth("s3cret")
+                .bearer_auth("s3cret-0123456789abcdefghijklmnopqrstuv")
                 .header("idempotency-key", key)
                 .body(r#"{"order":{"id":8}}"#)
                 .send()
@@ -139,7 +141,7 @@ async fn the_same_idempotency_key_through_the_cli_and_ingest_makes_one_hook_one_
     );
     let tick = reqwest::Client::new()
         .post(format!("http://{}/admin/tick", w.admin))
-        .bearer_auth("s3cret")
+        .bearer_auth("s3cret-0123456789abcdefghijklmnopqrstuv")
         .send()
         .await
         .expect("tick");

@@ -275,11 +275,13 @@ async fn sources_hooks_rows_and_resend_over_http_with_the_admin_token() {
     use reqwest::Method;
     let env = Env::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = env.config_file(&dir, |c| c.admin.token = Some("s3cret".into()));
+    let config = env.config_file(&dir, |c| {
+        c.admin.token = Some("s3cret-0123456789abcdefghijklmnopqrstuv".into())
+    });
     let w = WorkerProcess::spawn(&config, &dir, "w1");
     wait_leader(&w).await;
     let base = format!("http://{}", w.admin);
-    let tok = Some("s3cret");
+    let tok = Some("s3cret-0123456789abcdefghijklmnopqrstuv");
     let spec = json!({"sinks": [{"module": "http", "opts": {"url": env.receiver.url("a")}}]});
     let src = format!("{base}/admin/sources/acme/orders");
 
