@@ -22,6 +22,7 @@ const ALLOW_LOOPBACK: (&str, &str) = ("ANKUSA_HTTP__ALLOW_CIDRS", r#"["127.0.0.0
 /// `ankusa <args>` against `env`'s Redis and instance, `stdin` piped in (so never a terminal).
 fn run_in(env: &Env, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args([
             "--redis-url",
             &env.redis.url(),
@@ -567,6 +568,7 @@ async fn every_list_answers_in_one_wrapped_shape_and_an_empty_one_says_so_in_wor
 fn man_writes_one_page_per_command_each_with_exit_status_and_environment() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(["man", "--dir"])
         .arg(dir.path())
         .output()
@@ -612,6 +614,7 @@ fn man_writes_one_page_per_command_each_with_exit_status_and_environment() {
         }
     }
     let one = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(["man", "dlq", "replay"])
         .output()
         .expect("ankusa runs");
@@ -620,6 +623,10 @@ fn man_writes_one_page_per_command_each_with_exit_status_and_environment() {
         text.contains("ankusa\\-dlq\\-replay") && text.contains("dry\\-run"),
         "{text}"
     );
-    let bad = Command::new(BIN).args(["man", "nope"]).output().unwrap();
+    let bad = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
+        .args(["man", "nope"])
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }

@@ -175,6 +175,7 @@ fn assert_no_crossslot(cluster: &RedisCluster) {
 /// `ankusa <args>` with `url` and instance `test`: (exit code, stdout, stderr).
 fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(["--redis-url", url, "--instance", "test"])
         .args(args)
         .env_remove("ANKUSA_CONFIG")

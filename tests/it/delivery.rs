@@ -630,6 +630,7 @@ async fn all_270_real_github_payloads_arrive_byte_exact_and_none_is_lost() {
 #[test]
 fn the_demo_on_the_real_payloads_exits_0_with_nothing_lost_or_mismatched() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(["demo", "--payloads", PAYLOADS, "--json"])
         .env("ANKUSA_LOG", "warn")
         .output()
@@ -661,6 +662,7 @@ fn the_demo_on_the_real_payloads_exits_0_with_nothing_lost_or_mismatched() {
 #[test]
 fn the_demos_redis_dies_with_a_demo_killed_by_its_pid() {
     let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(["demo", "--hooks", "1000000"])
         .env("ANKUSA_LOG", "warn")
         .stdout(std::process::Stdio::null())

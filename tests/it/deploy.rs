@@ -438,6 +438,7 @@ impl Drop for ReceiverProcess {
 async fn the_demo_receiver_answers_ok_and_fails_the_paths_it_is_told_to() {
     let addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args([
             "receiver",
             "--listen",
@@ -506,6 +507,7 @@ async fn the_demo_receiver_answers_ok_and_fails_the_paths_it_is_told_to() {
 #[test]
 fn the_demo_receiver_refuses_a_bad_fail_fraction_as_a_usage_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(["receiver", "--fail", "flaky=2"])
         .output()
         .unwrap();

@@ -486,6 +486,7 @@ async fn stats_dead_letters_and_pressure_answer_for_every_partition() {
 fn cli(env: &Env, partitions: u32, args: &[&str], stdin: &[u8]) -> std::process::Output {
     use std::io::Write;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args([
             "--redis-url",
             &env.redis.url(),

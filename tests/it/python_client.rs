@@ -16,6 +16,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn ankusa(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(args)
         .output()
         .expect("ankusa runs");

@@ -498,6 +498,8 @@ async fn huge_and_endless_2xx_bodies_are_delivered_and_the_worker_stays_under_10
 async fn the_workers_own_settings_are_never_sent_and_resolved_secrets_never_reach_redis() {
     const ADMIN: &str = "admin-token-8f3a61c0d9e4b7a2f5e8c1d4b7a0e3f6";
     const QS: &str = "query-secret-b41c07";
+    // Set in this process for its in-process worker; every worker process the tests spawn is
+    // started without it (tests/it is one binary).
     std::env::set_var("ANKUSA_ADMIN__TOKEN", ADMIN);
     std::env::set_var("ANKUSA_SECRET_ACME__SECURITY_QS", QS);
     let env = Env::tuned(|c: &mut Config| c.retry.max_attempts = 2).await;

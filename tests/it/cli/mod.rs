@@ -25,6 +25,7 @@ const ALLOW_LOOPBACK: (&str, &str) = ("ANKUSA_HTTP__ALLOW_CIDRS", r#"["127.0.0.0
 
 fn run_in(env: &Env, args: &[&str], stdin: &[u8], vars: &[(&str, &str)]) -> Output {
     let mut child = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args([
             "--redis-url",
             &env.redis.url(),
@@ -54,6 +55,7 @@ fn run(env: &Env, args: &[&str]) -> Output {
 /// `ankusa <args>` with no Redis given (commands that need none, or that must fail).
 fn run_bare(args: &[&str], vars: &[(&str, &str)]) -> Output {
     let child = Command::new(BIN)
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .args(args)
         .envs(vars.iter().copied())
         .env_remove("ANKUSA_CONFIG")
@@ -124,6 +126,7 @@ fn spec(env: &Env, path: &str) -> String {
 /// `| head -1` that has already gone.
 fn run_with_closed_stdout(env: Option<&Env>, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
+    cmd.env_remove("ANKUSA_ADMIN__TOKEN");
     if let Some(env) = env {
         cmd.args([
             "--redis-url",

@@ -172,6 +172,7 @@ impl Env {
     /// `--config FILE` when given): `(exit code, stdout, stderr)`; -1 when it was killed.
     pub async fn cli_with(&self, config: Option<&Path>, args: &[&str]) -> (i32, String, String) {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ankusa"));
+        cmd.env_remove("ANKUSA_ADMIN__TOKEN");
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
@@ -410,6 +411,7 @@ impl WorkerProcess {
         let log = dir.path().join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ankusa"));
+        cmd.env_remove("ANKUSA_ADMIN__TOKEN");
         cmd.args(["worker", "--config"])
             .arg(config)
             .args(["--listen", &admin, "--name", name])

@@ -173,6 +173,9 @@ pub fn spawn_worker(
         .arg(config)
         .args(["--listen", &admin, "--name", name])
         .env("ANKUSA_LOG", "info,fred=warn")
+        // The tests share one process: a variable one sets for its own in-process worker
+        // (security's operator token) must not reach another's worker process.
+        .env_remove("ANKUSA_ADMIN__TOKEN")
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())

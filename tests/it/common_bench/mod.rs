@@ -36,6 +36,7 @@ impl ReceiverProcess {
     pub fn start() -> ReceiverProcess {
         let port = ankusa::testkit::free_port().expect("a free port");
         let child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
+            .env_remove("ANKUSA_ADMIN__TOKEN")
             .args(["receiver", "--listen", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
