@@ -29,7 +29,7 @@
 //! ended without its wind-down). It prints a summary table.
 //!
 //! Ignored in the plain suite (it takes minutes and loads both cores): `.ci/run` runs it
-//! after the suite with `--test soak -- --ignored --nocapture`.
+//! after the suite with `--test it -- --ignored --nocapture soak::`.
 //! `ANKUSA_SOAK_SECS` (default 180) is how long faults are injected; `ANKUSA_SOAK_SEED`
 //! (default: random, printed first) replays a run's choices of faults and timings.
 
