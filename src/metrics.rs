@@ -126,7 +126,7 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Admin/ingest connections closed at accept because admin.max_connections were open.",
+        help: "Admin/ingest connections closed at accept because admin.max_connections were open, or the client address held admin.max_connections_per_client.",
     },
     Metric {
         name: "ankusa_deliveries_total",

@@ -94,6 +94,11 @@ async fn ingest(
         BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
             ApiError::too_large(st.max_body_bytes)
         }
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::UnknownBodyError(e))
+            if super::bounds::is_body_timeout(&e) =>
+        {
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", e.to_string())
+        }
         other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
     })?;
     let mut hook = Hook::new(body);

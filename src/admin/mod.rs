@@ -10,11 +10,13 @@
 //! route's scope named by its `security` in the document. Every request, open routes
 //! included, must come with a `Host` the worker answers to and from no other site
 //! ([`browser`]). [`serve`] bounds the server: `admin.header_timeout_ms`,
-//! `admin.request_timeout_ms`, `admin.max_connections` (see `docs/security.md`).
+//! `admin.request_timeout_ms` (every request's body too, [`bounds`]), `admin.max_connections`
+//! and `admin.max_connections_per_client` (see `docs/security.md`).
 
 use crate::config::AdminConfig;
 
 pub mod access;
+pub mod bounds;
 pub mod browser;
 pub mod console;
 mod ingest;
@@ -415,6 +417,10 @@ pub fn router(st: AdminState) -> Router {
     // principal: the same routes, rules and scopes as a bearer.
     api.clone()
         .merge(crate::admin::console::router(st.clone(), api))
+        .layer(middleware::from_fn_with_state(
+            st.clone(),
+            bounds::body_deadline,
+        ))
         .layer(middleware::from_fn_with_state(st, browser::guard))
 }
 
@@ -563,6 +569,9 @@ pub struct ServeLimits {
     pub header_timeout: Duration,
     /// `admin.max_connections`: connections open at once; one more is closed at once.
     pub max_connections: usize,
+    /// `admin.max_connections_per_client`: of those, the most one client address holds
+    /// (0: no per-address bound).
+    pub max_connections_per_client: usize,
 }
 
 impl From<&AdminConfig> for ServeLimits {
@@ -570,6 +579,7 @@ impl From<&AdminConfig> for ServeLimits {
         ServeLimits {
             header_timeout: Duration::from_millis(a.header_timeout_ms),
             max_connections: a.max_connections,
+            max_connections_per_client: a.max_connections_per_client,
         }
     }
 }
@@ -578,7 +588,10 @@ impl From<&AdminConfig> for ServeLimits {
 ///
 /// Each connection holds one of `max_connections` slots; past them a new connection is
 /// closed at once (counted in `ankusa_admin_connections_refused_total`), so a flood never
-/// takes the process's file descriptors. A connection that does not send a request's head
+/// takes the process's file descriptors. One client address holds at most
+/// `max_connections_per_client` of them (its surplus is closed the same way), so a flood from
+/// one address leaves slots for probes, scrapes and other producers. Every request's body
+/// must arrive within `admin.request_timeout_ms` ([`bounds::body_deadline`]). A connection that does not send a request's head
 /// within `header_timeout` is closed, so slow or idle connections give their slot back. On
 /// shutdown, idle connections close at once and running requests get up to
 /// `header_timeout` to finish.
@@ -595,10 +608,11 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let per_client = bounds::ClientSlots::new(limits.max_connections_per_client);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors or a reset before accept: the listener stays.
                     tracing::warn!(error = %e, "admin accept failed");
@@ -607,6 +621,11 @@ pub async fn serve(
                 }
             },
             _ = shutdown.cancelled() => break,
+        };
+        let Some(client_slot) = per_client.take(peer.ip()) else {
+            metrics::counter!("ankusa_admin_connections_refused_total").increment(1);
+            drop(stream);
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             metrics::counter!("ankusa_admin_connections_refused_total").increment(1);
@@ -619,6 +638,7 @@ pub async fn serve(
             // A reset, a header timeout or a malformed request ends only this connection.
             let _ = conn.await;
             drop(slot);
+            drop(client_slot);
         });
     }
     drop(listener);

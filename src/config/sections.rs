@@ -237,13 +237,19 @@ pub struct AdminConfig {
     #[serde(deserialize_with = "super::duration::ms")]
     pub header_timeout_ms: u64,
     /// Deadline of a request to ingest, `/healthz`, `/readyz` and `/metrics`, body upload
-    /// included, ms; past it the answer is 408 `timeout`. The operations under `/admin/*`
-    /// run under their own deadlines instead. > 0. Default 30000.
+    /// included, ms; past it the answer is 408 `timeout`. Every other route's body (login
+    /// forms included) must arrive within it too; the operations under `/admin/*` then run
+    /// under their own deadlines. > 0. Default 30000.
     #[serde(deserialize_with = "super::duration::ms")]
     pub request_timeout_ms: u64,
     /// Connections open at once; one more is closed at once, so a flood cannot take the
     /// worker's file descriptors. > 0. Default 512.
     pub max_connections: usize,
+    /// Of `max_connections`, the most one client address holds at once; its surplus is closed
+    /// at once, so one client cannot take every slot from probes, scrapes and other
+    /// producers. Behind a proxy every connection has the proxy's address: raise it to
+    /// `max_connections` there, or 0 for no per-address bound. Default 128.
+    pub max_connections_per_client: usize,
     /// Request headers ingest reads a hook's event type from, in order; the first one
     /// present sets it (what sink entries' event filters match, P9). Lowercase names; the
     /// value must be a valid event type (`model::check_event_type`) or the request is a 400.
@@ -524,6 +530,7 @@ impl Default for AdminConfig {
             header_timeout_ms: 5_000,
             request_timeout_ms: 30_000,
             max_connections: 512,
+            max_connections_per_client: 128,
             event_type_headers: vec!["x-event-type".into(), "x-github-event".into()],
             public_hosts: Vec::new(),
             portal_frame_ancestors: Vec::new(),

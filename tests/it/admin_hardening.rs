@@ -86,6 +86,7 @@ async fn tick(admin: &str, token: Option<&str>) {
 /// Run `ankusa worker` as given, expecting it to exit on its own: `(exit code, stderr)`.
 async fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ankusa"));
+    cmd.env_remove("ANKUSA_ADMIN__TOKEN");
     // Dies with the test if it does not exit on its own.
     let child = common::dies_with_test(&mut cmd)
         .args(args)
@@ -411,8 +412,13 @@ async fn healthz_time(admin: &str) -> Duration {
 async fn three_hundred_idle_half_open_connections_never_stop_healthz() {
     let env = Env::new().await;
     let dir = tempfile::tempdir().unwrap();
-    // A long header timeout, so the connections are all still held while /healthz is asked.
-    let w = worker(&env, &dir, |c| c.admin.header_timeout_ms = 120_000).await;
+    // A long header timeout, so the connections are all still held while /healthz is asked;
+    // no per-address bound (every client here is 127.0.0.1), so the global cap is what holds.
+    let w = worker(&env, &dir, |c| {
+        c.admin.header_timeout_ms = 120_000;
+        c.admin.max_connections_per_client = 0;
+    })
+    .await;
     let held: Vec<TcpStream> = (0..300).map(|_| half_open(&w.admin)).collect();
     // Also 50 that connect and send nothing at all.
     let silent: Vec<TcpStream> = (0..50)
@@ -712,4 +718,77 @@ async fn a_foreign_host_or_a_cross_site_request_is_refused_on_every_route_even_w
     )
     .await;
     assert_eq!(status, 202, "a same-origin post is served");
+}
+
+/// A connection from `source` (a loopback address of its own) that sends a whole
+/// `POST /portal/login` head announcing a 100-byte form, and then nothing.
+async fn stalled_login(admin: &str, source: &str) -> Option<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut s = sock.connect(admin.parse().unwrap()).await.ok()?;
+    let head = format!(
+        "POST /portal/login HTTP/1.1\r\nHost: {admin}\r\nContent-Type: \
+         application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    Some(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_stalling_request_bodies_never_locks_out_healthz_and_its_bodies_time_out() {
+    use tokio::io::AsyncReadExt;
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let w = worker(&env, &dir, |c| {
+        c.admin.max_connections = 64;
+        c.admin.max_connections_per_client = 16;
+        c.admin.header_timeout_ms = 120_000;
+        c.admin.request_timeout_ms = 3_000;
+    })
+    .await;
+    // 200 connections from 127.0.0.2, each a login head whose body never comes: at most 16
+    // are kept, the rest closed at accept.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        if let Some(s) = stalled_login(&w.admin, "127.0.0.2").await {
+            held.push(s);
+        }
+    }
+    assert!(
+        !held.is_empty(),
+        "no connection from 127.0.0.2 was accepted"
+    );
+    // Everyone else (127.0.0.1 here) is still answered at once.
+    for _ in 0..5 {
+        let took = healthz_time(&w.admin).await;
+        assert!(took < Duration::from_secs(2), "/healthz took {took:?}");
+    }
+    let (status, _) = get(&w.admin, "/readyz").await.expect("/readyz answers");
+    assert_eq!(status, 200);
+    // The stalled bodies end: each held connection gets an answer or is closed once
+    // admin.request_timeout_ms has passed, never held for good.
+    let mut ended = 0;
+    for mut s in held {
+        let mut buf = Vec::new();
+        let read = tokio::time::timeout(LIVENESS, s.read_to_end(&mut buf)).await;
+        assert!(
+            read.is_ok(),
+            "a connection whose body stalled is still held"
+        );
+        ended += 1;
+        let text = String::from_utf8_lossy(&buf);
+        assert!(
+            text.is_empty() || !text.starts_with("HTTP/1.1 2"),
+            "a stalled login was answered as if it succeeded: {text}"
+        );
+    }
+    assert!(ended > 0);
+    assert!(
+        metric(&w.admin, "ankusa_admin_connections_refused_total", &[])
+            .await
+            .unwrap_or(0.0)
+            >= 1.0,
+        "the surplus of one address is counted as refused"
+    );
 }

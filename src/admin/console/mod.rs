@@ -569,7 +569,11 @@ fn asset(kind: &'static str, text: &'static str) -> Response {
         .into_response()
 }
 
-/// The console's and portal's routes; `api` is the admin API they call.
+/// The most of a console or portal form read (login included): its forms are a few fields.
+pub const FORM_MAX_BYTES: usize = 64 * 1024;
+
+/// The console's and portal's routes; `api` is the admin API they call. A form is read up to
+/// [`FORM_MAX_BYTES`] (413 past it), within the body deadline every route has.
 pub(crate) fn router(st: AdminState, api: Router) -> Router {
     let css = || get(|| async { asset("text/css; charset=utf-8", CSS) });
     let js = || get(|| async { asset("text/javascript; charset=utf-8", JS) });
@@ -581,6 +585,7 @@ pub(crate) fn router(st: AdminState, api: Router) -> Router {
         .merge(ui::routes())
         .merge(portal::routes())
         .layer(axum::Extension(Api(api)))
+        .layer(axum::extract::DefaultBodyLimit::max(FORM_MAX_BYTES))
         .layer(middleware::from_fn_with_state(st.clone(), headers_layer))
         .with_state(st)
 }

@@ -184,34 +184,89 @@ impl BodyView {
     }
 }
 
-/// The body as text, pretty JSON or a hex dump.
+/// The most of a body's rendering a page carries (the whole page stays a few MiB whatever
+/// the body: pretty-printing a deeply nested 2 MiB body would otherwise make hundreds of MB).
+pub(crate) const VIEW_MAX_BYTES: usize = 1 << 20;
+
+/// A writer that refuses to grow past its cap.
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + b.len() > VIEW_MAX_BYTES {
+            return Err(std::io::Error::other("over the view's size"));
+        }
+        self.0.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The body as text, pretty JSON or a hex dump, at most [`VIEW_MAX_BYTES`] of it.
 fn body_view(body: &[u8], view: BodyView) -> String {
     match view {
-        BodyView::Json => match serde_json::from_slice::<Value>(body) {
-            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-            Err(e) => format!("(not JSON: {e})"),
-        },
-        BodyView::Hex => body
-            .chunks(16)
-            .enumerate()
-            .map(|(i, c)| {
-                let hex: Vec<String> = c.iter().map(|b| format!("{b:02x}")).collect();
-                let asc: String = c
-                    .iter()
-                    .map(|&b| {
-                        if (0x20..0x7f).contains(&b) {
-                            b as char
-                        } else {
-                            '.'
-                        }
-                    })
-                    .collect();
-                format!("{:08x}  {:<48} {asc}", i * 16, hex.join(" "))
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
+        BodyView::Json => {
+            if body.len() > VIEW_MAX_BYTES {
+                return format!(
+                    "(the JSON view shows bodies up to {VIEW_MAX_BYTES} bytes; this one is {}: \
+                     its start as text follows)\n{}",
+                    body.len(),
+                    body_view(body, BodyView::Text)
+                );
+            }
+            match serde_json::from_slice::<Value>(body) {
+                Ok(v) => {
+                    let mut out = Capped(Vec::new());
+                    match serde_json::to_writer_pretty(&mut out, &v) {
+                        Ok(()) => String::from_utf8(out.0).unwrap_or_default(),
+                        Err(_) => format!(
+                            "(pretty-printed, this body is over {VIEW_MAX_BYTES} bytes: its \
+                             start as text follows)\n{}",
+                            body_view(body, BodyView::Text)
+                        ),
+                    }
+                }
+                Err(e) => format!("(not JSON: {e})"),
+            }
+        }
+        BodyView::Hex => {
+            // Each 16 bytes make a line of 75 characters.
+            let shown = body.len().min(VIEW_MAX_BYTES / 5);
+            let mut out = body[..shown]
+                .chunks(16)
+                .enumerate()
+                .map(|(i, c)| {
+                    let hex: Vec<String> = c.iter().map(|b| format!("{b:02x}")).collect();
+                    let asc: String = c
+                        .iter()
+                        .map(|&b| {
+                            if (0x20..0x7f).contains(&b) {
+                                b as char
+                            } else {
+                                '.'
+                            }
+                        })
+                        .collect();
+                    format!("{:08x}  {:<48} {asc}", i * 16, hex.join(" "))
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            if shown < body.len() {
+                out.push_str(&format!("\n… {} more bytes not shown", body.len() - shown));
+            }
+            out
+        }
         BodyView::Text => match std::str::from_utf8(body) {
-            Ok(t) => t.to_string(),
+            Ok(t) if t.len() <= VIEW_MAX_BYTES => t.to_string(),
+            Ok(t) => {
+                let mut end = VIEW_MAX_BYTES;
+                while !t.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}\n… {} more bytes not shown", &t[..end], t.len() - end)
+            }
             Err(_) => "(binary: choose the hex view)".into(),
         },
     }
@@ -305,5 +360,54 @@ pub(crate) fn hook_page(
                 button type="submit" { "Resend to every sink entry" }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_renders_within_the_views_bound_in_every_view() {
+        // 2 MiB nested 120 deep: pretty-printed, hundreds of MB.
+        let mut nested = String::new();
+        for _ in 0..120 {
+            nested.push('[');
+        }
+        nested.push_str("\"x\"");
+        for _ in 0..120 {
+            nested.push(']');
+        }
+        let body = format!(
+            "[{}]",
+            vec![nested.as_str(); 2 * 1024 * 1024 / 245].join(",")
+        );
+        let deep = body.as_bytes();
+        for view in [BodyView::Json, BodyView::Text, BodyView::Hex] {
+            let out = body_view(deep, view);
+            assert!(
+                out.len() <= VIEW_MAX_BYTES + 200,
+                "{view:?}: {} bytes rendered",
+                out.len()
+            );
+        }
+        let json = body_view(deep, BodyView::Json);
+        assert!(
+            json.starts_with("(the JSON view shows bodies up to"),
+            "{}",
+            &json[..80]
+        );
+        // Under the bound as sent, far over it pretty-printed: its text instead.
+        let mid = format!("[{}]", vec![nested.as_str(); 2400].join(","));
+        assert!(mid.len() < VIEW_MAX_BYTES);
+        let json = body_view(mid.as_bytes(), BodyView::Json);
+        assert!(
+            json.starts_with("(pretty-printed, this body is over"),
+            "{}",
+            &json[..80]
+        );
+        assert!(json.len() <= VIEW_MAX_BYTES + 200);
+        // A small body is shown whole.
+        assert_eq!(body_view(b"{\"a\":1}", BodyView::Json), "{\n  \"a\": 1\n}");
     }
 }
