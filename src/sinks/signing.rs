@@ -61,12 +61,42 @@ impl SigningKey {
     }
 }
 
+/// The most signing secrets an entry may list: rotation needs the current one and the next
+/// (a third covers a rotation started before the last ended). Each costs one HMAC of the
+/// whole body on every attempt.
+pub const MAX_SIGNING_SECRETS: usize = 4;
+
+/// Bytes signed (body length × keys) past which the signatures are computed on tokio's
+/// blocking pool rather than on a runtime thread, which renews leases and claims rows.
+pub const SIGN_INLINE_MAX_BYTES: usize = 64 * 1024;
+
 /// The `webhook-signature` header value: one signature per key, space separated.
 pub fn signature_header(keys: &[SigningKey], id: &str, timestamp: u64, body: &[u8]) -> String {
     keys.iter()
         .map(|k| k.sign(id, timestamp, body))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// [`signature_header`] of `body`, computed off the async runtime's threads when it is large
+/// (over [`SIGN_INLINE_MAX_BYTES`] signed), so a large hook under several secrets never
+/// stalls the scheduler on the same thread.
+pub async fn signature_header_off_runtime(
+    keys: Vec<SigningKey>,
+    id: String,
+    timestamp: u64,
+    body: bytes::Bytes,
+) -> String {
+    if body.len().saturating_mul(keys.len()) <= SIGN_INLINE_MAX_BYTES {
+        return signature_header(&keys, &id, timestamp, &body);
+    }
+    let inline = (keys.clone(), id.clone(), body.clone());
+    match tokio::task::spawn_blocking(move || signature_header(&keys, &id, timestamp, &body)).await
+    {
+        Ok(header) => header,
+        // The blocking pool is shut down (the runtime is ending): sign here.
+        Err(_) => signature_header(&inline.0, &inline.1, timestamp, &inline.2),
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ pub mod transport;
 pub use entry::{check_headers, client, MODULE};
 
 use super::guard::{guarded_reqwest, read_bounded, AddressPolicy};
-use super::signing::{signature_header, SigningKey};
+use super::signing::{SigningKey, MAX_SIGNING_SECRETS};
 use super::{
     is_framing_header, is_reserved_header, truncate, AttemptError, Delivery, EdgePolicy, ErrorKind,
 };
@@ -197,6 +197,13 @@ impl HttpOpts {
         if let Some(secrets) = &o.signing_secret {
             if secrets.as_slice().is_empty() {
                 return Err("signing_secret: the list is empty".into());
+            }
+            if secrets.as_slice().len() > MAX_SIGNING_SECRETS {
+                return Err(format!(
+                    "signing_secret: {} secrets listed, at most {MAX_SIGNING_SECRETS} (the \
+                     current one and the next are what a rotation needs)",
+                    secrets.as_slice().len()
+                ));
             }
             for s in secrets.as_slice() {
                 if has_reference(s) {
@@ -453,7 +460,20 @@ impl HttpSink {
                 format!("url (after resolving references) {why}"),
             ),
         })?;
-        let mut headers = self.headers(opts, d)?;
+        let (mut headers, signing) = self.headers(opts, d)?;
+        if let Some((keys, ts)) = signing {
+            let header = super::signing::signature_header_off_runtime(
+                keys,
+                d.message_id.clone(),
+                ts,
+                d.body.clone(),
+            )
+            .await;
+            let value = HeaderValue::from_str(&header).map_err(|_| {
+                AttemptError::permanent(ErrorKind::Other, "webhook-signature: not a header value")
+            })?;
+            headers.insert(HeaderName::from_static("webhook-signature"), value);
+        }
         let oauth = match &opts.oauth2 {
             Some(o) => {
                 let creds = self.oauth_credentials(&d.tenant, o)?;
@@ -601,7 +621,13 @@ impl HttpSink {
 
     /// The request headers: the producer's, then the sink's own, then the delivery headers,
     /// each later one replacing (never appending to) an earlier value of the same name.
-    fn headers(&self, opts: &HttpOpts, d: &Delivery) -> Result<HeaderMap, AttemptError> {
+    /// The attempt's headers, and the keys to sign it with at the timestamp it carries (the
+    /// signature is computed by the caller, off the runtime when the body is large).
+    fn headers(
+        &self,
+        opts: &HttpOpts,
+        d: &Delivery,
+    ) -> Result<(HeaderMap, Option<(Vec<SigningKey>, u64)>), AttemptError> {
         let mut h = HeaderMap::new();
         if !d.headers.is_empty() {
             // The producer checks headers at commit; headers written by other means that
@@ -676,7 +702,18 @@ impl HttpSink {
             .as_secs();
         let mut own = super::delivery_headers(d);
         own.insert(1, ("webhook-timestamp", ts.to_string()));
+        let mut signing = None;
         if let Some(secrets) = &opts.signing_secret {
+            // Refused at `source put`; a spec stored before that is refused here.
+            if secrets.as_slice().len() > MAX_SIGNING_SECRETS {
+                return Err(AttemptError::permanent(
+                    ErrorKind::Other,
+                    format!(
+                        "signing_secret: {} secrets listed, at most {MAX_SIGNING_SECRETS}",
+                        secrets.as_slice().len()
+                    ),
+                ));
+            }
             let mut keys = Vec::with_capacity(secrets.as_slice().len());
             for s in secrets.as_slice() {
                 let s = self.resolve(&d.tenant, s, "signing_secret")?;
@@ -685,10 +722,7 @@ impl HttpSink {
                         .map_err(|e| AttemptError::permanent(ErrorKind::Other, e))?,
                 );
             }
-            own.push((
-                "webhook-signature",
-                signature_header(&keys, &d.message_id, ts, &d.body),
-            ));
+            signing = Some((keys, ts));
         }
         for (k, v) in own {
             let value = HeaderValue::from_str(&v).map_err(|_| {
@@ -699,7 +733,7 @@ impl HttpSink {
             })?;
             h.insert(HeaderName::from_static(k), value);
         }
-        Ok(h)
+        Ok((h, signing))
     }
 }
 
