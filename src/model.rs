@@ -22,8 +22,8 @@ pub struct SinkEntry {
     pub ordered: bool,
     /// Where an ordered entry's lane key comes from (R10): `header:<name>` (a header the
     /// producer sets) or `json:<pointer>` (an RFC 6901 JSON pointer into the body, e.g.
-    /// `json:/order/id`). A hook without that header or value goes to the default lane, the
-    /// empty key. `None` on an ordered entry: every hook of the entry is one lane.
+    /// `json:/order/id`). A hook without that header or value (or with a body over 64 KiB,
+    /// which the commit script does not decode) goes to the default lane, the empty key. `None` on an ordered entry: every hook of the entry is one lane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Which hooks the entry receives, by event type and content (P9, [`EventFilter`]);
