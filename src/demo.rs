@@ -268,7 +268,13 @@ fn load_payloads(dir: Option<&std::path::Path>) -> Result<Vec<(Vec<u8>, String)>
         return Ok(Vec::new());
     };
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::BadRequest(format!("--payloads {}: {e}", dir.display())))?
+        .map_err(|e| {
+            Error::BadRequest(format!(
+                "--payloads {}: {e}; name a directory of .json files, or leave --payloads out \
+                 and the demo makes its own JSON bodies",
+                dir.display()
+            ))
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
         .collect();
