@@ -152,8 +152,10 @@ mod tests {
 
     #[test]
     fn minting_needs_the_operator_token_the_link_key_and_a_bounded_ttl() {
-        let mut admin = AdminConfig::default();
-        admin.portal_link_key = Some("k".repeat(40));
+        let mut admin = AdminConfig {
+            portal_link_key: Some("k".repeat(40)),
+            ..AdminConfig::default()
+        };
         assert!(mint(&admin, "alpha", None, 0)
             .unwrap_err()
             .to_string()

@@ -23,7 +23,6 @@
 
 use crate::admin::access::{Acting, Caller};
 use crate::admin::{AdminState, Principal};
-use crate::config::{frame_origin, AdminConfig};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -34,19 +33,18 @@ use axum::Router;
 use maud::Markup;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tower::ServiceExt;
 
 pub mod link;
 mod portal;
+mod session;
 mod ui;
 mod view;
 
-/// How long a login session lives (a portal link's session ends with the link, sooner).
-pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
-/// Sessions one worker keeps at most; past it the expired ones go, then the oldest.
-const SESSIONS_MAX: usize = 10_000;
+use session::{random_token, Cred};
+pub use session::{Console, SESSIONS_PER_HOLDER_MAX, SESSION_TTL};
+
 /// The console's session cookie (path `/ui`).
 const UI_COOKIE: &str = "ankusa_ui";
 /// The portal's session cookie (path `/portal`).
@@ -83,117 +81,6 @@ impl Area {
             Area::Portal => "/portal",
         }
     }
-}
-
-/// What a session stands for.
-#[derive(Clone)]
-enum Cred {
-    /// The operator token was given.
-    Operator,
-    /// A tenant token, checked again on every request (a revoke ends the session).
-    Token(String),
-    /// A portal link of this tenant, until its expiry.
-    Link { tenant: String, expires_at_ms: i64 },
-}
-
-struct Session {
-    area: Area,
-    cred: Cred,
-    csrf: String,
-    expires: Instant,
-}
-
-/// Sessions, the portal link key and framing of one admin server.
-pub struct Console {
-    operator_set: bool,
-    link_key: Option<ring::hmac::Key>,
-    frame_ancestors: Vec<String>,
-    sessions: Mutex<HashMap<String, Session>>,
-}
-
-impl std::fmt::Debug for Console {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Console")
-            .field("frame_ancestors", &self.frame_ancestors)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Console {
-    /// The console of a listener configured by `admin`: portal links need `admin.token`
-    /// (without it a link's tenant session would narrow nothing) and
-    /// `admin.portal_link_key`, which signs them.
-    pub fn new(admin: &AdminConfig) -> Console {
-        Console {
-            operator_set: admin.token.is_some(),
-            link_key: admin
-                .portal_link_key
-                .as_deref()
-                .filter(|_| admin.token.is_some())
-                .map(link::key),
-            frame_ancestors: admin
-                .portal_frame_ancestors
-                .iter()
-                .filter_map(|o| frame_origin(o))
-                .collect(),
-            sessions: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn open(&self, area: Area, cred: Cred, ttl: Duration) -> (String, String) {
-        let id = random_token();
-        let csrf = random_token();
-        let mut sessions = self.sessions.lock().expect("sessions");
-        if sessions.len() >= SESSIONS_MAX {
-            let now = Instant::now();
-            sessions.retain(|_, s| s.expires > now);
-            if sessions.len() >= SESSIONS_MAX {
-                if let Some(oldest) = sessions
-                    .iter()
-                    .min_by_key(|(_, s)| s.expires)
-                    .map(|(k, _)| k.clone())
-                {
-                    sessions.remove(&oldest);
-                }
-            }
-        }
-        sessions.insert(
-            id.clone(),
-            Session {
-                area,
-                cred,
-                csrf: csrf.clone(),
-                expires: Instant::now() + ttl.min(SESSION_TTL),
-            },
-        );
-        (id, csrf)
-    }
-
-    fn session(&self, area: Area, id: &str) -> Option<(Cred, String)> {
-        let mut sessions = self.sessions.lock().expect("sessions");
-        match sessions.get(id) {
-            Some(s) if s.area == area && s.expires > Instant::now() => {
-                Some((s.cred.clone(), s.csrf.clone()))
-            }
-            Some(_) => {
-                sessions.remove(id);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn close(&self, id: &str) {
-        self.sessions.lock().expect("sessions").remove(id);
-    }
-}
-
-/// 32 random bytes, hex.
-fn random_token() -> String {
-    use rand::RngCore;
-    let mut b = [0u8; 32];
-    rand::rng().fill_bytes(&mut b);
-    hex::encode(b)
 }
 
 /// The admin API's router, as the console calls it in-process.
@@ -409,7 +296,7 @@ pub(crate) async fn resolve(
         Cred::Token(t) => match st.access.auth.principal(&t).await {
             Ok(p) => p,
             Err(_) => {
-                st.console.close(&id);
+                st.console.close(area, &id);
                 return Err(Refusal::Login(area));
             }
         },
@@ -418,7 +305,7 @@ pub(crate) async fn resolve(
             expires_at_ms,
         } => {
             if expires_at_ms <= now_ms() {
-                st.console.close(&id);
+                st.console.close(area, &id);
                 return Err(Refusal::Login(area));
             }
             Principal::Tenant {
@@ -656,7 +543,7 @@ pub(crate) fn logout(st: &AdminState, area: Area, headers: &HeaderMap, body: &[u
                     .into_response();
             }
         }
-        st.console.close(&id);
+        st.console.close(area, &id);
     }
     see_other(
         &format!("{}/login", area.base()),
@@ -728,6 +615,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::frame_origin;
 
     #[test]
     fn frame_ancestors_are_plain_origins() {
