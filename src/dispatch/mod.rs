@@ -147,6 +147,7 @@ impl Job {
             committed_at_ms: self.hook.committed_at_ms,
             event_type: self.hook.event_type.clone(),
             traceparent: self.traceparent.clone(),
+            at_ms: Some(self.redis_now_ms()),
         }
     }
 }

@@ -316,6 +316,7 @@ async fn post_event_to(
             // `sink_disabled`, `breaker_opened`…: a receiver routes on it as on a hook's.
             event_type: Some(event.kind.clone()),
             traceparent: None,
+            at_ms: None,
         };
         match tokio::time::timeout(Duration::from_secs(30), http.deliver_status(&opts, &d)).await {
             Ok(Ok(_)) => {

@@ -217,6 +217,7 @@ mod tests {
             committed_at_ms: 0,
             event_type: Some("push".into()),
             traceparent: None,
+            at_ms: None,
         };
         let h = message_headers(&d).unwrap();
         let get = |n: &str| h.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());

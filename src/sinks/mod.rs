@@ -335,6 +335,10 @@ pub struct Delivery {
     /// The W3C `traceparent` of the attempt's span when spans are exported: sent instead of
     /// the producer's, so the receiver's span is a child of the attempt's.
     pub traceparent: Option<String>,
+    /// The attempt's time by Redis' clock (ms since the epoch), what `webhook-timestamp`
+    /// carries: a worker whose own clock is off still stamps a time receivers accept.
+    /// `None`: the worker's clock (a delivery no claim timed).
+    pub at_ms: Option<i64>,
 }
 
 /// The header (HTTP) and message attribute (SQS, Pub/Sub) that carry a hook's event type.

@@ -2,7 +2,8 @@
 //!
 //! Every attempt carries `webhook-id` (`msg_<message space>_<row id>`, the same on every retry
 //! of a row and never another row's: [`crate::sinks::message_id`]),
-//! `webhook-timestamp` (the attempt's own time, seconds since the epoch, so a retry hours
+//! `webhook-timestamp` (the attempt's own time by Redis' clock, seconds since the epoch, so a
+//! worker whose clock is off still stamps a time receivers accept, and a retry hours
 //! later is not refused as a replay) and, when the sink has a `signing_secret`,
 //! `webhook-signature`: `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` under each
 //! secret, space separated, so a receiver rotating secrets accepts either. The body signed is

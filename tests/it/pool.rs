@@ -516,6 +516,25 @@ async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due()
             .wait_until_async(LIVENESS, |r| r.len() >= 3)
             .await
     );
+    // webhook-timestamp is Redis' time, not the worker's 6 h ahead: a Standard Webhooks
+    // receiver (a 5 min tolerance) accepts every attempt.
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for r in env.receiver.requests() {
+        let ts: i64 = r
+            .headers
+            .iter()
+            .find(|(k, _)| k == "webhook-timestamp")
+            .and_then(|(_, v)| v.parse().ok())
+            .expect("webhook-timestamp");
+        assert!(
+            (ts - real).abs() < 300,
+            "webhook-timestamp {ts} is {} s from the real time",
+            ts - real
+        );
+    }
     let at: Vec<Instant> = env.receiver.requests().iter().map(|r| r.at).collect();
     for pair in at.windows(2) {
         let gap = pair[1] - pair[0];

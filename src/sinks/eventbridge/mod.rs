@@ -362,6 +362,7 @@ mod tests {
             committed_at_ms: 0,
             event_type: event_type.map(str::to_string),
             traceparent: None,
+            at_ms: None,
         }
     }
 

@@ -627,7 +627,7 @@ impl HttpSink {
         &self,
         opts: &HttpOpts,
         d: &Delivery,
-    ) -> Result<(HeaderMap, Option<(Vec<SigningKey>, u64)>), AttemptError> {
+    ) -> Result<(HeaderMap, Option<Signing>), AttemptError> {
         let mut h = HeaderMap::new();
         if !d.headers.is_empty() {
             // The producer checks headers at commit; headers written by other means that
@@ -696,10 +696,15 @@ impl HttpSink {
             }
             h.insert(AUTHORIZATION, basic_authorization(&user, &pass)?);
         }
-        let ts = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        // Redis' clock, as every due time: a worker whose clock runs hours off still stamps a
+        // time receivers' replay windows accept.
+        let ts = match d.at_ms {
+            Some(ms) if ms > 0 => (ms / 1000) as u64,
+            _ => SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs(),
+        };
         let mut own = super::delivery_headers(d);
         own.insert(1, ("webhook-timestamp", ts.to_string()));
         let mut signing = None;
@@ -736,6 +741,9 @@ impl HttpSink {
         Ok((h, signing))
     }
 }
+
+/// What an attempt is signed with: its keys and the `webhook-timestamp` it carries.
+type Signing = (Vec<SigningKey>, u64);
 
 /// `Basic base64(user:pass)` (RFC 7617, UTF-8), marked sensitive so that it is never
 /// printed by a `Debug` of the request.

@@ -103,6 +103,7 @@ fn delivery_headers_replace_earlier_values_never_append() {
         committed_at_ms: 0,
         event_type: Some("order.created".into()),
         traceparent: None,
+        at_ms: Some(1_700_000_123_456),
     };
     let opts = HttpOpts {
         url: "https://example.com/h".into(),
@@ -133,6 +134,8 @@ fn delivery_headers_replace_earlier_values_never_append() {
     let (keys, ts) = signing.expect("a signing secret is set");
     assert_eq!(keys.len(), 1);
     assert_eq!(all("webhook-timestamp"), [ts.to_string()]);
+    // The attempt's time by Redis' clock, not this host's.
+    assert_eq!(ts, 1_700_000_123);
     let sig = crate::sinks::signing::signature_header(&keys, &d.message_id, ts, &d.body);
     assert!(sig.starts_with("v1,") && !sig.contains(' '), "{sig}");
 }
@@ -155,6 +158,7 @@ fn basic_auth_is_the_rfc_7617_header_and_refuses_ambiguity() {
         committed_at_ms: 0,
         event_type: None,
         traceparent: None,
+        at_ms: None,
     };
     let json = serde_json::json!({"url": "https://example.com/h",
         "basic_auth": {"username": "Aladdin", "password": "open sesame"}});
@@ -302,6 +306,7 @@ async fn waves_of_concurrent_attempts_reuse_their_connections() {
                 committed_at_ms: 0,
                 event_type: None,
                 traceparent: None,
+                at_ms: None,
             };
             attempts.spawn(async move { sink.deliver(&opts, &d).await });
         }
@@ -336,6 +341,7 @@ fn signing_cost_per_delivery() {
         committed_at_ms: 0,
         event_type: None,
         traceparent: None,
+        at_ms: None,
     };
     let a = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let b = "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24tdGVzdA==";

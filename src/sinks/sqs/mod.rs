@@ -426,6 +426,7 @@ mod tests {
             committed_at_ms: 0,
             event_type: None,
             traceparent: None,
+            at_ms: None,
         }
     }
 
