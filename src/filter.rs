@@ -125,6 +125,30 @@ pub struct Predicate {
     pub lt: Option<serde_json::Number>,
 }
 
+impl Predicate {
+    /// The header names its leaves read (lowercase, each once, in order of appearance).
+    pub fn header_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        self.collect_headers(&mut names);
+        names
+    }
+
+    fn collect_headers(&self, names: &mut Vec<String>) {
+        if let Some(h) = &self.header {
+            let h = h.to_ascii_lowercase();
+            if !names.contains(&h) {
+                names.push(h);
+            }
+        }
+        for p in self.all.iter().chain(self.any.iter()).flatten() {
+            p.collect_headers(names);
+        }
+        if let Some(p) = &self.not {
+            p.collect_headers(names);
+        }
+    }
+}
+
 /// `"eq": null` is an operand (JSON null), not an absent field.
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)

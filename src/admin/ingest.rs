@@ -40,6 +40,32 @@ impl ForwardHeaders {
     }
 }
 
+/// Warnings of a source `spec` whose filters read headers ingest does not keep: hooks sent
+/// through ingest never carry them, so such a leaf always sees the header absent (hooks
+/// committed with a producer library keep every header). One line per entry and header.
+pub fn unforwarded_filter_headers(
+    spec: &crate::model::SourceSpec,
+    fwd: &ForwardHeaders,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (i, entry) in spec.sinks.iter().enumerate() {
+        let Some(p) = entry.filter.as_ref().and_then(|f| f.predicate.as_ref()) else {
+            continue;
+        };
+        for name in p.header_names() {
+            if !fwd.allows(&name) {
+                warnings.push(format!(
+                    "sinks[{i}].filter reads header {name:?}, which ingest does not keep \
+                     (admin.forward_headers): hooks sent through ingest never carry it, so \
+                     that leaf sees it absent; add it to admin.forward_headers, or commit \
+                     with a producer library, which keeps every header"
+                ));
+            }
+        }
+    }
+    warnings
+}
+
 /// Prefixes of the headers the product sets on a delivery; a producer may not set them.
 const RESERVED_PREFIXES: &[&str] = &["webhook-", "ankusa-"];
 

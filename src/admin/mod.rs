@@ -26,7 +26,7 @@ mod visibility;
 
 pub use crate::config::split_host;
 pub use access::{Access, Authenticator, Principal, TOKEN_CACHE};
-pub use ingest::{Committed, ForwardHeaders};
+pub use ingest::{unforwarded_filter_headers, Committed, ForwardHeaders};
 pub use operations::{
     ConfigOk, DeadLetterSourceRequest, DlqQuery, Limits, PurgeRequest, ReplayRequest, StateView,
     Ticked,

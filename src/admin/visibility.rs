@@ -244,6 +244,10 @@ pub(super) struct SourcePut {
     pub version: u64,
     /// Its sink entries.
     pub sinks: usize,
+    /// What the spec does that will not work as it reads, though it is stored: a filter
+    /// reading a header ingest does not keep (`admin.forward_headers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Register or replace a source, with the validation and versioning of `ankusa source
@@ -270,6 +274,7 @@ async fn source_put(
     Ok(Json(SourcePut {
         version,
         sinks: spec.sinks.len(),
+        warnings: super::ingest::unforwarded_filter_headers(&spec, &st.forward_headers),
     }))
 }
 

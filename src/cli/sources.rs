@@ -27,9 +27,17 @@ pub async fn source(cli: &Cli, cmd: &SourceCmd) -> Result<(), Error> {
         }
         let s = store(&cfg).await?;
         let v = s.put_source(tenant, source, &spec).await?;
+        let warnings = ankusa::admin::unforwarded_filter_headers(
+            &spec,
+            &ankusa::admin::ForwardHeaders::new(&cfg.admin.forward_headers),
+        );
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
         return if json {
             json_line(&serde_json::json!({
-                "tenant": tenant, "source": source, "version": v, "sinks": spec.sinks.len()
+                "tenant": tenant, "source": source, "version": v, "sinks": spec.sinks.len(),
+                "warnings": warnings,
             }))
         } else {
             let n = spec.sinks.len();

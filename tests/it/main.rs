@@ -6,6 +6,7 @@ mod common_bench;
 mod common_sinks;
 
 mod access;
+mod admin_connections;
 mod admin_hardening;
 mod breakers;
 mod claim_check;
