@@ -623,13 +623,62 @@ async fn expired_logged_out_and_cross_site_are_refused(h: Arc<Harness>) {
     );
 }
 
+/// Flow 7: with tenant A's portal open, tenant B's portal link followed from another site
+/// asks before it switches the browser's session (login CSRF): A's portal stays until the
+/// user says so, then B's opens.
+async fn a_link_from_another_site_never_silently_switches_the_portal(h: Arc<Harness>) {
+    h.b.delete_all_cookies().await.unwrap();
+    let a_link = h.portal_link(A).await;
+    h.go(&a_link).await;
+    h.wait_text("Endpoints").await;
+    let b_link = h.portal_link(B).await;
+    let evil = evil_link(&h.url(&b_link)).await;
+    h.b.goto(&evil).await.unwrap();
+    h.click("a").await;
+    let page = h.wait_text("Switch to").await;
+    assert!(
+        page.contains(&format!("signed in to the portal of {A}")) && page.contains(B),
+        "{page}"
+    );
+    // Nothing switched meanwhile: the portal is still A's.
+    h.go("/portal/deliveries").await;
+    let mine = h.text().await;
+    assert!(
+        mine.contains(&format!("Tenant {A}")) && !mine.contains(&format!("Tenant {B}")),
+        "{mine}"
+    );
+    // Asked and answered: B's portal.
+    h.b.goto(&evil).await.unwrap();
+    h.click("a").await;
+    h.wait_text("Switch to").await;
+    h.click("form.card button").await;
+    h.wait_text("Endpoints").await;
+    h.go("/portal/deliveries").await;
+    let theirs = h.text().await;
+    assert!(
+        theirs.contains(&format!("Tenant {B}")) && !theirs.contains(&format!("Tenant {A}")),
+        "{theirs}"
+    );
+}
+
+/// A page of another origin linking to `target`.
+async fn evil_link(target: &str) -> String {
+    serve_page(format!(
+        "<!doctype html><p>Read this: <a href=\"{target}\">your invoice</a></p>"
+    ))
+}
+
 /// A page of another origin with a form posting to `target`.
 async fn evil_site(target: &str) -> String {
-    let page = format!(
+    serve_page(format!(
         "<!doctype html><form method=post action=\"{target}\">\
          <input name=confirm value=purge><input name=csrf value=guess>\
          <button type=submit>win a prize</button></form>"
-    );
+    ))
+}
+
+/// Serve `page` at the root of a new loopback origin; its URL.
+fn serve_page(page: String) -> String {
     let listener = common::tokio_listener();
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().route(
@@ -646,13 +695,14 @@ async fn evil_site(target: &str) -> String {
 }
 
 /// The flows, in the order they run.
-const FLOWS: [&str; 6] = [
+const FLOWS: [&str; 7] = [
     "1 operator finds and resends a failing hook",
     "2 operator replays dead letters by filter",
     "3 tenant adds an endpoint, sends a test event, rotates the secret",
     "4 a tenant never sees another",
     "5 receiver markup is text",
     "6 expired, logged-out and cross-site are refused",
+    "7 a link from another site never silently switches the portal",
 ];
 
 fn flow(i: usize, h: Arc<Harness>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
@@ -662,7 +712,10 @@ fn flow(i: usize, h: Arc<Harness>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         2 => Box::pin(tenant_adds_an_endpoint_and_sends_a_test_event(h)),
         3 => Box::pin(a_tenant_never_sees_another(h)),
         4 => Box::pin(receiver_markup_is_text(h)),
-        _ => Box::pin(expired_logged_out_and_cross_site_are_refused(h)),
+        5 => Box::pin(expired_logged_out_and_cross_site_are_refused(h)),
+        _ => Box::pin(a_link_from_another_site_never_silently_switches_the_portal(
+            h,
+        )),
     }
 }
 

@@ -551,44 +551,98 @@ pub(crate) fn logout(st: &AdminState, area: Area, headers: &HeaderMap, body: &[u
     )
 }
 
-/// Open a portal session from a signed link; the answer is a page that moves on to the
-/// portal by itself (a `meta refresh`, so the session's `SameSite=Strict` cookie is sent
-/// even when the link was followed from another site).
-pub(crate) fn enter(st: &AdminState, headers: &HeaderMap, link_text: &str) -> Response {
+/// A portal link: checked, then a page that moves on by itself to
+/// `/portal/enter/continue` (a `meta refresh`: a same-origin navigation, so the portal's
+/// `SameSite=Strict` cookie is sent there even when the link was followed from another
+/// site, and a live session is seen before anything replaces it).
+pub(crate) fn enter(st: &AdminState, _headers: &HeaderMap, link_text: &str) -> Response {
     let Some(key) = &st.console.link_key else {
-        return Refusal::Status(
-            StatusCode::FORBIDDEN,
-            "portal links are off: this worker has no admin.token or no admin.portal_link_key"
-                .into(),
-        )
-        .into_response();
+        return links_off();
     };
     match link::verify(key, link_text, now_ms()) {
         Err(e) => Refusal::Status(StatusCode::FORBIDDEN, e.to_string()).into_response(),
-        Ok(l) => {
-            let left = Duration::from_millis((l.expires_at_ms - now_ms()).max(0) as u64);
-            let (id, _) = st.console.open(
-                Area::Portal,
-                Cred::Link {
-                    tenant: l.tenant,
-                    expires_at_ms: l.expires_at_ms,
-                },
-                left,
-            );
-            let mut r = html(view::entering_page());
-            let cookie = set_cookie(
-                Area::Portal,
-                PORTAL_COOKIE,
-                &id,
-                left.as_secs().max(1),
-                headers,
-            );
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                r.headers_mut().append(header::SET_COOKIE, v);
+        Ok(_) => html(view::entering_page(&continue_url(link_text))),
+    }
+}
+
+fn links_off() -> Response {
+    Refusal::Status(
+        StatusCode::FORBIDDEN,
+        "portal links are off: this worker has no admin.token or no admin.portal_link_key".into(),
+    )
+    .into_response()
+}
+
+fn continue_url(link_text: &str) -> String {
+    let q: String = url::form_urlencoded::byte_serialize(link_text.as_bytes()).collect();
+    format!("/portal/enter/continue?link={q}")
+}
+
+/// The second step of a portal link: open its session, unless this browser holds a live
+/// portal session of someone else, in which case ask first ([`view::switch_page`]); the
+/// answer to that question (`csrf`, a POST) must carry the live session's CSRF token.
+/// Reached from another site directly, it moves on to itself once more, same-origin.
+pub(crate) fn enter_continue(
+    st: &AdminState,
+    headers: &HeaderMap,
+    link_text: &str,
+    csrf: Option<&str>,
+) -> Response {
+    let Some(key) = &st.console.link_key else {
+        return links_off();
+    };
+    let l = match link::verify(key, link_text, now_ms()) {
+        Err(e) => return Refusal::Status(StatusCode::FORBIDDEN, e.to_string()).into_response(),
+        Ok(l) => l,
+    };
+    let same_origin = headers
+        .get("sec-fetch-site")
+        .map_or(true, |s| s.as_bytes() == b"same-origin");
+    if csrf.is_none() && !same_origin {
+        return html(view::entering_page(&continue_url(link_text)));
+    }
+    let live = cookie_of(headers, PORTAL_COOKIE)
+        .and_then(|id| st.console.session(Area::Portal, &id).map(|s| (id, s)));
+    if let Some((id, (cred, session_csrf))) = live {
+        let current = match &cred {
+            Cred::Link { tenant, .. } => Some(tenant.clone()),
+            _ => None,
+        };
+        if current.as_deref() != Some(l.tenant.as_str()) {
+            match csrf {
+                None => {
+                    let who = current.unwrap_or_else(|| "the tenant of your token".into());
+                    return html(view::switch_page(&who, &l.tenant, link_text, &session_csrf));
+                }
+                Some(sent) if same(sent.as_bytes(), session_csrf.as_bytes()) => {
+                    st.console.close(Area::Portal, &id);
+                }
+                Some(_) => {
+                    return Refusal::Status(StatusCode::FORBIDDEN, "bad CSRF token".into())
+                        .into_response()
+                }
             }
-            r
         }
     }
+    let left = Duration::from_millis((l.expires_at_ms - now_ms()).max(0) as u64);
+    let (id, _) = st.console.open(
+        Area::Portal,
+        Cred::Link {
+            tenant: l.tenant,
+            expires_at_ms: l.expires_at_ms,
+        },
+        left,
+    );
+    see_other(
+        "/portal/",
+        &[set_cookie(
+            Area::Portal,
+            PORTAL_COOKIE,
+            &id,
+            left.as_secs().max(1),
+            headers,
+        )],
+    )
 }
 
 /// `Method` for the routes' use.

@@ -43,6 +43,22 @@ pub(super) fn routes() -> Router<AdminState> {
                 },
             ),
         )
+        .route(
+            "/portal/enter/continue",
+            page(
+                |State(st): State<AdminState>, h: HeaderMap, Query(q): Q| async move {
+                    super::enter_continue(&st, &h, q.get("link").map_or("", String::as_str), None)
+                },
+            )
+            .post(
+                |State(st): State<AdminState>, h: HeaderMap, b: Bytes| async move {
+                    let f = super::form(&b);
+                    let link = f.get("link").cloned().unwrap_or_default();
+                    let csrf = f.get("csrf").cloned().unwrap_or_default();
+                    super::enter_continue(&st, &h, &link, Some(&csrf))
+                },
+            ),
+        )
         .route("/portal", page(|| async { see_other("/portal/", &[]) }))
         .route("/portal/", page(endpoints))
         .route("/portal/endpoints", action(add))

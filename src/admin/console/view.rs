@@ -109,20 +109,43 @@ pub(crate) fn error_page(status: StatusCode, message: &str) -> Markup {
     )
 }
 
-/// The page a portal link answers: it moves on to the portal by itself.
-pub(crate) fn entering_page() -> Markup {
+/// The page a portal link answers: it moves on by itself to `next` (same-origin, so the
+/// portal's `SameSite=Strict` cookie is sent there and a live session can be seen).
+pub(crate) fn entering_page(next: &str) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
-                meta http-equiv="refresh" content="0;url=/portal/";
+                meta http-equiv="refresh" content={ "0;url=" (next) };
                 title { "Opening the portal" }
                 link rel="stylesheet" href="/portal/assets/console.css";
             }
-            body { main { p { "Opening the portal… " a href="/portal/" { "Continue" } } } }
+            body { main { p { "Opening the portal… " a href=(next) { "Continue" } } } }
         }
     }
+}
+
+/// Asked before a portal link replaces this browser's live portal session of another
+/// tenant (a link followed from someone else's page must not switch it silently).
+pub(crate) fn switch_page(current: &str, next: &str, link: &str, csrf: &str) -> Markup {
+    layout(
+        Area::Portal,
+        None,
+        "Switch portal?",
+        html! {
+            p role="alert" {
+                "This browser is signed in to the portal of " strong { (current) } ". "
+                "The link you followed opens the portal of " strong { (next) } " instead."
+            }
+            form.card method="post" action="/portal/enter/continue" {
+                input type="hidden" name="link" value=(link);
+                input type="hidden" name="csrf" value=(csrf);
+                button type="submit" { "Switch to " (next) }
+            }
+            p { a href="/portal/" { "Stay in " (current) "'s portal" } }
+        },
+    )
 }
 
 /// A time (Unix ms) as `<time>`: UTC text, turned into local time with a relative hint
