@@ -404,7 +404,8 @@ fn signed_by(r: &ankusa::testkit::Received, secret: &str) -> bool {
 
 /// Flow 3: a tenant opens a portal link, adds an endpoint, sends a test event and sees it
 /// delivered, rotates the signing secret: the receiver verifies with the new secret, and
-/// the old one keeps working until it is retired.
+/// the old one keeps working until it is retired. A test event is typed to what the
+/// endpoint's filter takes, and one of a type no endpoint takes is said so.
 async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
     let rec = Receiver::start_with(ReceiverOptions {
         record_bodies: true,
@@ -493,6 +494,42 @@ async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
         signed_by(&r, new) && !signed_by(&r, old),
         "only the new secret now"
     );
+
+    // The endpoint takes only `alert.*`: the test event is typed to match by default, and a
+    // type no endpoint takes is said so, nothing sent.
+    let mut spec =
+        h.w.env
+            .store
+            .get_source(A, "portal")
+            .await
+            .unwrap()
+            .unwrap();
+    spec.sinks[0].filter = Some(ankusa::model::EventFilter {
+        event_types: vec!["alert.*".into()],
+        predicate: None,
+    });
+    h.w.env.store.put_source(A, "portal", &spec).await.unwrap();
+    h.go("/portal/").await;
+    let typed =
+        h.b.find(Locator::Id("test-type-portal"))
+            .await
+            .unwrap()
+            .prop("value")
+            .await
+            .unwrap();
+    assert_eq!(typed.as_deref(), Some("alert.test"));
+    h.click(test).await;
+    h.wait_text("Test event sent").await;
+    let r = deliveries(4).await;
+    assert_eq!(r.header("ankusa-event-type"), Some("alert.test"));
+    h.go("/portal/").await;
+    h.fill("#test-type-portal", "billing.paid").await;
+    h.click(test).await;
+    let page = h
+        .wait_text("No endpoint of portal takes event type billing.paid")
+        .await;
+    assert!(page.contains("nothing was sent"), "{page}");
+    assert_eq!(rec.requests_for("/portal-ep").len(), 4);
     h.go("/portal/deliveries").await;
     h.shoot("portal-deliveries").await;
 }

@@ -107,7 +107,22 @@ impl Api {
         uri: &str,
         body: Option<Value>,
     ) -> Result<Value, Fail> {
+        self.call_with(who, method, uri, body, &[]).await
+    }
+
+    /// [`Api::call`] with request `headers`.
+    pub(crate) async fn call_with(
+        &self,
+        who: &Principal,
+        method: Method,
+        uri: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, Fail> {
         let mut req = axum::http::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
         let body = match body {
             Some(b) => {
                 req = req.header(header::CONTENT_TYPE, "application/json");

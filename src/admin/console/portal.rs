@@ -99,6 +99,25 @@ async fn specs(ctx: &Ctx) -> Result<Vec<(String, Value)>, Refusal> {
     Ok(out)
 }
 
+/// The event type a test event to a source is sent with by default: one its first endpoint
+/// with a filter takes (`alert.*` → `alert.test`, `*.created` → `test.created`), else
+/// `ankusa.test`.
+fn test_event_type(spec: &Value) -> String {
+    let first = spec["sinks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|e| e["filter"]["event_types"].as_array()?.first()?.as_str());
+    match first {
+        Some(p) => p
+            .split('.')
+            .map(|seg| if seg == "*" { "test" } else { seg })
+            .collect::<Vec<_>>()
+            .join("."),
+        None => "ankusa.test".into(),
+    }
+}
+
 fn patterns(e: &Value) -> String {
     e["filter"]["event_types"]
         .as_array()
@@ -161,8 +180,11 @@ async fn endpoints(PortalCtx(ctx): PortalCtx, Query(q): Q) -> Page {
                         }
                     }
                 }
-                form method="post" action={ "/portal/endpoints/" (enc(source)) "/test" } {
+                form.test method="post" action={ "/portal/endpoints/" (enc(source)) "/test" } {
                     (csrf(&ctx))
+                    label for={ "test-type-" (source) } { "Event type" }
+                    input id={ "test-type-" (source) } name="event_type"
+                        value=(test_event_type(&spec["spec"])) required;
                     button type="submit" { "Send a test event to " (source) }
                 }
             }
@@ -401,11 +423,29 @@ async fn test_event(PortalCtx(ctx): PortalCtx, Path(source): Path<String>, body:
     let f = form(&body);
     check_csrf(&ctx, &f)?;
     let uri = format!("/v1/hooks/{}/{}", enc(ctx.tenant()), enc(&source));
-    let event = json!({"type": "ankusa.test", "message": "a test event sent from the portal", "sent_at_ms": super::now_ms()});
+    let event_type = f.get("event_type").map_or("", |t| t.trim());
+    let event_type = if event_type.is_empty() {
+        "ankusa.test"
+    } else {
+        event_type
+    };
+    let event = json!({"type": event_type, "message": "a test event sent from the portal", "sent_at_ms": super::now_ms()});
     let r = ctx
         .api
-        .call(&ctx.who, Method::POST, &uri, Some(event))
+        .call_with(
+            &ctx.who,
+            Method::POST,
+            &uri,
+            Some(event),
+            &[("x-event-type", event_type)],
+        )
         .await?;
+    if r["rows"].as_u64() == Some(0) {
+        return done(&format!(
+            "No endpoint of {source} takes event type {event_type}: nothing was sent. \
+             Send one its filters take."
+        ));
+    }
     let hook = text(&r["hook_id"]);
     Ok(see_other(
         &format!(
