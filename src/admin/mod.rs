@@ -119,7 +119,7 @@ impl AdminState {
 /// or on an operator route), `untrusted_host` and `cross_site` 403 (see [`browser`]),
 /// `bad_request` 400, `invalid_config` 400 (with `problems`, one per bad key), `not_found`
 /// 404 (also another tenant's resource, to a tenant token), `unknown_source` 404,
-/// `too_large` 413,
+/// `method_not_allowed` 405 (a route asked with a method it does not answer), `too_large` 413,
 /// `unavailable` 503 (no live leader, Redis cannot answer, a deadline passed),
 /// `no_config_source` 409, `evicting_redis` and `failed` 500.
 #[derive(Debug)]
@@ -417,6 +417,13 @@ pub fn router(st: AdminState) -> Router {
     // principal: the same routes, rules and scopes as a bearer.
     api.clone()
         .merge(crate::admin::console::router(st.clone(), api))
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not answer this method (see /openapi.json)",
+            )
+        })
         .layer(middleware::from_fn_with_state(
             st.clone(),
             bounds::body_deadline,

@@ -593,4 +593,14 @@ async fn a_filter_on_a_header_ingest_does_not_keep_is_stored_with_a_warning_from
         err.contains("warning: sinks[0].filter reads header \"x-region\""),
         "{err}"
     );
+    // A route asked with a method it does not answer: a JSON 405, like every other error.
+    let (status, v) = common::admin_call(
+        reqwest::Method::GET,
+        format!("http://{}/admin/tick", w.admin),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 405, "{v}");
+    assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
 }
