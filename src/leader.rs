@@ -173,6 +173,8 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
     let store = node.store.partition(n);
     let label = n.to_string();
     let mut backoff = Duration::from_millis(200);
+    // Said once each time this worker finds the partition led by another (not every poll).
+    let mut standing_by = false;
     metrics::gauge!("ankusa_leader", "partition" => label.clone()).set(0.0);
     let mut waiting_for_primary: Option<String> = None;
     loop {
@@ -221,6 +223,7 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
         match acquired {
             Ok(LeaseAcquire::Acquired { token, epoch }) => {
                 backoff = Duration::from_millis(200);
+                standing_by = false;
                 // The term's own shutdown: the process's, or a hand-over of this partition.
                 let handover = node.shutdown.child_token();
                 node.spread.campaigned(n, Some(handover.clone()));
@@ -255,6 +258,10 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
             }
             Ok(LeaseAcquire::Held { pttl_ms, holder }) => {
                 tracing::debug!(partition = n, %holder, pttl_ms, "the lease is held");
+                if !standing_by {
+                    info!(partition = n, %holder, "standing by: another worker leads this partition");
+                    standing_by = true;
+                }
                 node.spread.campaigned(n, None);
                 backoff = Duration::from_millis(200);
                 // Campaign again when the lease can have lapsed, at least every renew

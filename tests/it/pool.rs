@@ -151,6 +151,14 @@ async fn three_workers_keep_one_leader_and_a_kill9_of_it_loses_nothing() {
         metric(&workers[standby].admin, "ankusa_leader", &[]).await,
         Some(0.0)
     );
+    // And its log says it stands by (once, not on every poll of the lease).
+    let log = workers[standby].log_text();
+    assert_eq!(
+        log.matches("standing by: another worker leads this partition")
+            .count(),
+        1,
+        "{log}"
+    );
     assert_eq!(
         metric(&workers[next].admin, "ankusa_leadership_changes_total", &[]).await,
         Some(1.0)
