@@ -214,7 +214,11 @@ pub enum CommitError {
     },
     /// A hook is scheduled further ahead than the leader's `commit.max_delay_ms` (kept
     /// server side; 30 days until a leader wrote it).
-    #[error("hook {index} is scheduled {ahead_ms} ms ahead, over commit.max_delay_ms = {max_ms}")]
+    #[error(
+        "hook {index} of the call is scheduled {} ahead ({ahead_ms} ms), over commit.max_delay_ms = {max_ms} ({})",
+        human_ms(*.ahead_ms),
+        human_ms(*.max_ms)
+    )]
     TooLate {
         /// 0-based index of the hook in the call.
         index: usize,
@@ -292,5 +296,46 @@ fn not_replicated(replicas: u32, acknowledged: u32, written: bool) -> String {
 impl From<fred::error::Error> for CommitError {
     fn from(e: fred::error::Error) -> Self {
         CommitError::Store(StoreError::Redis(e))
+    }
+}
+
+/// `ms` as a person reads it, to the second: `40d`, `1d 2h`, `1h 30m`, `0s`.
+fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    let parts: Vec<String> = [
+        (s / 86_400, "d"),
+        (s % 86_400 / 3600, "h"),
+        (s % 3600 / 60, "m"),
+        (s % 60, "s"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, unit)| format!("{n}{unit}"))
+    .collect();
+    if parts.is_empty() {
+        "0s".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod human_tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_scheduled_too_far_ahead_says_how_far_in_days() {
+        assert_eq!(human_ms(93_784_000), "1d 2h 3m 4s");
+        assert_eq!(human_ms(999), "0s");
+        let e = CommitError::TooLate {
+            index: 0,
+            ahead_ms: 3_456_000_000,
+            max_ms: 2_592_000_000,
+        };
+        assert_eq!(
+            e.to_string(),
+            "hook 0 of the call is scheduled 40d ahead (3456000000 ms), over \
+             commit.max_delay_ms = 2592000000 (30d)"
+        );
     }
 }
