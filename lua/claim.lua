@@ -1,19 +1,19 @@
--- claim.lua — one scan: claim up to a page of due rows, split fairly across tenants (R13, R14).
--- KEYS[1]  lease key (fencing, R25)
+-- claim.lua — one scan: claim up to a page of due rows, split fairly across tenants.
+-- KEYS[1]  lease key (fencing)
 -- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch  ARGV[4] page (rows at most)
 -- ARGV[5]  default room (rows a tenant not listed below may take)
 -- ARGV[6]  s, then s tenant ids to skip (at their window)
 -- then     r, then r pairs: tenant id, room (tenants whose room is below the page)
--- then     optionally the byte window (R5): 'bytes', global room (bytes), alone (1 when
+-- then     optionally the byte window: 'bytes', global room (bytes), alone (1 when
 --          nothing is claimed), default tenant room (bytes), b, then b triples: tenant id,
 --          room (bytes), 1 when the tenant has nothing claimed else 0
 -- then     optionally the tenants' weights: 'weights', weight of a tenant not listed, w, then
 --          w pairs: tenant id, weight (>= 1)
--- then     optionally the hooks to read back (issue 25): 'hooks', F, then F field names, the
+-- then     optionally the hooks to read back: 'hooks', F, then F field names, the
 --          first being `b` (as hooks.lua takes them): the claimed rows' hooks are read in
 --          this same call (the byte window's size of a row comes from the same read), while
 --          under 3/5 of the time budget, so the caller needs no hooks.lua call for them
--- then     optionally the time budget (issue 17.11): 'budget', µs. Once 3/5 of it has
+-- then     optionally the time budget: 'budget', µs. Once 3/5 of it has
 --          passed (Redis `TIME`), the sweep stops, and the page stops after the tenant (or
 --          the 32nd row of one) being claimed; a tenant not reached keeps its place in line
 --          and goes first next scan. The rest of the budget covers re-filing the tenants
@@ -26,7 +26,7 @@
 --           claimed row: tenant, row id, attempts, first attempt ms|'', then h pairs: hook
 --           id, and hooks.lua's answer for it (F values and the body, or {'!', error}) }
 --           for the first distinct hooks of the rows in order; the caller reads the rest
--- Lane sweep (R12), only while the partition holds any lane member (one GET otherwise):
+-- Lane sweep, only while the partition holds any lane member (one GET otherwise):
 -- a bounded random sample of lanes with members; a lane whose head is neither due nor
 -- claimed (committed into while idle, or its head row was lost) gets its next member
 -- promoted to head.
@@ -39,7 +39,7 @@
 -- (score = now + 0.999 ms), so a tenant this page did not reach goes first next scan.
 -- Each claimed row is scored in `claimed` with this call's claim token (the next value of
 -- `claim_seq`, above every token of an earlier term), so an outcome carrying an older
--- token, e.g. a batch re-sent after a lost reply, never applies to this claim (P6).
+-- token, e.g. a batch re-sent after a lost reply, never applies to this claim.
 local t0 = clock_us()
 if fenced(ARGV[2]) then return {'fenced'} end
 local ctok = redis.call('INCR', K_CLAIM_SEQ)
@@ -54,7 +54,7 @@ local room = {}
 local r = tonumber(ARGV[i])
 for j = 1, r do room[ARGV[i + 2 * j - 1]] = tonumber(ARGV[i + 2 * j]) end
 i = i + 2 * r + 1
--- The byte window, row by row (R5, issue 17.1): a row is claimed only while its hook's
+-- The byte window, row by row: a row is claimed only while its hook's
 -- size fits both the global room and its tenant's; the first row that does not fit stops
 -- its tenant (rows stay in order), and stops the page when it is the global room that is
 -- short. One hook larger than the window is claimed alone: globally when nothing is claimed
@@ -100,7 +100,7 @@ while ARGV[i] do
     break
   end
 end
--- The time budget (issue 17.11): true once 3/5 of it has passed; sticky.
+-- The time budget: true once 3/5 of it has passed; sticky.
 local out_of_time = false
 local function over_budget()
   if budget and not out_of_time and (clock_us() - t0) * 5 >= budget * 3 then
@@ -110,7 +110,7 @@ local function over_budget()
 end
 local claimed_rows = 0
 -- Hooks read in this call (with 'hooks'): id -> HMGET of hook_fields; or the error of a
--- hash that holds another type (a malformed hook, R29).
+-- hash that holds another type (a malformed hook).
 local hooks_read, hook_errs = {}, {}
 local function read_hook(hook)
   local f = hooks_read[hook]
@@ -318,7 +318,7 @@ for j = 1, #head / 2 do
 end
 out[4] = oldest
 out[10] = out_of_time and 1 or 0
--- The claimed rows' hooks, read back as hooks.lua would (issue 25: one round trip and the
+-- The claimed rows' hooks, read back as hooks.lua would (one round trip and the
 -- byte window's `HGET z` per row less), each hook once, while under 3/5 of the budget
 -- (checked every 16 hooks; not sticky: a page the claim itself took long over is read by
 -- the caller with hooks.lua).

@@ -1,9 +1,9 @@
--- claim_refs.lua — record claim-check references with their hooks (R18), fenced (R25).
--- KEYS[1]  lease key (fencing, R25)
+-- claim_refs.lua — record claim-check references with their hooks, fenced.
+-- KEYS[1]  lease key (fencing)
 -- ARGV[1]  prefix  ARGV[2] token  then pairs: hook id, reference (`s3://…`, `file://…`)
 -- Returns  {'fenced'} | {'ok', references whose hook is gone…}
 -- Fenced like every write of a leader, so a zombie leader's check-in can never write into
--- a hook its successor handles (issue 17.12). A hook that is gone is not written again
+-- a hook its successor handles. A hook that is gone is not written again
 -- (an HSET would make a stray hash of it): its reference comes back for the caller to
 -- delete; no pointer to it was sent, since an attempt sends one only once it is recorded.
 if fenced(ARGV[2]) then return {'fenced'} end

@@ -1,4 +1,4 @@
--- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
+-- commit.lua — store hooks and make one delivery row per sink entry due now.
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
 -- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes (the caller's
 --          own limit: it can only lower the one kept server side, see below)
@@ -9,7 +9,7 @@
 --                  ttl_ms a whole number >= 1;
 --          'sink', index: make the row of this sink entry only (resend);
 --          'events', then n event types ('' none, else 1..=128 bytes of [A-Za-z0-9_.:/-]):
---                  the entries' event filters (P9);
+--                  the entries' event filters;
 --          'deliver_at', then n times (ms since the epoch, '' none) and/or 'delay', then n
 --                  delays (ms after now by the Redis clock, '' none): scheduled delivery.
 --                  A hook may have one or the other; a time not after now is due now, one
@@ -42,12 +42,12 @@
 -- an ordered row that heads its lane holds the lane until then, and a scheduled member is
 -- due at its time when promoted (prelude `promote`).
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
--- The script checks its input itself, trusting no caller (issue 17.10): KEYS[1] must be the
+-- The script checks its input itself, trusting no caller: KEYS[1] must be the
 -- lease key of the prefix ARGV[1] (`ankusa:{…}:`), tenant and source ids must match
 -- `[A-Za-z0-9_.-]{1,128}` (so they are valid UTF-8), and the size limit is the leader's
 -- `commit.max_hook_bytes` kept in `settings` (10 MiB until a leader wrote it), or ARGV[4]
 -- when that is lower.
--- Fairness across a tenant's sources (R15, issue 17.2): a row's score in `due:<tenant>` is
+-- Fairness across a tenant's sources: a row's score in `due:<tenant>` is
 -- its virtual start time, not the commit time: max(the tenant's oldest due score or now,
 -- the source's last virtual time) plus 1 µs per row before it (`srcvt:<tenant>`, field
 -- source). A source with a backlog has its new rows queued behind its own backlog, while a
@@ -56,9 +56,9 @@
 -- one source has over a million rows waiting (a 1 s spread), so nothing waits for it.
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
--- is idle, else it is appended behind it as a member (R10).
+-- is idle, else it is appended behind it as a member.
 -- The body bytes of the hooks stored are added to the tenant's count (`tenant_bytes`).
--- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, a list of
+-- Gates (the source's `gates` field, one per entry: true, false = disabled, a list of
 -- event type patterns, or an object with patterns `t` and a content predicate `m`, see
 -- `gate_ok` below): a hook makes rows only for the entries whose gate it passes; its
 -- `n` counts those rows. A hook passing none is not stored, and counted in stats
@@ -435,7 +435,7 @@ local function id_text(x) return string.format('%d', x) end
 -- an offset below 2^26 drawn from the new replication id: two histories forked from one
 -- point (the promoted replica, and the old primary restarted beside it until the sentinels
 -- make it a replica) would otherwise issue the same ids, and a receiver deduplicating on
--- `webhook-id` drop the surviving side's different hook (issue 24). Each jump uses at most
+-- `webhook-id` drop the surviving side's different hook. Each jump uses at most
 -- 2^24 + 2^26 of the partition's 2^40 ids.
 local known = redis.call('HGET', K_REPLICATION, 'replid')
 if known ~= replid then
@@ -494,7 +494,7 @@ for f, i in ipairs(fresh) do
   if rows[i] == 0 then
     unmatched = unmatched + 1
   else
-    -- The body apart: a hash of small fields stays a listpack (issue 12).
+    -- The body apart: a hash of small fields stays a listpack.
     redis.call('SET', k_body(id_text(hook)), body)
     stored_bytes = stored_bytes + #body
     redis.call('HSET', hk, 'h', headers, 't', now, 'tn', tenant,

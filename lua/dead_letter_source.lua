@@ -1,4 +1,4 @@
--- dead_letter_source.lua — dead-letter one page of a source's pending rows (R20).
+-- dead_letter_source.lua — dead-letter one page of a source's pending rows.
 -- KEYS[1]  lease key: the call needs a live leader (the pipeline is up); not fenced
 -- ARGV[1]  prefix  ARGV[2] tenant  ARGV[3] source id
 -- ARGV[4]  phase: 'lanes' (members of the source's ordered lanes) | 'due' (the due set)
@@ -9,12 +9,12 @@
 --       |  {'ok', next cursor ('0' when the phase is done), dead-lettered, dropped}
 -- The caller runs phase 'lanes' to its end, then phase 'due' to its end.
 -- A pending row of the source is either due (in `due:<tenant>`; only a lane's head is
--- there) or a member waiting behind its lane's head (`lane:<id>`, R10). The source
+-- there) or a member waiting behind its lane's head (`lane:<id>`). The source
 -- belongs to one tenant, so only that tenant's keys are walked: lanes whose id starts
 -- with `<tenant>:<source>:` (from `lanes:<tenant>`), and due rows whose hook's `s` field
 -- names the source. Each such row is appended to the tenant's dead-letter stream as
 -- `source_gone(<source>)` (its hook is kept: field `d` counts the dead letters that need
--- it, for replay). A due row that heads a lane releases the lane, as settle does (R11);
+-- it, for replay). A due row that heads a lane releases the lane, as settle does;
 -- its members went in phase 'lanes'. A row whose hook is gone is dropped and not
 -- counted. Claimed rows are neither due nor members: they are left to settle, and the
 -- scheduler dead-letters them `source_gone` when they come back pending and are

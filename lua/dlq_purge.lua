@@ -8,7 +8,7 @@
 --       |  {'bad_request', detail}
 -- A hook is kept while dead letters reference it (field `d`); the last one purged of a
 -- hook with no row left (`n` <= 0) deletes the hook and its body; its claim-check
--- reference, if any, goes to the `blob_gc` list for the leader to delete (R18); its body
+-- reference, if any, goes to the `blob_gc` list for the leader to delete; its body
 -- bytes leave the tenant's count (`tenant_bytes`).
 -- 'retain' deletes from the oldest end: entries older than now - max age, and the
 -- oldest entries beyond max entries.
@@ -28,7 +28,7 @@ local function release(fields)
   local d = redis.call('HINCRBY', hk, 'd', -1)
   local n = tonumber(redis.call('HGET', hk, 'n')) or 0
   if d <= 0 and n <= 0 then
-    -- R18: the leader deletes the body's claim-check blob (handed over by settle.lua).
+    -- The leader deletes the body's claim-check blob (handed over by settle.lua).
     local f = redis.call('HMGET', hk, 'cc', 'z')
     if f[1] then redis.call('RPUSH', K_BLOB_GC, f[1]) end
     add_bytes(K_TENANT_BYTES, tenant, -(tonumber(f[2]) or 0))

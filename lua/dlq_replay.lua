@@ -10,7 +10,7 @@
 -- horizon starts again at its next attempt) and is due now; its hook gets one more row
 -- left (`n`) and one dead letter less (`d`); the entry is deleted in the same step, so
 -- two replays of one entry cannot both put the row back. A row of an ordered sink
--- (hook field `L<idx>` names its lane, R10) becomes the lane's head when the lane is
+-- (hook field `L<idx>` names its lane) becomes the lane's head when the lane is
 -- idle, and otherwise joins the back of the lane as a member, as a commit would.
 local tenant = ARGV[2]
 local dlq = k_dlq(tenant)

@@ -1,4 +1,4 @@
--- heartbeat.lua — a worker announces itself and reads how leadership is spread (issue 13).
+-- heartbeat.lua — a worker announces itself and reads how leadership is spread.
 -- KEYS[1]  the instance's workers sorted set `ankusa:{<instance>}:workers` (node -> expiry ms)
 -- KEYS[2]  the instance's leads hash `ankusa:{<instance>}:leads` (node -> partitions led)
 -- ARGV[1]  the instance prefix `ankusa:{<instance>}:` (not a partition's: the prelude's

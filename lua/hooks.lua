@@ -1,4 +1,4 @@
--- hooks.lua — read the hooks of a claimed page for delivery (issue 12): per hook, the
+-- hooks.lua — read the hooks of a claimed page for delivery: per hook, the
 -- fields of its hash and its body, which lives apart (`body:<hook>`) so that the hash stays
 -- a listpack. One call instead of two commands per hook, under a time budget like claim
 -- and settle: a page too slow to read in one call is read in several.
@@ -12,7 +12,7 @@
 -- Returns, per hook id in order, for the first ones read: {F field values (nil where
 --          absent), body (nil where absent or in `b`)}; every field nil where the hook is
 --          gone; or {'!', error} where its hash or body key holds another type (a
---          malformed hook, R29).
+--          malformed hook).
 local t0 = clock_us()
 local budget = tonumber(ARGV[2]) or 0
 local nf = tonumber(ARGV[3]) or 0

@@ -1,4 +1,4 @@
--- idle.lua — is anything claimed or due? One atomic read for tick() (R23).
+-- idle.lua — is anything claimed or due? One atomic read for tick().
 -- KEYS[1]  lease key (routing only; read-only, not fenced)
 -- ARGV[1]  prefix
 -- Returns  {claimed rows, earliest place in line ms | -1, now ms}

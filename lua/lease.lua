@@ -1,4 +1,4 @@
--- lease.lua — leader lease: acquire, renew or release (R25).
+-- lease.lua — leader lease: acquire, renew or release.
 -- KEYS[1]  lease key
 -- ARGV[1]  prefix  ARGV[2] op ('acquire' | 'renew' | 'release')  ARGV[3] node id
 -- ARGV[4]  token held (renew, release; '' for acquire)  ARGV[5] ttl ms
@@ -13,7 +13,7 @@
 -- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
 -- It also records in `claim_floor` the last claim token issued so far (at least the epoch,
 -- so claims scored by epoch before claim tokens existed count as older): every row claimed
--- in an earlier term is scored at or below it, every claim of this term above (P6).
+-- in an earlier term is scored at or below it, every claim of this term above.
 -- A node id is unique per process start, so a lease still held under this node's id
 -- is a term of this very process that ended (e.g. after Redis restarted with the
 -- lease persisted): the node may take it again at once, under a new epoch, so the

@@ -1,12 +1,12 @@
 -- prelude.lua: prepended to every ankusa script (see src/store/scripts.rs).
 -- The key layout mirrors src/keyspace.rs; tests/keyspace.rs builds every key both ways.
 -- KEYS[1] is always the partition's lease key: it routes the call to the
--- partition's cluster slot and is the fencing check (R25).
+-- partition's cluster slot and is the fencing check.
 -- ARGV[1] is always the partition prefix `ankusa:{<instance>.p<N>}:`.
 local P = ARGV[1]
 local function k_source(tenant, source) return P .. 'source:' .. tenant .. ':' .. source end
 local function k_hook(hook) return P .. 'hook:' .. hook end
--- A hook's body, apart from its hash so the hash stays a listpack (issue 12).
+-- A hook's body, apart from its hash so the hash stays a listpack.
 local function k_body(hook) return P .. 'body:' .. hook end
 local function k_row(row) return P .. 'row:' .. row end
 local function k_due(tenant) return P .. 'due:' .. tenant end
@@ -30,22 +30,22 @@ local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
 local K_BLOB_GC = P .. 'blob_gc'
 -- Claim-check blobs of finished hooks, scored by when they may be deleted: kept for the
--- retention (`claim_check.retention_ms`), since a pointer may still wait on a queue (R18).
+-- retention (`claim_check.retention_ms`), since a pointer may still wait on a queue.
 local K_BLOB_RETAIN = P .. 'blob_retain'
 -- Settings kept server side, written by the leader (window.lua), read by the scripts:
--- `max_hook_bytes` (commit), `cc_retention_ms` (settle). Not the caller's word (issue 17.10).
+-- `max_hook_bytes` (commit), `cc_retention_ms` (settle). Not the caller's word.
 local K_SETTINGS = P .. 'settings'
--- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane (R11).
+-- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane.
 local K_HEAD_LANE = P .. 'head_lane'
--- Open breakers' snapshots for the next term (breakers.lua, R16).
+-- Open breakers' snapshots for the next term (breakers.lua).
 local K_BREAKERS = P .. 'breakers'
--- Operational events: entries disabled after prolonged failure or enabled again (P9).
+-- Operational events: entries disabled after prolonged failure or enabled again.
 local K_EVENTS = P .. 'events'
--- The leader's window state (window.lua, read by pressure), the lease and the epoch (R25).
+-- The leader's window state (window.lua, read by pressure), the lease and the epoch.
 local K_WINDOW = P .. 'window'
 local K_LEASE = P .. 'lease'
 local K_EPOCH = P .. 'epoch'
--- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
+-- Claim tokens: every claim call takes the next value of `claim_seq` and scores its
 -- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
 -- the lease records the last token issued before the term in `claim_floor`.
 local K_CLAIM_SEQ = P .. 'claim_seq'
@@ -66,7 +66,7 @@ local function now_ms()
 end
 
 -- Redis' clock in µs (`TIME` advances inside a script): a script with a time budget
--- (issue 17.11) reads it at its start and checks the difference as it goes.
+-- reads it at its start and checks the difference as it goes.
 local function clock_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -94,7 +94,7 @@ end
 -- restart gives a server a new replication id).
 -- Replicas are counted only once `online` (synced): `connected_slaves` also counts one that
 -- waits for or receives its first full sync, which holds none of what this server has; a
--- commit acknowledged beside it only would be lost with this server (issue 24, CI).
+-- commit acknowledged beside it only would be lost with this server (CI).
 local function replication()
   local info = redis.call('INFO', 'replication')
   local online = 0
@@ -118,7 +118,7 @@ local function replicas_lost()
   return nil
 end
 
--- Fencing (R25): a caller may move rows only while KEYS[1] holds its token, on a server
+-- Fencing: a caller may move rows only while KEYS[1] holds its token, on a server
 -- that kept the replicas its term started with and that the sentinels did not depose.
 local function fenced(token)
   return redis.call('GET', KEYS[1]) ~= token or replicas_lost() ~= nil or deposed() ~= nil
@@ -132,8 +132,8 @@ end
 
 -- Make the next member of `lane` its head, due at `now` (or at its hook's scheduled time); with no member left the lane
 -- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
--- this (R12: only the scheduler moves lane state).
--- A tenant with no lane holding members left leaves `lane_tenants` (issue 17.5).
+-- this (only the scheduler moves lane state).
+-- A tenant with no lane holding members left leaves `lane_tenants`.
 local function lane_drained(lane, tenant)
   redis.call('SREM', k_lanes(tenant), lane)
   if redis.call('SCARD', k_lanes(tenant)) == 0 then redis.call('SREM', K_LANE_TENANTS, tenant) end
@@ -171,7 +171,7 @@ local function promote(lane, tenant, now)
 end
 
 -- The lane `row` heads, if any: recorded at the head (so no hook is needed), else the
--- hook's `L<idx>` field (`lane_hint`), checked against the lane's head (R11).
+-- hook's `L<idx>` field (`lane_hint`), checked against the lane's head.
 local function head_lane_of(row, lane_hint)
   local lane = redis.call('HGET', K_HEAD_LANE, row) or lane_hint
   if lane and redis.call('GET', k_lanehead(lane)) == row then return lane end

@@ -1,4 +1,4 @@
--- pressure.lua — the spare capacity a replay may use now, read in one atomic step (R21).
+-- pressure.lua — the spare capacity a replay may use now, read in one atomic step.
 -- KEYS[1]  lease key: read to find the live leader (not fenced; read-only)
 -- ARGV[1]  prefix  ARGV[2] tenants at the front of the line to look at, at most
 -- Returns  {'unavailable', why}

@@ -1,7 +1,7 @@
--- requeue_claimed.lua — on takeover, every row claimed under an older epoch is due again (R3).
+-- requeue_claimed.lua — on takeover, every row claimed under an older epoch is due again.
 -- Older: scored (claim token) at or below the `claim_floor` this term's lease acquisition
 -- recorded (lease.lua); without one, below this epoch.
--- KEYS[1]  lease key (fencing, R25)
+-- KEYS[1]  lease key (fencing)
 -- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch  ARGV[4] limit (rows per call)
 -- Returns  {'fenced'} | {'ok', moved, remaining}
 -- Bounded per call; the caller repeats while `remaining` > 0.

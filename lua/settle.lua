@@ -1,7 +1,7 @@
--- settle.lua — record a batch of attempt outcomes in one call (R3, R4, R8, R9).
--- KEYS[1]  lease key (fencing, R25)
+-- settle.lua — record a batch of attempt outcomes in one call.
+-- KEYS[1]  lease key (fencing)
 -- ARGV[1]  prefix  ARGV[2] token  ARGV[3] epoch (informational; the claim tokens decide)
--- ARGV[4]  time budget, µs (issue 17.11); 0 = none. Once 3/5 of it has passed (Redis
+-- ARGV[4]  time budget, µs; 0 = none. Once 3/5 of it has passed (Redis
 --          `TIME`, checked every 16 outcomes) the call stops taking outcomes: the first
 --          `processed` are applied or skipped, the rest are left untouched (their rows stay
 --          claimed under their tokens) for the caller to send again. The rest of the budget
@@ -10,10 +10,10 @@
 --          first attempt ms, last error
 --          op 'D' delivered        (the only way a row is deleted, invariant 1)
 --          op 'R' retry            x = delay ms; attempts/first/error recorded on the row
---          op 'P' park             x = delay ms; attempt count unchanged (R16)
+--          op 'P' park             x = delay ms; attempt count unchanged
 --          op 'X' dead-letter      x = reason; appended to the tenant's dead-letter stream;
 --                                  an empty error takes the row's last recorded one
---          op 'G' drop             the row's hook is gone: nothing left to deliver (R20)
+--          op 'G' drop             the row's hook is gone: nothing left to deliver
 -- then, optionally, one last argument: the attempt history (docs/operations.md), a JSON
 --          object {"age": ms, "max": hooks per tenant, "keep": true|false,
 --          "rec": [[outcome index (0-based), hook id, record JSON text], …]}; each record of
@@ -30,13 +30,13 @@
 --          first 256 bytes of the body, the entry index and module of the row that ended
 --          it, the time (ms, Redis clock); then claim-check refs…}
 --          (up to 100 refs in `blob_retain` whose retention is over: blobs for the caller
---          to delete, R18; the `cc` of every hook this call deleted, and the refs a
+--          to delete; the `cc` of every hook this call deleted, and the refs a
 --          dead-letter purge left in `blob_gc`, go to `blob_retain` first)
 -- A terminal outcome (D, X) of a lane's head releases the lane in this same call:
--- the next member becomes the head, due now (R11). The lane is found from the row alone
+-- the next member becomes the head, due now. The lane is found from the row alone
 -- (`head_lane`, recorded when the row became the head), so G and a row whose hook is gone
--- or malformed release their lane in this same call too (issue 17.5).
--- An outcome applies only to the claim it answers (P6): one whose row is not claimed under
+-- or malformed release their lane in this same call too.
+-- An outcome applies only to the claim it answers: one whose row is not claimed under
 -- its claim token (the token of the claim call that handed the row out, claim.lua) is
 -- skipped, so a batch re-sent after a lost reply (or a NOSCRIPT reload) is never applied
 -- twice, not even to a later claim of the same row in the same term.
@@ -48,7 +48,7 @@ local applied, skipped = 0, 0
 local counts = {D = 0, R = 0, P = 0, X = 0, G = 0}
 local released = 0
 local blobs = {}
--- R18: a finished hook's claim-check blob is not deleted at once, since its pointer may
+-- A finished hook's claim-check blob is not deleted at once, since its pointer may
 -- still wait on a queue (the SQS Extended Client's consumer deletes the payload itself): it
 -- is kept for `cc_retention_ms` (settings, written by the leader; 7 days when unset; 0 =
 -- never deleted by ankusa, left to the consumer or a bucket lifecycle rule).
@@ -71,7 +71,7 @@ if (#ARGV - 4) % W == 1 then
   end
 end
 -- Writes that only add up are gathered through the call and made once at its end, one
--- command per key rather than one per hook (issue 25: the history's cost per row): the
+-- command per key rather than one per hook (the history's cost per row): the
 -- tenants' history index, the kept index and byte counts, the tenants' pending bytes.
 -- Index a hook in its tenant's history, once per call (trimmed per tenant at the end).
 local remembered = {}
@@ -113,14 +113,14 @@ for c = 1, n, 1000 do
   for k = 1, #s do scores[c + k - 1] = s[k] end
 end
 
--- One row of a hook is finished: release its lane if it is the head (R11), count it off
+-- One row of a hook is finished: release its lane if it is the head, count it off
 -- the hook, and drop the hook when no row or dead letter needs it. Returns the hook's
 -- source and modules (for a dead letter's fields).
 -- The hook is read and counted with pcall: one written by other means (not a hash, or
 -- with counts that are not integers) was dead-lettered malformed by the worker and is
 -- left as it is, since an error here would fail the batch with part of it applied.
 -- Only those two errors are taken so: any other error is raised, never swallowed (with
--- `allow-oom` no write of this script is refused for memory, issue 17.8).
+-- `allow-oom` no write of this script is refused for memory).
 local function malformed(r)
   if type(r) == 'table' and r.err then
     local e = r.err
@@ -131,7 +131,7 @@ local function malformed(r)
   end
   return false
 end
--- A terminal row that heads its lane releases it, hook or no hook (R11, issue 17.5).
+-- A terminal row that heads its lane releases it, hook or no hook.
 local function release_lane(row, hint, tenant)
   local lane = head_lane_of(row, hint)
   if lane then
@@ -139,7 +139,7 @@ local function release_lane(row, hint, tenant)
     released = released + 1
   end
 end
--- Hooks whose last row this call ended, one of their rows dead-lettered (issue 28,
+-- Hooks whose last row this call ended, one of their rows dead-lettered (
 -- `hook_exhausted`): {tenant, hook, source, event type, rows dead-lettered, body prefix,
 -- the entry index and module of the row that ended it, Redis' time in ms}.
 local exhausted = {}
@@ -158,16 +158,16 @@ local function finish_row(hook, idx, tenant, row, dead)
     return '', ''
   end
   -- A readable hook names the lane of each ordered row (`L<idx>`, written at commit and
-  -- never removed): a row without one is in no lane, and the lookup is skipped (issue 25).
+  -- never removed): a row without one is in no lane, and the lookup is skipped.
   -- Were it a head anyway (the hash rewritten by other means), the claim's lane sweep
-  -- promotes past it (R12).
+  -- promotes past it.
   if h[3] then release_lane(row, h[3], tenant) end
   local dead_count = 0
   if h[2] then dead_count = tonumber(h[2]) or 1 end
   local left
   if not dead and dead_count == 0 and not (hist and hist.keep)
       and string.match(h[1], '^%-?%d+$') and tonumber(h[1]) <= 1 then
-    -- The hook's last row: it is deleted below, so its count is not written (issue 12).
+    -- The hook's last row: it is deleted below, so its count is not written.
     left = tonumber(h[1]) - 1
   else
     left = redis.pcall('HINCRBY', hk, 'n', -1)
@@ -285,7 +285,7 @@ for c = 1, #done, 1000 do
 end
 flush_bytes()
 -- History retention: by age, then the oldest hooks past "max" lose their records. The
--- hooks popped per call are bounded by the outcomes it applied plus 100 (issue 17.11: a
+-- hooks popped per call are bounded by the outcomes it applied plus 100 (a
 -- lowered "max" trims over several calls rather than in one long one). What the popped
 -- hooks leave is deleted and uncounted in one command per key, as drop_kept would one by one.
 local pops = #done + 100

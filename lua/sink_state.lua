@@ -1,7 +1,7 @@
--- sink_state.lua — disable or enable a source's sink entry (P9): replace the source's spec
+-- sink_state.lua — disable or enable a source's sink entry: replace the source's spec
 -- and gates if its version is still the one the caller read (compare-and-set), and append
 -- the operational event to the `events` stream, in one step.
--- KEYS[1]  lease key (fencing, R25)
+-- KEYS[1]  lease key (fencing)
 -- ARGV[1]  prefix  ARGV[2] token: the leader's lease token (fenced), or '' for an operator's
 --          command (`ankusa source enable`, like `source put`, needs no leader)
 -- ARGV[3]  tenant  ARGV[4] source  ARGV[5] the version read  ARGV[6] the new spec JSON

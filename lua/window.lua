@@ -1,12 +1,12 @@
--- window.lua — publish the leader's window state for pressure() (R21) and the settings the
--- scripts keep server side, fenced (R25).
--- KEYS[1]  lease key (fencing, R25)
+-- window.lua — publish the leader's window state for pressure() and the settings the
+-- scripts keep server side, fenced.
+-- KEYS[1]  lease key (fencing)
 -- ARGV[1]  prefix  ARGV[2] token  ARGV[3] window state JSON ('' = none)  ARGV[4] ttl ms
 -- then     optional pairs: setting name, value, written to `settings` (`max_hook_bytes`,
---          read by commit.lua; `cc_retention_ms`, read by settle.lua; issue 17.10, R18)
+--          read by commit.lua; `cc_retention_ms`, read by settle.lua)
 -- Returns  {'fenced'} | {'ok'}
 -- Fenced like every write, so a zombie leader (paused past its lease, then resumed) can
--- never overwrite the live leader's state with its stale one (issue 17.12).
+-- never overwrite the live leader's state with its stale one.
 if fenced(ARGV[2]) then return {'fenced'} end
 -- An empty state writes the settings only (the start of a term, before its first claim).
 if ARGV[3] ~= '' then redis.call('SET', K_WINDOW, ARGV[3], 'PX', tonumber(ARGV[4]) or 3000) end

@@ -1,4 +1,4 @@
-//! The claim check (R18): bodies too large for a sink are stored once in a blob store and
+//! The claim check: bodies too large for a sink are stored once in a blob store and
 //! the sink carries a reference instead.
 //!
 //! Life of a blob:
@@ -7,10 +7,10 @@
 //!    scheduler packs those bodies per tenant and uploads each pack in a background task
 //!    (`dispatch::check_in`); the reference (`s3://bucket/key` or `file:///dir/key`) is written
 //!    to the hook's hash (field `cc`) in one call fenced by the leader's token (a deposed
-//!    leader's check-in writes nothing, issue 17.12). Every sink of the hook and every
+//!    leader's check-in writes nothing). Every sink of the hook and every
 //!    retry reuses it: a later claim reads `cc` with the hook.
 //! 2. **Fallback.** If a pack fails, its rows still run: the first attempt of each hook checks
-//!    the body in on its own (`dispatch::check_in`) inside its attempt deadline (R7); the other
+//!    the body in on its own (`dispatch::check_in`) inside its attempt deadline; the other
 //!    attempts of the hook wait for that one. The store client does not retry by itself.
 //! 3. **Retention, then delete.** A pointer may still wait on a queue after its hook is
 //!    finished (an SQS Extended Client consumer deletes the payload itself), so `settle.lua`
@@ -158,7 +158,7 @@ impl BlobStore {
         }
     }
 
-    /// Delete blobs in a background task (finished hooks, R18); failures are logged.
+    /// Delete blobs in a background task (finished hooks); failures are logged.
     pub(crate) fn delete_later(&self, urls: Vec<String>) {
         if urls.is_empty() {
             return;

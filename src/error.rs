@@ -7,13 +7,13 @@ use crate::store::{CommitError, PartitionsError, SourceError, StoreError};
 /// Errors of the public API. `exit_code()` maps them to the CLI's documented codes.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The config is invalid; the message names each key (R24).
+    /// The config is invalid; the message names each key.
     #[error("invalid config:\n{0}")]
     Config(#[from] ConfigError),
     /// A store call failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A commit was refused; nothing was written (R1).
+    /// A commit was refused; nothing was written.
     #[error(transparent)]
     Commit(#[from] CommitError),
     /// A tenant or source id is malformed.
@@ -26,7 +26,7 @@ pub enum Error {
     #[error("redis maxmemory-policy is {0:?}: evicting policies can silently drop hooks and rows; set it to noeviction, or set redis.allow_evicting = true to run anyway")]
     EvictingRedis(String),
     /// The config's `partitions` differs from the count recorded in Redis at the instance's
-    /// first start (issue 13): routing tenants with another count would lose their rows.
+    /// first start: routing tenants with another count would lose their rows.
     #[error("{}", crate::store::partitions_mismatch(instance, *configured, *recorded, key))]
     PartitionsMismatch {
         /// The instance.
@@ -38,7 +38,7 @@ pub enum Error {
         /// The Redis key holding it.
         key: String,
     },
-    /// No leader answers or the store cannot answer (R20, R21).
+    /// No leader answers or the store cannot answer.
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// A malformed operation request (a bad filter, a bad time bound).

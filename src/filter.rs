@@ -1,4 +1,4 @@
-//! A sink entry's filter (P9, issue 28): which hooks the entry takes, by event type pattern
+//! A sink entry's filter: which hooks the entry takes, by event type pattern
 //! and by predicates on the body (JSON pointers) and the producer's headers.
 //!
 //! The commit script decides it first (`gate_ok` in `lua/commit.lua`: a refused entry costs
@@ -48,7 +48,7 @@ pub fn check_event_type(value: &str) -> Result<(), String> {
     }
 }
 
-/// An entry's filter (P9): a hook passes when its event type matches one of `event_types`
+/// An entry's filter: a hook passes when its event type matches one of `event_types`
 /// (when given) and `match` holds (when given). At least one of the two is set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! A worker's health beyond "the process answers" (R25): the leader's self-check, Redis
+//! A worker's health beyond "the process answers": the leader's self-check, Redis
 //! refusing writes, eviction, a full Redis refusing commits, a graceful shutdown. Written
 //! by the leader and the dispatch loop, read by `/healthz` and `/readyz`.
 //!
@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// What `/healthz` and `/readyz` report beyond "the process answers" (R25).
+/// What `/healthz` and `/readyz` report beyond "the process answers".
 #[derive(Debug, Default)]
 pub struct Health {
     inner: Mutex<HealthInner>,
@@ -25,7 +25,7 @@ struct HealthInner {
     /// A graceful shutdown has begun.
     draining: bool,
     /// The last write this node needed (lease, claim, settle) failed, and why; cleared by
-    /// the next one that succeeds (issue 17.8: a full Redis turns health red).
+    /// the next one that succeeds (a full Redis turns health red).
     write_error: Option<String>,
     /// Redis may evict keys (its `maxmemory-policy` changed at run time), and why.
     evicting: Option<String>,
@@ -84,7 +84,7 @@ impl Health {
         };
     }
 
-    /// Record the eviction check (issue 17.9): `Some(why)` while Redis may evict keys and
+    /// Record the eviction check: `Some(why)` while Redis may evict keys and
     /// that is not allowed (`redis.allow_evicting = false`), which keeps health red.
     pub fn set_evicting(&self, why: Option<String>) {
         self.lock().evicting = why;

@@ -1,11 +1,11 @@
-//! Every Redis key and channel name ankusa uses, built in one place (R26, R29).
+//! Every Redis key and channel name ankusa uses, built in one place.
 //!
 //! All keys of one partition share the hash tag `{<instance>.p<N>}`, so every
 //! key a script touches sits in one Redis Cluster slot. User data (tenant ids,
 //! source ids) is never inside the braces. The Lua side mirrors this layout in
 //! `lua/prelude.lua`; `tests/keyspace.rs` builds every key both ways and compares.
 //!
-//! A tenant lives in one partition, [`partition_of`] its id (issue 13); the few keys of the
+//! A tenant lives in one partition, [`partition_of`] its id; the few keys of the
 //! whole instance (the partition count, the workers' heartbeats) sit under the hash tag
 //! `{<instance>}`, outside every partition's slot, and no script touches them together
 //! with a partition's keys.
@@ -45,7 +45,7 @@ pub struct Keyspace {
 }
 
 impl Keyspace {
-    /// Keys of `instance` (validated `[a-z0-9_-]{1,64}` by the config, R29), partition `partition`.
+    /// Keys of `instance` (validated `[a-z0-9_-]{1,64}` by the config), partition `partition`.
     pub fn new(instance: &str, partition: u32) -> Self {
         Keyspace {
             prefix: format!("ankusa:{{{instance}.p{partition}}}:"),
@@ -69,20 +69,20 @@ impl Keyspace {
         Keyspace::new(&self.instance, partition)
     }
 
-    /// String: the instance's partition count, written once (`SET NX`) by the first worker
-    /// (issue 13). Outside every partition's slot: `ankusa:{<instance>}:partitions`.
+    /// String: the instance's partition count, written once (`SET NX`) by the first worker.
+    /// Outside every partition's slot: `ankusa:{<instance>}:partitions`.
     pub fn partition_count(&self) -> String {
         format!("ankusa:{{{}}}:partitions", self.instance)
     }
 
     /// Sorted set: the instance's live workers, node id → when its heartbeat expires (ms,
-    /// Redis clock), refreshed every renew interval (issue 13). `ankusa:{<instance>}:workers`.
+    /// Redis clock), refreshed every renew interval. `ankusa:{<instance>}:workers`.
     pub fn workers(&self) -> String {
         format!("ankusa:{{{}}}:workers", self.instance)
     }
 
     /// Hash: node id → how many partitions it leads, written with its heartbeat, so every
-    /// worker sees how leadership is spread (issue 13). `ankusa:{<instance>}:leads`.
+    /// worker sees how leadership is spread. `ankusa:{<instance>}:leads`.
     pub fn leads(&self) -> String {
         format!("ankusa:{{{}}}:leads", self.instance)
     }
@@ -114,7 +114,7 @@ impl Keyspace {
     }
 
     /// Hash: a source's sink entries (`spec` JSON, `modules` csv, `version`, `lanes` JSON
-    /// with ordered entries, `gates` JSON with event filters or disabled entries, P9).
+    /// with ordered entries, `gates` JSON with event filters or disabled entries).
     pub fn source(&self, tenant: &str, source: &str) -> String {
         self.key(&format!("source:{tenant}:{source}"))
     }
@@ -124,9 +124,8 @@ impl Keyspace {
     }
     /// Hash: one hook (headers `h`, commit ms `t`, tenant `tn`, source `s`, modules `k`,
     /// rows left `n`, dead letters `d`, body size `z` (bytes), event type `et`, lane id of
-    /// ordered sink `i` `L<i>`, claim-check reference `cc` once the body is checked in,
-    /// R18). The body is apart, in [`Keyspace::body`], so these small fields stay a
-    /// listpack (~330 B less per hook, issue 12); a hook committed before that holds its
+    /// ordered sink `i` `L<i>`, claim-check reference `cc` once the body is checked in). The body is apart, in [`Keyspace::body`], so these small fields stay a
+    /// listpack (~330 B less per hook); a hook committed before that holds its
     /// body in field `b`, which readers still take first.
     pub fn hook(&self, hook_id: u64) -> String {
         self.key(&format!("hook:{hook_id}"))
@@ -161,7 +160,7 @@ impl Keyspace {
     pub fn dlq_tenants(&self) -> String {
         self.key("dlq_tenants")
     }
-    /// List: a lane's members (row ids) behind its head, in commit order (R10).
+    /// List: a lane's members (row ids) behind its head, in commit order.
     /// `lane_id` is [`Keyspace::lane_id`].
     pub fn lane(&self, lane_id: &str) -> String {
         self.key(&format!("lane:{lane_id}"))
@@ -170,7 +169,7 @@ impl Keyspace {
     pub fn lanehead(&self, lane_id: &str) -> String {
         self.key(&format!("lanehead:{lane_id}"))
     }
-    /// Set: a tenant's lanes that have members (what the sweep samples, R12).
+    /// Set: a tenant's lanes that have members (what the sweep samples).
     pub fn lanes(&self, tenant: &str) -> String {
         self.key(&format!("lanes:{tenant}"))
     }
@@ -178,7 +177,7 @@ impl Keyspace {
     pub fn lane_tenants(&self) -> String {
         self.key("lane_tenants")
     }
-    /// Counter: lane members in the partition; the sweep runs only while it is > 0 (R12).
+    /// Counter: lane members in the partition; the sweep runs only while it is > 0.
     pub fn lane_members(&self) -> String {
         self.key("lane_members")
     }
@@ -214,7 +213,7 @@ impl Keyspace {
     pub fn history(&self, tenant: &str) -> String {
         self.key(&format!("history:{tenant}"))
     }
-    /// String: the leader lease, `<node id>:<epoch>` with a PX ttl (R25).
+    /// String: the leader lease, `<node id>:<epoch>` with a PX ttl.
     pub fn lease(&self) -> String {
         self.key("lease")
     }
@@ -223,12 +222,12 @@ impl Keyspace {
         self.key("epoch")
     }
     /// Counter: the claim token sequence; each claim call takes the next value and scores
-    /// its rows in `claimed` with it (P6).
+    /// its rows in `claimed` with it.
     pub fn claim_seq(&self) -> String {
         self.key("claim_seq")
     }
     /// String: the last claim token issued before the current term, recorded by the lease
-    /// acquisition; rows claimed at or below it belong to earlier terms (R3, P6).
+    /// acquisition; rows claimed at or below it belong to earlier terms.
     pub fn claim_floor(&self) -> String {
         self.key("claim_floor")
     }
@@ -253,17 +252,17 @@ impl Keyspace {
     pub fn stats(&self) -> String {
         self.key("stats")
     }
-    /// String (JSON, short TTL): the leader's window state for `pressure()` (R21).
+    /// String (JSON, short TTL): the leader's window state for `pressure()`.
     pub fn window(&self) -> String {
         self.key("window")
     }
     /// List: claim-check references of hooks deleted outside `settle` (a dead-letter purge),
-    /// handed to the leader by the next `settle` call, which deletes the blobs (R18).
+    /// handed to the leader by the next `settle` call, which deletes the blobs.
     pub fn blob_gc(&self) -> String {
         self.key("blob_gc")
     }
     /// Sorted set: claim-check references of finished hooks, scored by the time (ms) their
-    /// retention (`claim_check.retention_ms`) ends; `settle` hands the due ones over (R18).
+    /// retention (`claim_check.retention_ms`) ends; `settle` hands the due ones over.
     pub fn blob_retain(&self) -> String {
         self.key("blob_retain")
     }
@@ -288,26 +287,26 @@ impl Keyspace {
         self.key("settings")
     }
     /// Hash: row id of each lane head → its lane id, so a head releases its lane without
-    /// its hook (R11).
+    /// its hook.
     pub fn head_lane(&self) -> String {
         self.key("head_lane")
     }
     /// Hash: a tenant's sources → the virtual time (ms) of their last committed row, for
-    /// fairness across the tenant's sources (R15).
+    /// fairness across the tenant's sources.
     pub fn source_vtime(&self, tenant: &str) -> String {
         self.key(&format!("srcvt:{tenant}"))
     }
     /// Hash: sink key (`tenant\nsource\nindex\nmodule`) → snapshot of its open breaker
-    /// (`<until unix ms>:<opens>`), for the next term (R16).
+    /// (`<until unix ms>:<opens>`), for the next term.
     pub fn breakers(&self) -> String {
         self.key("breakers")
     }
     /// Stream: operational events (an entry disabled after prolonged failure, or enabled
-    /// again; P9), trimmed to `operator.events_max_len`.
+    /// again), trimmed to `operator.events_max_len`.
     pub fn events(&self) -> String {
         self.key("events")
     }
-    /// Pub/sub channel: a commit publishes the tenant id here (R2).
+    /// Pub/sub channel: a commit publishes the tenant id here.
     pub fn wake(&self) -> String {
         self.key("wake")
     }

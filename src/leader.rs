@@ -1,9 +1,9 @@
-//! Leader election through a lease key, with a fencing epoch (R25).
+//! Leader election through a lease key, with a fencing epoch.
 //!
-//! Every worker runs [`run_node`]: one campaign per partition (issue 13), each kept to the
+//! Every worker runs [`run_node`]: one campaign per partition, each kept to the
 //! worker's share by [`crate::spread`]. A campaign tries to take its partition's lease
 //! (`SET PX` inside `lease.lua`, which increments the epoch); the winner
-//! requeues the rows claimed under older epochs (R3) and runs a scheduler
+//! requeues the rows claimed under older epochs and runs a scheduler
 //! session while a renewer extends the lease every `renew_ms`. The others stand
 //! by: they retry as the lease's ttl runs out, or at once when the leader
 //! releases it (the release is published on a channel named like the lease key).
@@ -22,7 +22,7 @@
 //! Fencing makes all of this safe: the scripts refuse a stale token, so a paused
 //! or wedged ex-leader cannot move rows whatever it believes.
 //!
-//! Takeover closes all circuit breakers by construction: breakers (R16) live in the
+//! Takeover closes all circuit breakers by construction: breakers live in the
 //! scheduler session's memory, and every term starts a new session with none open.
 //!
 //! [`LeaderConfig::stall_limit_ms`]: crate::config::LeaderConfig::stall_limit_ms
@@ -63,7 +63,7 @@ pub(crate) fn node_id(name: Option<&str>) -> String {
 
 /// One partition's side of a node: where its wakes, lease releases and state go.
 pub(crate) struct PartitionSide {
-    /// Wake notifications from commits to the partition (R2).
+    /// Wake notifications from commits to the partition.
     pub wake: Arc<Notify>,
     /// Notified when the partition's leader released its lease: campaign at once.
     pub released: Arc<Notify>,
@@ -73,7 +73,7 @@ pub(crate) struct PartitionSide {
 
 /// What a node needs to run.
 pub(crate) struct Node {
-    /// The store (any partition: each campaign addresses its own, issue 13).
+    /// The store (any partition: each campaign addresses its own).
     pub store: Store,
     /// This process's node id.
     pub node_id: String,
@@ -87,14 +87,14 @@ pub(crate) struct Node {
     pub health: Arc<Health>,
     /// The process's sinks (one set of clients for every partition's sessions).
     pub sinks: Sinks,
-    /// Which partitions this node leads, and the view of the other workers (issue 13).
+    /// Which partitions this node leads, and the view of the other workers.
     pub spread: Arc<Spread>,
     /// Behind Redis Sentinel, bumped when the pool moved to a new primary
     /// ([`Store::watch_primary`]): every term on the old one ends at once.
     pub primary: watch::Receiver<u64>,
 }
 
-/// Announce this node, then campaign for every partition (one loop each, issue 13), each
+/// Announce this node, then campaign for every partition (one loop each), each
 /// leading its own scheduler sessions under its own lease, epoch and breakers, until
 /// shutdown; the heartbeat keeps the node to its share ([`crate::spread`]). Returns when
 /// every loop ended; the node's heartbeat is removed on the way out.
@@ -204,7 +204,7 @@ async fn campaign(node: Arc<Node>, n: u32, shared: Arc<SharedWindow>) {
         let cfg = node.config.borrow().clone();
         let lease_ms = cfg.leader.lease_ms;
         let renew_ms = cfg.leader.renew_interval_ms();
-        // Keep to this node's share (issue 13): past it, wait for the view to change, the
+        // Keep to this node's share: past it, wait for the view to change, the
         // partition's lease to be released, or a renew interval.
         if !node.spread.try_campaign(node.partitions.len() as u32) {
             tracing::debug!(partition = n, "not campaigning: this worker has its share");
@@ -442,7 +442,7 @@ async fn lead(
     let lease_ms = cfg.leader.lease_ms;
     let renew_ms = cfg.leader.renew_interval_ms();
     let partition = term.store.partition_index();
-    // Takeover (R3): rows claimed under older epochs are due again. Circuit breakers need no
+    // Takeover: rows claimed under older epochs are due again. Circuit breakers need no
     // work here: they live in the session, and this term's session starts with none open.
     match term.store.requeue_claimed(&token, epoch).await {
         Ok(n) if n > 0 => {

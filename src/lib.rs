@@ -3,33 +3,33 @@
 //! Producers commit hooks into Redis; a pool of `ankusa worker` processes elects one
 //! leader through a lease key; the leader's dispatch loop claims due delivery rows with
 //! atomic Lua scripts, delivers each to its sinks, and records outcomes in batched
-//! scripts. Requirements are cited as `R1`…`R29` from `SPEC.md`.
+//! scripts.
 //!
 //! ## Map of the crate
 //! | module | concept |
 //! | --- | --- |
-//! | [`config`] | layered config, validation naming the key (R24); `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`); `config/redis_url.rs` which deployment a `redis.url` names, `config/forms.rs` the value forms the servers read too |
+//! | [`config`] | layered config, validation naming the key; `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`); `config/redis_url.rs` which deployment a `redis.url` names, `config/forms.rs` the value forms the servers read too |
 //! | [`ids`] | the tenant and source id check, below every layer |
-//! | [`keyspace`] | every Redis key name, hash-tagged per partition (R26, R29) |
+//! | [`keyspace`] | every Redis key name, hash-tagged per partition |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
-//! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers (P9) |
+//! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers |
 //! | [`store`] | the only door to Redis: pool, the `lua/` scripts and one typed wrapper file each, plain reads and writes, the wake subscription (a test keeps every other module off the client library) |
-//! | [`producer`] | committing hooks (R1, R2) |
-//! | `leader` | lease, renewal, fencing epoch, standby (R25), one campaign per partition |
-//! | `spread` | how many partitions each worker leads: heartbeats, shares, hand-over (issue 13) |
+//! | [`producer`] | committing hooks |
+//! | `leader` | lease, renewal, fencing epoch, standby, one campaign per partition |
+//! | `spread` | how many partitions each worker leads: heartbeats, shares, hand-over |
 //! | `health` | what `/healthz` and `/readyz` report beyond "the process answers" |
-//! | `dispatch` | the leader's loop: claim → slots → attempts → settle (R2–R9, R13–R15) |
+//! | `dispatch` | the leader's loop: claim → slots → attempts → settle |
 //! | `scheduler` | pure decisions: `scheduler::slots`, `scheduler::breaker`, `scheduler::backoff` |
-//! | [`sinks`] | sink modules (http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge) behind [`sinks::registry`], the batcher, retry classification (R8, R17) |
+//! | [`sinks`] | sink modules (http, sqs, pubsub, nats, rabbitmq, kinesis, eventbridge) behind [`sinks::registry`], the batcher, retry classification |
 //! | [`sinks::guard`], [`sinks::signing`], [`secrets`] | the trusted edge: SSRF guard, Standard Webhooks signatures, secret references scoped per tenant |
-//! | `claim_check` | blob store for bodies over a sink's inline limit (R18); a sink carries a [`sinks::payload::Payload`] |
+//! | `claim_check` | blob store for bodies over a sink's inline limit; a sink carries a [`sinks::payload::Payload`] |
 //! | [`worker`] | a worker process's library face |
-//! | [`ops`] | `tick()`, `pressure()` (R21, R23) |
+//! | [`ops`] | `tick()`, `pressure()` |
 //! | [`dlq`] | reading, replaying and purging dead letters |
 //! | [`visibility`] | attempt history, `hooks show`, `rows list`, resend, `tenants top` |
 //! | [`admin`] | admin HTTP: metrics, health, ingest, operations; who may call what ([`admin::Principal`]); [`admin::console`], the operator console (`/ui/`) and tenant portal (`/portal/`): server-rendered pages over the admin API, served by the same listener |
 //! | [`tokens`] | tenant tokens: minting, their scopes, what Redis keeps of them |
-//! | [`metrics`] | the Prometheus recorder (R27) |
+//! | [`metrics`] | the Prometheus recorder |
 //! | [`telemetry`] | optional OpenTelemetry (OTLP/HTTP) export of attempt spans |
 //! | [`progress`] | the progress bar on stderr and the log lines written around it |
 //! | [`testkit`] | real `redis-server` and webhook receiver for tests, demo and bench |

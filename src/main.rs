@@ -22,7 +22,7 @@ use cli::setup::load_config;
 
 /// The allocator of the binary: mimalloc, with per-thread heaps. Under glibc `malloc` the
 /// worker spent ~18 % of its CPU in `malloc`/`free` and their bookkeeping
-/// (`malloc_consolidate`, `unlink_chunk`) (issue 12; profile in BENCHMARKS.md).
+/// (`malloc_consolidate`, `unlink_chunk`) (profile in BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

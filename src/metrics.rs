@@ -161,14 +161,14 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Gauge,
         unit: None,
         zero: false,
-        help: "Rows claimed and not yet settled (the row window, R5).",
+        help: "Rows claimed and not yet settled (the row window).",
     },
     Metric {
         name: "ankusa_claimed_bytes",
         kind: Kind::Gauge,
         unit: Some(Unit::Bytes),
         zero: false,
-        help: "Hook bytes of claimed rows (the byte window, R5).",
+        help: "Hook bytes of claimed rows (the byte window).",
     },
     Metric {
         name: "ankusa_running_attempts",
@@ -357,7 +357,7 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Gauge,
         unit: None,
         zero: false,
-        help: "Sink keys whose breaker is open or probing (their rows are parked, R16).",
+        help: "Sink keys whose breaker is open or probing (their rows are parked).",
     },
     Metric {
         name: "ankusa_breaker_transitions_total",
@@ -371,7 +371,7 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Counter,
         unit: None,
         zero: true,
-        help: "Rows parked by an open breaker (written back due when it closes, R16) or a rate limit.",
+        help: "Rows parked by an open breaker (written back due when it closes) or a rate limit.",
     },
     Metric {
         name: "ankusa_rate_limit_parked_total",

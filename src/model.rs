@@ -7,8 +7,8 @@ use std::fmt;
 // re-exports it where callers have always found it.
 pub use crate::ids::{check_id, BadId};
 
-/// One entry of a source's ordered sink list (R19), with its delivery policy (P9,
-/// `docs/sinks.md` "Per-entry policy").
+/// One entry of a source's ordered sink list, with its delivery policy (`docs/sinks.md`
+/// "Per-entry policy").
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkEntry {
@@ -17,28 +17,28 @@ pub struct SinkEntry {
     /// Module options; strings may hold secret references `${env:NAME}` resolved at attempt time.
     #[serde(default)]
     pub opts: serde_json::Map<String, serde_json::Value>,
-    /// Deliver the hooks of one lane one at a time, in commit order (R10).
+    /// Deliver the hooks of one lane one at a time, in commit order.
     #[serde(default)]
     pub ordered: bool,
-    /// Where an ordered entry's lane key comes from (R10): `header:<name>` (a header the
+    /// Where an ordered entry's lane key comes from: `header:<name>` (a header the
     /// producer sets) or `json:<pointer>` (an RFC 6901 JSON pointer into the body, e.g.
     /// `json:/order/id`). A hook without that header or value (or with a body over 64 KiB,
     /// which the commit script does not decode) goes to the default lane, the empty key. `None` on an ordered entry: every hook of the entry is one lane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// Which hooks the entry receives, by event type and content (P9, [`EventFilter`]);
+    /// Which hooks the entry receives, by event type and content ([`EventFilter`]);
     /// `None`: every hook. A hook the filter refuses makes no row for this entry at commit,
     /// and a row whose entry's filter, edited since, refuses its hook is dropped at binding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<EventFilter>,
-    /// The entry's retry policy over the global `[retry]` (P9); `None`: the global one. Read
+    /// The entry's retry policy over the global `[retry]`; `None`: the global one. Read
     /// from the source as it is when an attempt fails, never stored in a row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<EntryRetry>,
-    /// A token bucket per sink key, enforced by the leader (P9); `None`: no limit.
+    /// A token bucket per sink key, enforced by the leader; `None`: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
-    /// Disable the entry after this long of continuous failure, ms (P9); `None`: never.
+    /// Disable the entry after this long of continuous failure, ms; `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_after_ms: Option<u64>,
     /// Set by the leader when the entry was disabled after `disable_after_ms` of failure;
@@ -91,7 +91,7 @@ impl SinkEntry {
 
 pub use crate::filter::{check_event_type, EventFilter, EVENT_TYPE_MAX_BYTES};
 
-/// An entry's retry policy (P9): each field set replaces the global `[retry]` field of the
+/// An entry's retry policy: each field set replaces the global `[retry]` field of the
 /// same name for this entry's rows; unset fields keep the global value.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -184,7 +184,7 @@ impl EntryRetry {
     }
 }
 
-/// A rate limit per sink key (P9): a token bucket of `burst` tokens refilled at
+/// A rate limit per sink key: a token bucket of `burst` tokens refilled at
 /// `per_second`; each attempt takes one.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -216,7 +216,7 @@ impl RateLimit {
     }
 }
 
-/// Why and since when an entry is disabled (P9).
+/// Why and since when an entry is disabled.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Disabled {
@@ -254,7 +254,7 @@ impl SourceSpec {
         serde_json::to_string(&specs).ok()
     }
 
-    /// The `gates` field the commit script reads (P9): one per entry, `true` (every hook),
+    /// The `gates` field the commit script reads: one per entry, `true` (every hook),
     /// `false` (disabled: no row), or the filter's patterns; `None` when every entry takes
     /// every hook (the script's fast path).
     pub fn gates_json(&self) -> Option<String> {
@@ -335,19 +335,19 @@ impl fmt::Display for RowId {
 /// Why a row was dead-lettered; rendered into the dead-letter stream's `reason` field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadReason {
-    /// The sink answered a permanent error (R8).
+    /// The sink answered a permanent error.
     Permanent(String),
-    /// The retry horizon passed (R9, R16).
+    /// The retry horizon passed.
     RetryHorizon(String),
     /// `retry.max_attempts` attempts failed.
     MaxAttempts(String),
-    /// The row's sink entry is gone (R19).
+    /// The row's sink entry is gone.
     SinkGone(u32, String),
-    /// The row's source is gone (R19, R20).
+    /// The row's source is gone.
     SourceGone(String),
     /// The row or its hook could not be read.
     Malformed(String),
-    /// The row's sink entry was disabled after prolonged failure (P9); replayable.
+    /// The row's sink entry was disabled after prolonged failure; replayable.
     SinkDisabled(u32),
 }
 

@@ -1,4 +1,4 @@
-//! The producer side (R1): commit hooks from Rust. Other languages commit with the
+//! The producer side: commit hooks from Rust. Other languages commit with the
 //! protocol in `docs/commit-protocol.md` (one `EVALSHA` of `lua/commit.lua`).
 
 use crate::error::Error;
@@ -19,7 +19,7 @@ pub struct Hook {
     /// nothing (at most [`crate::store::IDEMPOTENCY_KEY_MAX_BYTES`] bytes).
     pub idempotency_key: Option<String>,
     /// The hook's event type (`push`, `pull_request.opened`): what the sink entries' event
-    /// filters match (P9); `None`: only entries without a filter take it. 1..=128 bytes of
+    /// filters match; `None`: only entries without a filter take it. 1..=128 bytes of
     /// `[A-Za-z0-9_.:/-]`.
     pub event_type: Option<String>,
     /// When to deliver it (scheduled delivery); `None`: at once. Its rows are due at that
@@ -69,7 +69,7 @@ impl Hook {
     }
 
     /// Add a header. A name that is not an HTTP token, or a value with a control character
-    /// other than tab, makes the commit fail with [`CommitError::BadRequest`] (R1); a
+    /// other than tab, makes the commit fail with [`CommitError::BadRequest`]; a
     /// `webhook-*` or `ankusa-*` name (the delivery's own headers) with
     /// [`CommitError::ReservedHeader`].
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Hook {
@@ -112,7 +112,7 @@ pub struct Producer {
 pub const DEFAULT_IDEMPOTENCY_MS: u64 = 24 * 3_600_000;
 
 impl Producer {
-    /// A producer over a connected store; bodies over `max_hook_bytes` are refused (R1).
+    /// A producer over a connected store; bodies over `max_hook_bytes` are refused.
     /// Each commit goes to its tenant's partition ([`crate::keyspace::partition_of`]) among
     /// the store's [`Store::partitions`] (set it with [`Store::with_partitions`] to the
     /// instance's `partitions`).

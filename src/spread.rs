@@ -1,4 +1,4 @@
-//! Leadership spread across the workers of an instance (issue 13).
+//! Leadership spread across the workers of an instance.
 //!
 //! Every partition has its own lease, and every worker campaigns for each one in its own
 //! loop ([`crate::leader::run_node`]). Left alone, the first worker up would lead them all.

@@ -18,13 +18,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// A running worker: one member of the pool (R25).
+/// A running worker: one member of the pool.
 pub struct Worker {
     store: Store,
     node_id: String,
     config: watch::Sender<Arc<Config>>,
     state: watch::Receiver<SchedulerState>,
-    /// Each partition's scheduler state (issue 13).
+    /// Each partition's scheduler state.
     partition_states: Vec<watch::Receiver<SchedulerState>>,
     spread: Arc<Spread>,
     health: Arc<Health>,
@@ -70,7 +70,7 @@ impl Worker {
             };
             tasks.push(campaign.publish_window(node_id.clone(), config_rx.clone()));
             // Dead-letter retention (count and age per tenant), applied by the leader only:
-            // partition 0's, whose walk covers every partition's tenants (issue 13).
+            // partition 0's, whose walk covers every partition's tenants.
             if config.dlq.sweep_ms > 0 && pstore.partition_index() == 0 {
                 tasks.push(campaign.dlq_retention(config.dlq.clone()));
             }
@@ -142,7 +142,7 @@ impl Worker {
             .map(|rx| rx.borrow().clone())
     }
 
-    /// The partitions this worker leads now, in order (issue 13).
+    /// The partitions this worker leads now, in order.
     pub fn led_partitions(&self) -> Vec<u32> {
         self.spread.led()
     }
@@ -152,7 +152,7 @@ impl Worker {
         self.state.clone()
     }
 
-    /// Health beyond "the process answers": a failed self-check, a shutdown under way (R25).
+    /// Health beyond "the process answers": a failed self-check, a shutdown under way.
     pub fn health(&self) -> &Health {
         &self.health
     }
@@ -167,19 +167,19 @@ impl Worker {
         self.config.borrow().clone()
     }
 
-    /// Block until nothing is claimed, running or due; the rows settled meanwhile (R23).
+    /// Block until nothing is claimed, running or due; the rows settled meanwhile.
     /// Rows waiting out a backoff are not due and are not waited for.
     pub async fn tick(&self) -> Result<u64, Error> {
         ops::tick(&self.store, Some(self.state.clone())).await
     }
 
-    /// The spare capacity a replay may use now (R21).
+    /// The spare capacity a replay may use now.
     pub async fn pressure(&self) -> Result<Pressure, Error> {
         ops::pressure(&self.store).await
     }
 
     /// Take `dispatch.concurrency`, `dispatch.sink_concurrency` and `dispatch.tenants` from
-    /// `config` without a restart (R22); other keys need a restart and are kept. Errors: an
+    /// `config` without a restart; other keys need a restart and are kept. Errors: an
     /// invalid config (nothing changes).
     pub fn reconfigure(&self, config: &Config) -> Result<(), Error> {
         config.validate()?;
@@ -250,7 +250,7 @@ async fn connect(config: &Config) -> Result<Store, Error> {
             }
         }
     }
-    // The partition count is the instance's (issue 13): recorded at its first start,
+    // The partition count is the instance's: recorded at its first start,
     // refused when this config says otherwise.
     store.check_partitions(true).await?;
     Ok(store)
@@ -318,8 +318,8 @@ fn partition_sides(n: usize) -> (Vec<PartitionSide>, Vec<watch::Receiver<Schedul
     (sides, states)
 }
 
-/// Wake channels (R2): a commit's PUBLISH wakes its partition's scan at once. Lease channels
-/// (named like the lease keys): a release wakes that partition's election at once (R25). One
+/// Wake channels: a commit's PUBLISH wakes its partition's scan at once. Lease channels
+/// (named like the lease keys): a release wakes that partition's election at once. One
 /// subscriber connection for every partition; the task forwards each message to its side.
 async fn subscribe_wakes(
     store: &Store,
@@ -421,8 +421,8 @@ struct Campaign<'a> {
 }
 
 impl Campaign<'_> {
-    /// Window state for pressure() from any process (R21), fenced by this term's token, with
-    /// the settings the scripts keep server side (issue 17.10, R18).
+    /// Window state for pressure() from any process, fenced by this term's token, with
+    /// the settings the scripts keep server side.
     fn publish_window(&self, node: String, cfg: watch::Receiver<Arc<Config>>) -> JoinHandle<()> {
         let (store, mut state, shutdown) = (
             self.store.clone(),
@@ -616,7 +616,7 @@ const KEPT_TRIM_PAGE: u32 = 200;
 /// `kept.lua` calls per round of the memory check.
 const KEPT_TRIM_CALLS: usize = 50;
 
-/// The eviction policy, re-checked while running (issue 17.9): a policy changed to an
+/// The eviction policy, re-checked while running: a policy changed to an
 /// evicting one turns health red (and is logged) until it is noeviction again.
 fn watch_eviction(
     store: Store,
@@ -646,7 +646,7 @@ fn watch_eviction(
     })
 }
 
-/// The process's state from its partitions' (issue 13): counts summed, `leading` if any
+/// The process's state from its partitions': counts summed, `leading` if any
 /// partition is led, the highest epoch, the window full if any session says so.
 fn sum_states(states: &[watch::Receiver<SchedulerState>]) -> SchedulerState {
     let mut sum = SchedulerState::default();

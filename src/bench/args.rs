@@ -36,7 +36,7 @@ pub struct BenchArgs {
     /// to compare throughput and Redis memory with the history on.
     #[arg(long)]
     pub no_history: bool,
-    /// Run only the bounded-scripts scenario (issue 17.11): `--scripts-backlog` rows in one
+    /// Run only the bounded-scripts scenario: `--scripts-backlog` rows in one
     /// tenant plus `--scripts-tenants` tenants with one row (twice), drained by a worker with
     /// the default pages, reporting `SLOWLOG` entries per script.
     #[arg(long)]
@@ -72,10 +72,10 @@ pub struct BenchArgs {
     pub script_budget_ms: Option<u64>,
     /// Give each tenant's entry an event filter (`bench.*`; every hook is `bench.push`) and a
     /// rate limit far above the measured rate, to compare the cost per delivered row of
-    /// per-entry policy (issue 15) with plain entries.
+    /// per-entry policy with plain entries.
     #[arg(long)]
     pub policy: bool,
-    /// Run only the page-latency scenario of the console and portal (issue 26):
+    /// Run only the page-latency scenario of the console and portal:
     /// `--console-hooks` hooks over `--console-tenants` tenants committed through a worker
     /// child with an admin listener, then every `/ui/` and `/portal/` page (and the admin
     /// API calls behind them) timed as an HTTP client on loopback sees it.

@@ -164,7 +164,7 @@ fn p99_for(receiver: &Receiver, prefix: &str, at: &HashMap<u64, Instant>) -> f64
     (percentile(&lat, 0.99) * 10.0).round() / 10.0
 }
 
-/// Fairness (R13): p99 lag of 4 small tenants committing 100 hooks/s each, alone and then
+/// Fairness: p99 lag of 4 small tenants committing 100 hooks/s each, alone and then
 /// beside another tenant's backlog of `backlog` rows.
 async fn fairness(
     redis: &RedisServer,
@@ -215,7 +215,7 @@ async fn fairness(
     Ok((out[0], out[1]))
 }
 
-/// Isolation (R14, R15): deliveries/s of 7 healthy tenants, with the 8th healthy and then
+/// Isolation: deliveries/s of 7 healthy tenants, with the 8th healthy and then
 /// with its endpoint hanging.
 async fn isolation(
     redis: &RedisServer,
@@ -260,7 +260,7 @@ async fn isolation(
     Ok((out[0], out[1]))
 }
 
-/// Ordered lanes (R10): the same rows over `lanes` ordered lanes vs one unordered sink.
+/// Ordered lanes: the same rows over `lanes` ordered lanes vs one unordered sink.
 async fn lanes(
     redis: &RedisServer,
     receiver: &Receiver,

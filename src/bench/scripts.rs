@@ -1,4 +1,4 @@
-//! `ankusa bench --scripts`: the bounded-scripts scenario of issue 17.11. One tenant with a
+//! `ankusa bench --scripts`: the bounded-scripts scenario. One tenant with a
 //! large backlog plus many tenants with one row each, drained by one `ankusa worker` child
 //! into a counting sink, with Redis' `SLOWLOG` catching every script call slower than the
 //! threshold; the report gives, per script, how many calls passed it and the slowest.

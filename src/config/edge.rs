@@ -1,6 +1,6 @@
 //! The config sections that bound what tenants reach: `[http]` (the egress guard),
 //! `[secrets]` (secret namespaces), `[connections.<name>]` (operator brokers), `[limits]` and
-//! `[tenants.<id>]`, and the operator's bounds on sources built from them (R24).
+//! `[tenants.<id>]`, and the operator's bounds on sources built from them.
 
 use super::*;
 
@@ -48,7 +48,7 @@ pub struct SecretsConfig {
 }
 
 /// One `[connections.<name>]` section: a broker the operator names, which tenants' `nats` and
-/// `rabbitmq` sink entries reach by its name (issue 29, `docs/sinks.md`). A tenant never
+/// `rabbitmq` sink entries reach by its name (`docs/sinks.md`). A tenant never
 /// writes a broker address: its entry names the connection and its routing (subject;
 /// exchange and routing key). Read at start (SIGHUP does not change it).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

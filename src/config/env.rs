@@ -1,5 +1,5 @@
 //! The environment layer (`ANKUSA_<SECTION>__<KEY>`) and figment errors turned into
-//! problems naming their key (R24).
+//! problems naming their key.
 
 use super::*;
 
@@ -78,7 +78,7 @@ const UNKNOWN_KEYS_MAX: usize = 32;
 
 /// `first` and, when it names an unknown key, the errors found after taking that key out
 /// of the merged config, again and again: serde stops at the first unknown key, and a user
-/// who fixes one typo at a time would run the check once per typo (issue 27). Up to
+/// who fixes one typo at a time would run the check once per typo. Up to
 /// [`UNKNOWN_KEYS_MAX`] unknown keys, then the first other error if any; each error keeps
 /// the source (file or environment) of its key.
 pub(super) fn every_unknown_key(figment: &Figment, first: figment::Error) -> figment::Error {

@@ -95,9 +95,9 @@ const DEFAULT_TENANT: &str = "default";
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Namespace of every Redis key and metric of this pipeline, so several instances share one
-    /// Redis without seeing each other (R29). Must match `[a-z0-9_-]{1,64}`. Default `"default"`.
+    /// Redis without seeing each other. Must match `[a-z0-9_-]{1,64}`. Default `"default"`.
     pub instance: String,
-    /// Partitions of the instance (issue 13): each tenant lives in one, by
+    /// Partitions of the instance: each tenant lives in one, by
     /// [`crate::keyspace::partition_of`] its id; each has its own lease, so up to this many
     /// workers lead at once. `1..=1024`, default 1 (the layout from before partitions).
     /// Recorded in Redis at first start; changing it needs the procedure of
@@ -105,19 +105,19 @@ pub struct Config {
     pub partitions: u32,
     /// Redis connection.
     pub redis: RedisConfig,
-    /// Leader election (R25).
+    /// Leader election.
     pub leader: LeaderConfig,
-    /// Scheduler: concurrency, windows, breakers (R5, R7, R13–R16).
+    /// Scheduler: concurrency, windows, breakers.
     pub dispatch: DispatchConfig,
-    /// Retry backoff and horizon (R8, R9).
+    /// Retry backoff and horizon.
     pub retry: RetryConfig,
     /// Limits applied when a hook is committed.
     pub commit: CommitConfig,
-    /// Metrics and admin HTTP listener (R27).
+    /// Metrics and admin HTTP listener.
     pub admin: AdminConfig,
     /// Retention of dead letters and of the hook bodies they keep.
     pub dlq: DlqConfig,
-    /// Blob store for bodies over a sink's inline limit (R18).
+    /// Blob store for bodies over a sink's inline limit.
     pub claim_check: ClaimCheckConfig,
     /// Guards of the requests made to tenants' URLs (SSRF guard; `docs/security.md`).
     pub http: HttpConfig,
@@ -133,10 +133,10 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Optional OpenTelemetry trace export of attempts (`docs/operations.md`).
     pub telemetry: TelemetryConfig,
-    /// Operational events: the `events` stream and an operator URL (P9, `docs/sinks.md`).
+    /// Operational events: the `events` stream and an operator URL (`docs/sinks.md`).
     pub operator: OperatorConfig,
     /// Brokers the operator names for the `nats` and `rabbitmq` sinks,
-    /// `[connections.<name>]` (issue 29, `docs/sinks.md`). Default empty.
+    /// `[connections.<name>]` (`docs/sinks.md`). Default empty.
     pub connections: BTreeMap<String, ConnectionConfig>,
 }
 

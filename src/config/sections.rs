@@ -1,6 +1,6 @@
 //! The config sections of the worker itself: `[redis]`, `[leader]`, `[dispatch]`, `[retry]`,
 //! `[commit]`, `[admin]`, `[dlq]`, `[history]`, `[operator]`, `[telemetry]`, `[claim_check]`,
-//! with their defaults and the per-tenant dispatch limits (R14, R24). The sections that bound
+//! with their defaults and the per-tenant dispatch limits. The sections that bound
 //! what tenants reach are in `edge.rs`.
 
 use super::*;
@@ -49,7 +49,7 @@ pub struct RedisConfig {
     pub tls_key_file: String,
 }
 
-/// Leader election through a lease key (R25).
+/// Leader election through a lease key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LeaderConfig {
@@ -70,56 +70,56 @@ pub struct LeaderConfig {
     /// finished, no outcome settled) for this many lease intervals while rows are due or
     /// claimed gives its lease up and reports unhealthy. The stall bound is never shorter than
     /// `dispatch.attempt_timeout_ms + lease_ms`, so a window full of hanging attempts is not a
-    /// stall. 0 disables the check; otherwise >= 2. Default 3 (R25).
+    /// stall. 0 disables the check; otherwise >= 2. Default 3.
     pub selfcheck_intervals: u32,
 }
 
-/// Scheduler limits (R5, R7, R13–R16).
+/// Scheduler limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DispatchConfig {
-    /// Attempts running at once across all tenants; > 0. Default 256 (R5).
+    /// Attempts running at once across all tenants; > 0. Default 256.
     pub concurrency: usize,
     /// Window: claimed-but-unfinished rows, so a dead sink cannot exhaust memory; > 0.
-    /// Default 10000 (R5).
+    /// Default 10000.
     pub max_inflight: usize,
-    /// Window: bytes of stored hooks claimed but unfinished; > 0. Default 268435456 (256 MiB) (R5).
+    /// Window: bytes of stored hooks claimed but unfinished; > 0. Default 268435456 (256 MiB).
     pub max_inflight_bytes: u64,
     /// Rows claimed per scan page, shared between tenants by deficit round-robin; 1..=10000.
-    /// Default 500 (R13).
+    /// Default 500.
     pub batch: usize,
     /// An attempt still running after this is cancelled and counts as failed, ms; > 0.
-    /// Default 30000 (R7).
+    /// Default 30000.
     #[serde(deserialize_with = "super::duration::ms")]
     pub attempt_timeout_ms: u64,
-    /// Attempts running at once per sink key; > 0. Default 8 (R15).
+    /// Attempts running at once per sink key; > 0. Default 8.
     pub sink_concurrency: usize,
     /// Consecutive failures of a sink key that open its breaker; 0 disables breakers.
-    /// Default 5 (R16).
+    /// Default 5.
     pub breaker_failures: u32,
-    /// First open period of a breaker, ms, doubled per consecutive open; > 0. Default 5000 (R16).
+    /// First open period of a breaker, ms, doubled per consecutive open; > 0. Default 5000.
     #[serde(deserialize_with = "super::duration::ms")]
     pub breaker_open_ms: u64,
-    /// Longest open period of a breaker, ms; >= `breaker_open_ms`. Default 300000 (R16).
+    /// Longest open period of a breaker, ms; >= `breaker_open_ms`. Default 300000.
     #[serde(deserialize_with = "super::duration::ms")]
     pub breaker_max_open_ms: u64,
     /// Safety poll for due rows when no wake-up arrives, ms; > 0. Default 1000.
     #[serde(deserialize_with = "super::duration::ms")]
     pub poll_ms: u64,
-    /// Most outcomes written in one settle batch (one script call); > 0. Default 1000 (R4).
+    /// Most outcomes written in one settle batch (one script call); > 0. Default 1000.
     pub settle_batch: usize,
     /// Time budget of one claim or settle script call, ms, by Redis' clock (a script blocks
     /// every other client of Redis while it runs): a call stops taking tenants, rows or
     /// outcomes once 3/5 of it has passed, and the pages adapt so calls stay under 4/5 of it
-    /// (`batch` and `settle_batch` are the upper bounds); 1..=1000. Default 5 (issue 17.11).
+    /// (`batch` and `settle_batch` are the upper bounds); 1..=1000. Default 5.
     #[serde(deserialize_with = "super::duration::ms")]
     pub script_budget_ms: u64,
-    /// Per-tenant windows keyed by tenant id, plus `"default"` for every tenant without an entry
-    /// (R14). Resolve them with [`DispatchConfig::tenant_limits`]. Default empty.
+    /// Per-tenant windows keyed by tenant id, plus `"default"` for every tenant without an entry.
+    /// Resolve them with [`DispatchConfig::tenant_limits`]. Default empty.
     pub tenants: BTreeMap<String, TenantLimits>,
 }
 
-/// One `dispatch.tenants.<id>` entry (R14): each limit is optional and > 0 when set.
+/// One `dispatch.tenants.<id>` entry: each limit is optional and > 0 when set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantLimits {
@@ -151,7 +151,7 @@ pub struct ResolvedLimits {
     pub concurrency: usize,
 }
 
-/// Retry backoff and horizon (R8, R9).
+/// Retry backoff and horizon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryConfig {
@@ -167,7 +167,7 @@ pub struct RetryConfig {
     /// arrive together; 0.0..=1.0. Default 0.2.
     pub jitter: f64,
     /// Retry horizon from a row's first attempt, ms; past it the row is dead-lettered; > 0.
-    /// Default 86400000 (24 h) (R9).
+    /// Default 86400000 (24 h).
     #[serde(deserialize_with = "super::duration::ms")]
     pub max_elapsed_ms: u64,
     /// Attempts before a row is dead-lettered; 0 = no limit, only the horizon applies.
@@ -178,7 +178,7 @@ pub struct RetryConfig {
     pub retry_after_max_ms: u64,
     /// Floor of every retry delay, ms: no retry is due sooner after a failed attempt,
     /// whatever the backoff, its jitter or a sink's `Retry-After` (`0`, a date in the
-    /// past) says; <= `max_backoff_ms`. Default 1000 (R8).
+    /// past) says; <= `max_backoff_ms`. Default 1000.
     #[serde(deserialize_with = "super::duration::ms")]
     pub min_backoff_ms: u64,
 }
@@ -201,7 +201,7 @@ pub struct CommitConfig {
     pub max_delay_ms: u64,
 }
 
-/// Metrics, ingest and admin HTTP listener (R27); see `docs/security.md` "Admin and ingest".
+/// Metrics, ingest and admin HTTP listener; see `docs/security.md` "Admin and ingest".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
@@ -251,7 +251,7 @@ pub struct AdminConfig {
     /// `max_connections` there, or 0 for no per-address bound. Default 128.
     pub max_connections_per_client: usize,
     /// Request headers ingest reads a hook's event type from, in order; the first one
-    /// present sets it (what sink entries' event filters match, P9). Lowercase names; the
+    /// present sets it (what sink entries' event filters match). Lowercase names; the
     /// value must be a valid event type (`model::check_event_type`) or the request is a 400.
     /// Default `["x-event-type", "x-github-event"]`.
     pub event_type_headers: Vec<String>,
@@ -316,7 +316,7 @@ pub struct HistoryConfig {
     pub metrics_tenants: Vec<String>,
 }
 
-/// Operational events (P9): an entry disabled after prolonged failure, an entry enabled
+/// Operational events: an entry disabled after prolonged failure, an entry enabled
 /// again. Each is appended to the partition's `events` stream and, with `events_url`,
 /// POSTed there signed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -386,7 +386,7 @@ impl TelemetryConfig {
     }
 }
 
-/// The claim-check blob store (R18): where bodies larger than a sink's inline limit (SQS:
+/// The claim-check blob store: where bodies larger than a sink's inline limit (SQS:
 /// its `max_message_bytes` less the attributes; Pub/Sub: about 7 MB) are checked in. Values
 /// may hold `${env:NAME}` secret references.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -652,7 +652,7 @@ impl LeaderConfig {
 }
 
 impl DispatchConfig {
-    /// The limits of `tenant` (R14): each is the tenant's own entry, else the `default` entry,
+    /// The limits of `tenant`: each is the tenant's own entry, else the `default` entry,
     /// else the global value, and never more than the global value.
     pub fn tenant_limits(&self, tenant: &str) -> ResolvedLimits {
         let layers = [self.tenants.get(tenant), self.tenants.get(DEFAULT_TENANT)];

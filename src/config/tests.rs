@@ -104,7 +104,7 @@ fn an_unknown_key_is_rejected_naming_its_path() {
     );
 }
 
-/// Issue 27: every unknown key is named at once, not only the first, each with its path.
+/// every unknown key is named at once, not only the first, each with its path.
 #[test]
 fn every_unknown_key_is_named_in_one_check() {
     let message = parse_message(Config::from_toml_str(

@@ -1,16 +1,16 @@
-//! Attempts: starting a slotted job, its breaker (R16), and turning its result into a
-//! settle operation: delivered, retry with backoff, parked, dead letter (R5–R9).
+//! Attempts: starting a slotted job, its breaker, and turning its result into a
+//! settle operation: delivered, retry with backoff, parked, dead letter.
 
 use super::*;
 
 impl Session {
     pub(super) fn start_attempts(&mut self) {
         if !self.lease_ok() {
-            return; // R25: no attempt starts once the lease may have passed to someone else
+            return; // No attempt starts once the lease may have passed to someone else
         }
         let timeout = Duration::from_millis(self.cfg.dispatch.attempt_timeout_ms);
         let settings = self.breaker_settings();
-        // Keys over their rate limit (P9) keep their queue and take no slot; the loop wakes
+        // Keys over their rate limit keep their queue and take no slot; the loop wakes
         // when the first of them has a token again.
         let now = Instant::now();
         let mut rate_wait: Option<Duration> = None;
@@ -100,11 +100,11 @@ impl Session {
         let b = self.breakers.entry(job.key.clone()).or_default();
         let t = b.record(&settings, now, r, job.probe);
         // Relative: `breakers.lua` adds Redis `TIME`, so this worker's wall clock never
-        // reaches the next term (issue 24).
+        // reaches the next term.
         let snapshot = b.remaining(now);
         let closed_clean = !b.is_open() && r == breaker::Result::Success;
         if t.is_some() {
-            // Kept for the next term (issue 17.4), fenced like every write.
+            // Kept for the next term, fenced like every write.
             let (store, token) = (self.ctx.store.clone(), self.ctx.token.clone());
             let change = (
                 super::breaker_field(&job.key),
@@ -162,7 +162,7 @@ impl Session {
             .set(self.breakers.values().filter(|b| b.is_open()).count() as f64);
     }
 
-    /// Park a row until its breaker closes (R16): attempt count unchanged, due again after
+    /// Park a row until its breaker closes: attempt count unchanged, due again after
     /// `d` plus up to half of `breaker_open_ms` of jitter, so a recovering endpoint is not hit by
     /// the whole backlog at once; never past the row's retry horizon, and a row parked at or
     /// past it is dead-lettered `retry_horizon(module)` (`core::park_delay`).
@@ -172,11 +172,11 @@ impl Session {
     }
 
     /// Park a row for exactly `delay` ms (a breaker's period with its jitter, or a rate
-    /// limit's wait, P9): attempt count unchanged, never past the row's retry horizon
+    /// limit's wait): attempt count unchanged, never past the row's retry horizon
     /// (`core::park_op`).
     pub(super) fn park_ms(&mut self, job: Job, delay: u64) {
         let module = job.key.module.to_string();
-        // The entry's own horizon when it sets one (P9), never past the operator's.
+        // The entry's own horizon when it sets one, never past the operator's.
         let max_elapsed_ms = backoff::horizon_ms(&self.cfg.retry, job.entry.retry.as_ref());
         let op = super::core::park_op(
             job.redis_now_ms(),
@@ -194,7 +194,7 @@ impl Session {
     }
 
     /// A finished attempt: its settle operation (`core::attempt_op`, under the entry's own
-    /// retry policy over the global one, P9), its metrics, its history record and its "attempt
+    /// retry policy over the global one), its metrics, its history record and its "attempt
     /// failed" line.
     pub(super) fn record_attempt(
         &mut self,

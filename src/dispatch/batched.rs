@@ -1,4 +1,4 @@
-//! The scheduler's side of batching sinks (R17) and of the claim check (R18).
+//! The scheduler's side of batching sinks and of the claim check.
 //!
 //! A claimed row of a batching sink (`sqs`, `pubsub`, `kinesis`, `eventbridge`) holds
 //! window room like any row ([`super::slots::Slots::hold`] / `settled`, unchanged), but it
@@ -9,13 +9,13 @@
 //!    client) and stages it, per destination and tenant, untimed — like a row waiting for a
 //!    slot. A hook whose body is over the sink's inline limit and not yet checked in is
 //!    added to this scan's pack ([`Session::pack_scan`] uploads each tenant's pack in one
-//!    background task, R18).
+//!    background task).
 //! 2. **Admit.** [`Session::start_batched`] moves staged rows into the destination's batcher,
 //!    round-robin across tenants, while the batcher holds fewer than `max_entries ×
 //!    sink_concurrency` entries of that tenant (a full request for every request slot) and
-//!    twice that in all. The breaker is asked first (R16): a row of an open key is parked
+//!    twice that in all. The breaker is asked first: a row of an open key is parked
 //!    and never reaches a batcher, so it never shares a request with another tenant.
-//! 3. **Attempt.** Each admitted row is an attempt task under `attempt_timeout_ms` (R7):
+//! 3. **Attempt.** Each admitted row is an attempt task under `attempt_timeout_ms`:
 //!    wait for its hook's check-in (or check the body in itself when the pack failed),
 //!    build its message, submit it to the batcher and wait for its own entry's answer.
 //! 4. **Answer.** The attempt's result settles its own row and moves its own key's breaker
@@ -106,7 +106,7 @@ impl Batched {
         }
     }
 
-    /// The claim-check store, to delete the blobs of finished hooks (R18).
+    /// The claim-check store, to delete the blobs of finished hooks.
     pub(super) fn blobs(&self) -> Option<BlobStore> {
         self.blobs.as_ref().ok().cloned()
     }
@@ -179,7 +179,7 @@ impl Session {
                 },
             );
         }
-        // R18: a body over the sink's inline limit is checked in once, before any sink runs.
+        // A body over the sink's inline limit is checked in once, before any sink runs.
         let inline_max = job.target.inline_max_bytes(&job.hook.headers);
         if job.hook.claim_ref.is_none() && inline_max.is_some_and(|m| job.hook.body.len() > m) {
             let b = &mut self.batched;
@@ -213,7 +213,7 @@ impl Session {
         q.push_back((job, resolved));
     }
 
-    /// Upload this scan's packs: one background task per tenant (R18).
+    /// Upload this scan's packs: one background task per tenant.
     pub(super) fn pack_scan(&mut self) {
         if self.batched.pack.is_empty() {
             return;
@@ -483,7 +483,7 @@ async fn run_attempt(
             Ok(url) => url,
             Err(_) => {
                 // The pack failed: the first attempt of this hook checks the body in itself;
-                // the others wait for it (R18).
+                // the others wait for it.
                 let blobs = match &blobs {
                     Ok(b) => b,
                     // A secret reference of `[claim_check]` that cannot be resolved is a

@@ -1,4 +1,4 @@
-//! The scheduler's claim check-in (R18, [`crate::claim_check`]): upload the bodies a scan's
+//! The scheduler's claim check-in ([`crate::claim_check`]): upload the bodies a scan's
 //! rows need checked in, then record each reference with its hook in one call fenced by
 //! the leader's token, so every sink and retry of the hook reuses it.
 

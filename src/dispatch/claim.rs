@@ -1,5 +1,5 @@
 //! Claiming: one `claim.lua` call per scan, then the reads that bind each claimed row to
-//! its hook, its source and a sink entry (R2, R3, R19, R20).
+//! its hook, its source and a sink entry.
 
 use super::*;
 
@@ -21,7 +21,7 @@ impl Session {
             return; // an outcome settling frees room and asks again
         }
         // The room is taken before the claim is sent, so the other partitions this worker
-        // leads cannot claim it too (issue 28); `claimed` gives back what was not used.
+        // leads cannot claim it too; `claimed` gives back what was not used.
         let Some((page, bytes)) = self.slots.reserve_claim(page) else {
             return; // another session's claim holds the room: its answer frees it
         };
@@ -65,7 +65,7 @@ impl Session {
             .await;
             health.record_write("claim", &r);
             if let Ok(p) = &r {
-                // Issue 17.11: the page follows the script's own time (Redis' clock), not
+                // the page follows the script's own time (Redis' clock), not
                 // the round trip, which a busy network or client would inflate.
                 let got = p.claim.rows.len();
                 let took = Duration::from_micros(p.claim.script_us);
@@ -217,8 +217,8 @@ impl Binder {
 
     /// A claimed row as a job ready to run, or the settle operation it gets at once: a row
     /// that cannot be read is dead-lettered `malformed` (and counted), a row whose hook is
-    /// gone dropped (R20), a row whose source or sink entry is gone dead-lettered
-    /// `source_gone` / `sink_gone` (R19), a disabled entry's `sink_disabled` (P9).
+    /// gone dropped, a row whose source or sink entry is gone dead-lettered
+    /// `source_gone` / `sink_gone`, a disabled entry's `sink_disabled`.
     fn bind(&mut self, r: &crate::store::ClaimedRow, id: Option<RowId>) -> Result<Job, SettleOp> {
         let dead = |reason: DeadReason| SettleOp::DeadLetter {
             reason,
@@ -238,7 +238,7 @@ impl Binder {
             Some(Ok(hook)) => hook,
             Some(Err(e)) => return Err(malformed(format!("hook {}: {e}", id.hook))),
             None => {
-                // The hook is gone: nothing to deliver (R20: dropped, not dead-lettered).
+                // The hook is gone: nothing to deliver (dropped, not dead-lettered).
                 metrics::counter!("ankusa_malformed_rows_total").increment(1);
                 return Err(SettleOp::Drop);
             }
@@ -266,11 +266,11 @@ impl Binder {
         };
         let spec_entry = &spec.sinks[index as usize];
         if spec_entry.disabled.is_some() {
-            // Disabled after prolonged failure (P9): replayable once enabled again.
+            // Disabled after prolonged failure: replayable once enabled again.
             return Err(dead(DeadReason::SinkDisabled(index)));
         }
         if let Some(filter) = &spec_entry.filter {
-            // The filter as it is now, as every per-entry option (issue 28): one edited
+            // The filter as it is now, as every per-entry option: one edited
             // after the commit, or the one of the entry a reordered row falls back to,
             // refuses a hook its row was made for. Dropped, never dead-lettered.
             if !filter.matches_hook(hook.event_type.as_deref(), &hook.body, hook.headers.json()) {
@@ -321,7 +321,7 @@ impl Binder {
     }
 }
 
-/// Bind a row to a sink entry (R19): its own index when the module still matches, else the
+/// Bind a row to a sink entry: its own index when the module still matches, else the
 /// one entry with its module; `None` when neither holds (`sink_gone`).
 pub(crate) fn bind(sinks: &[SinkEntry], index: u32, module: &str) -> Option<u32> {
     if sinks

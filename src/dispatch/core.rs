@@ -32,7 +32,7 @@ pub(super) struct RetryState {
     pub(super) draw: f64,
 }
 
-/// A finished attempt's settle operation (R7–R9): delivered; a permanent failure
+/// A finished attempt's settle operation: delivered; a permanent failure
 /// dead-lettered `permanent(error)`; a retryable one (a timeout too) retried after the
 /// entry's backoff, or dead-lettered at the retry horizon or after `max_attempts`. Errors
 /// are cut to [`ERROR_MAX_BYTES`].
@@ -172,11 +172,11 @@ pub(super) fn next_claim(
     poll: Duration,
 ) -> NextClaim {
     if claim.bytes_full {
-        // R5: a due hook does not fit the byte window; an outcome settling frees room and
+        // A due hook does not fit the byte window; an outcome settling frees room and
         // asks again (the poll is the liveness bound).
         NextClaim::After(poll)
     } else if got >= page || claim.budget_stopped {
-        // Full, or cut short by the time budget (issue 17.11): more is due now.
+        // Full, or cut short by the time budget: more is due now.
         NextClaim::Now
     } else {
         let wait = match claim.next_due_ms {

@@ -1,4 +1,4 @@
-//! The operational events the leader emits beside `sink_disabled`/`sink_enabled` (issue 28):
+//! The operational events the leader emits beside `sink_disabled`/`sink_enabled`:
 //! `breaker_opened` and `breaker_closed` on every transition of a sink key's breaker, and
 //! `row_dead_lettered` when a row is dead-lettered — at most one per sink key per
 //! [`DEAD_LETTER_EVENT_EVERY`], carrying how many more were since the last one, so a dead

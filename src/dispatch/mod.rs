@@ -1,5 +1,5 @@
 //! Dispatch: the leader's loop that claims due rows, runs attempts and settles
-//! outcomes (R2–R9, R13–R15).
+//! outcomes.
 //!
 //! One session runs per leadership term (epoch). Its loop owns all state and
 //! reacts to events: a wake from a commit, the timer of the earliest due row, an
@@ -14,7 +14,7 @@
 //! | `claim.rs` | one claim call and the reads that bind its rows to hooks and sinks |
 //! | `attempt.rs` | starting attempts, breakers, results into settle operations |
 //! | `settle.rs` | settle batches, their retry, and the drain that ends a term |
-//! | `batched.rs` | batching sinks (SQS, Pub/Sub) and the claim check (R17, R18) |
+//! | `batched.rs` | batching sinks (SQS, Pub/Sub) and the claim check |
 //! | `core.rs` | the decisions as pure functions: settle operation of an attempt, park versus the retry horizon, disable, next claim |
 
 mod attempt;
@@ -79,14 +79,14 @@ impl Progress {
 /// Bytes of an error kept on a row or a dead letter.
 pub(crate) const ERROR_MAX_BYTES: usize = 1024;
 
-/// The unit of isolation (R15): `(tenant, source, sink index, module)`.
+/// The unit of isolation: `(tenant, source, sink index, module)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SinkKey {
     /// Tenant id.
     pub tenant: Arc<str>,
     /// Source id.
     pub source: Arc<str>,
-    /// Sink index in the source's list (after rebinding, R19).
+    /// Sink index in the source's list (after rebinding).
     pub index: u32,
     /// Sink module.
     pub module: Arc<str>,
@@ -98,7 +98,7 @@ struct Job {
     tenant: String,
     /// The row, parsed once at the claim.
     row: RowId,
-    /// The claim token it was claimed under (P6).
+    /// The claim token it was claimed under.
     claim: u64,
     hook_id: u64,
     key: SinkKey,
@@ -108,7 +108,7 @@ struct Job {
     hook: Arc<StoredHook>,
     target: Arc<dyn Target>,
     /// The sink entry as the source was at the claim: its policy (retry, rate limit,
-    /// disable) applies to this attempt (P9).
+    /// disable) applies to this attempt.
     entry: Arc<SinkEntry>,
     /// Redis time at the claim (ms) and the local instant it was read: Redis time now is
     /// estimated as `claim_ms + claimed_at.elapsed()`, so a skewed local clock never matters.
@@ -162,7 +162,7 @@ impl Slotted for Job {
     }
 }
 
-/// A claimed row that needs no attempt: its outcome is known at claim (R19, R20).
+/// A claimed row that needs no attempt: its outcome is known at claim.
 struct Immediate {
     tenant: String,
     row: String,
@@ -189,14 +189,14 @@ enum Event {
         elapsed: Duration,
     },
     Settled(SettleResult),
-    /// A batched attempt ended or was handed back (R17).
+    /// A batched attempt ended or was handed back.
     Batched(batched::BatchedEvent),
-    /// The leader's disable of a sink key ended (P9).
+    /// The leader's disable of a sink key ended.
     Disabled(SinkKey, policy::DisableEnd),
 }
 
 /// A settle call's result: the `(tenant, bytes)` of each settled row and the outcomes the
-/// time budget left for the next call (issue 17.11), or the error and the batch to retry.
+/// time budget left for the next call, or the error and the batch to retry.
 type SettleResult = Result<(Vec<(String, u64)>, Vec<Pending>), (StoreError, Vec<Pending>)>;
 
 /// An outcome waiting for the next settle batch, with the window room it holds.
@@ -220,7 +220,7 @@ pub struct SchedulerState {
     pub claimed_bytes: u64,
     /// Attempts running.
     pub running: usize,
-    /// The global window is full (R21).
+    /// The global window is full.
     pub window_full: bool,
     /// Rows settled by this process since it started (delivered + dead-lettered + dropped).
     pub settled_total: u64,
@@ -241,7 +241,7 @@ pub(crate) enum SessionEnd {
 pub(crate) struct SessionCtx {
     /// The store.
     pub store: Store,
-    /// Current config (reconfigure sends a new one, R22).
+    /// Current config (reconfigure sends a new one).
     pub config: watch::Receiver<Arc<Config>>,
     /// Lease token and epoch of this term.
     pub token: String,
@@ -250,13 +250,13 @@ pub(crate) struct SessionCtx {
     /// The partition's message space ([`Store::message_space`]): every `webhook-id` of
     /// this term is `msg_<space>_<row id>`.
     pub message_space: Arc<str>,
-    /// Wake notifications from commits (R2).
+    /// Wake notifications from commits.
     pub wake: Arc<Notify>,
     /// Cancelled for a graceful shutdown.
     pub shutdown: CancellationToken,
     /// Cancelled when the lease is lost.
     pub lost: CancellationToken,
-    /// The instant until which the lease is surely ours; no attempt starts past it (R25).
+    /// The instant until which the lease is surely ours; no attempt starts past it.
     pub lease_deadline: watch::Receiver<Instant>,
     /// State published for observers.
     pub state: watch::Sender<SchedulerState>,
@@ -266,10 +266,10 @@ pub(crate) struct SessionCtx {
     /// Heartbeat for the leader's self-check: ticked on every claim with rows, finished
     /// attempt and applied settle.
     pub progress: Arc<Progress>,
-    /// Health: a claim or settle Redis refuses turns it red until one succeeds (issue 17.8).
+    /// Health: a claim or settle Redis refuses turns it red until one succeeds.
     pub health: Arc<crate::health::Health>,
     /// The process's global window, shared with the sessions of its other partitions
-    /// (issue 13).
+    ///.
     pub shared: Arc<crate::scheduler::slots::SharedWindow>,
 }
 
@@ -287,23 +287,23 @@ struct Session {
     settle_backoff: Duration,
     settle_retry_at: Option<tokio::time::Instant>,
     settled_total: u64,
-    /// Breakers by sink key; absent means closed with no failures (R16).
+    /// Breakers by sink key; absent means closed with no failures.
     breakers: HashMap<SinkKey, Breaker>,
-    /// Token buckets of the rate-limited sink keys (P9); a new term starts them full.
+    /// Token buckets of the rate-limited sink keys; a new term starts them full.
     rates: HashMap<SinkKey, rate::Bucket>,
     /// When the first rate-limited key has a token again, if any waits.
     rate_wake: Option<tokio::time::Instant>,
     /// Each failing sink key's run of failures without a success, for `disable_after_ms`
-    /// (P9); absent: its last attempt succeeded (or its entry never disables).
+    ///; absent: its last attempt succeeded (or its entry never disables).
     failing_since: HashMap<SinkKey, policy::FailRun>,
     /// Sink keys being disabled right now (one disable call each).
     disabling: std::collections::HashSet<SinkKey>,
     /// Rows per claim and outcomes per settle call, adapted so each call stays under
-    /// `dispatch.script_budget_ms` ([`slots::adapt_page`], issue 17.11); written by the call
+    /// `dispatch.script_budget_ms` ([`slots::adapt_page`]); written by the call
     /// tasks.
     claim_page: Arc<std::sync::atomic::AtomicUsize>,
     settle_page: Arc<std::sync::atomic::AtomicUsize>,
-    /// Batching sinks' destinations and the claim check (R17, R18).
+    /// Batching sinks' destinations and the claim check.
     batched: batched::Batched,
     /// A claim failed in a way that leaves its rows uncertain: the term winds down.
     store_failed: Option<String>,
@@ -317,7 +317,7 @@ pub(super) fn breaker_field(k: &SinkKey) -> String {
     format!("{}\n{}\n{}\n{}", k.tenant, k.source, k.index, k.module)
 }
 
-/// The breakers the last term left open (R16, issue 17.4): each starts open for what is left
+/// The breakers the last term left open: each starts open for what is left
 /// of its period, or half-open with one probe. A snapshot that cannot be read is ignored
 /// (that breaker starts closed, as before snapshots existed).
 async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
@@ -328,7 +328,7 @@ async fn restore_breakers(store: &Store) -> HashMap<SinkKey, Breaker> {
             return HashMap::new();
         }
     };
-    // Redis's clock, the one `breakers.lua` kept the snapshots on (issue 24).
+    // Redis's clock, the one `breakers.lua` kept the snapshots on.
     let unix = match store.now_ms().await {
         Ok(t) => t.max(0) as u64,
         Err(e) => {
@@ -380,7 +380,7 @@ pub(crate) async fn run_session(ctx: SessionCtx) -> SessionEnd {
     let breakers = restore_breakers(&ctx.store).await;
     let (claim_page, settle_page) = (cfg.dispatch.batch, cfg.dispatch.settle_batch);
     // The settings the scripts keep server side, in force before this term's first claim
-    // and settle (issue 17.10, R18); the window task keeps them current afterwards.
+    // and settle; the window task keeps them current afterwards.
     let settings = [
         ("max_hook_bytes", cfg.commit.max_hook_bytes as u64),
         ("max_delay_ms", cfg.commit.max_delay_ms),
@@ -433,7 +433,7 @@ pub(crate) async fn run_session(ctx: SessionCtx) -> SessionEnd {
     metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
     metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
     metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
-    // The partition's gauges (issue 13): this node no longer speaks for it.
+    // The partition's gauges: this node no longer speaks for it.
     let p = partition.to_string();
     metrics::gauge!("ankusa_due_lag_seconds", "partition" => p.clone()).set(0.0);
     metrics::gauge!("ankusa_breakers_open", "partition" => p.clone()).set(0.0);
@@ -444,7 +444,7 @@ pub(crate) async fn run_session(ctx: SessionCtx) -> SessionEnd {
 impl Session {
     async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>) -> SessionEnd {
         let mut config_rx = self.ctx.config.clone();
-        // Room another partition's session freed in the process's window (issue 13).
+        // Room another partition's session freed in the process's window.
         let mut freed = self.slots.shared().freed();
         loop {
             if self.ctx.lost.is_cancelled() {
@@ -513,14 +513,14 @@ impl Session {
                 false
             }
         });
-        // The process's window: the sum over the partitions it leads (issue 13).
+        // The process's window: the sum over the partitions it leads.
         let shared = self.slots.shared();
         metrics::gauge!("ankusa_claimed_rows").set(shared.rows() as f64);
         metrics::gauge!("ankusa_claimed_bytes").set(shared.bytes() as f64);
         metrics::gauge!("ankusa_running_attempts").set(shared.running() as f64);
     }
 
-    /// The `partition` label of this session's per-partition gauges (issue 13).
+    /// The `partition` label of this session's per-partition gauges.
     fn partition_label(&self) -> String {
         self.ctx.store.partition_index().to_string()
     }
@@ -613,9 +613,9 @@ impl Session {
     fn claim_failed(&mut self, e: StoreError) {
         // The claim may have run with its reply lost: its rows would sit claimed with
         // nobody working on them. End the term, so the next one's requeue makes them
-        // due (R3); but first wind down: running attempts finish and every outcome
+        // due; but first wind down: running attempts finish and every outcome
         // observed is settled while its row is still claimed under this term, so no
-        // attempt is forgotten and no lost ok becomes a duplicate (issue 17.7).
+        // attempt is forgotten and no lost ok becomes a duplicate.
         self.claiming = false;
         self.slots.end_claim();
         warn!(error = %e, "claim failed; winding the term down so a new epoch requeues its claims");

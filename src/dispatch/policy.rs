@@ -1,4 +1,4 @@
-//! Per-entry policy in the loop (P9): rate limits at queueing time (the decisions are
+//! Per-entry policy in the loop: rate limits at queueing time (the decisions are
 //! [`crate::scheduler::rate`]'s), and disabling an entry after prolonged failure.
 
 use super::*;
@@ -35,7 +35,7 @@ impl Session {
 }
 
 impl Session {
-    /// Follow a sink key's continuous failure for its entry's `disable_after_ms` (P9): a
+    /// Follow a sink key's continuous failure for its entry's `disable_after_ms`: a
     /// success ends the run; any failure (permanent ones too: the endpoint is what fails)
     /// starts one or keeps it going. The run is kept in the leader's memory: a new term
     /// starts it again, like the breakers' state.
@@ -338,7 +338,7 @@ async fn post_event_to(
     to.count("failed");
 }
 
-/// A sink key's run of failures without a success (P9, `disable_after_ms`).
+/// A sink key's run of failures without a success (`disable_after_ms`).
 #[derive(Debug)]
 pub(super) struct FailRun {
     /// The end of the run's first failed attempt.

@@ -1,5 +1,5 @@
 //! Settling: outcomes buffered into `settle.lua` batches, retried with backoff while the
-//! term holds (R4, R25), and the drain that ends a term.
+//! term holds, and the drain that ends a term.
 
 use super::*;
 
@@ -34,7 +34,7 @@ impl Session {
                 .settle_budgeted(&token, epoch, &outcomes, history, Some(budget))
                 .await;
             if let Ok(s) = &settled {
-                // Issue 17.11: the batch follows the script's own time (Redis' clock).
+                // the batch follows the script's own time (Redis' clock).
                 let took = Duration::from_micros(s.script_us);
                 let next = slots::adapt_page(page_size, s.processed, took, max, budget);
                 settle_page.store(next, std::sync::atomic::Ordering::Relaxed);
@@ -54,7 +54,7 @@ impl Session {
                     exhausted,
                     ..
                 }) => {
-                    // Issue 28: a hook that will not be delivered everywhere, announced
+                    // a hook that will not be delivered everywhere, announced
                     // once, by the call that ended its last row.
                     for h in exhausted {
                         events::spawn_event(
@@ -67,7 +67,7 @@ impl Session {
                     }
                     metrics::counter!("ankusa_settle_rows_total", "result" => "applied")
                         .increment(applied);
-                    // R18: the claim-check blobs of hooks this settle deleted.
+                    // The claim-check blobs of hooks this settle deleted.
                     if let Some(b) = &blobs {
                         b.delete_later(finished_blobs);
                     }
@@ -92,7 +92,7 @@ impl Session {
                 }
                 Err(e) => {
                     if matches!(e, StoreError::Fenced) {
-                        // A deposed leader tried to write: refused by the script (R25).
+                        // A deposed leader tried to write: refused by the script.
                         metrics::counter!("ankusa_redis_errors_total", "kind" => "fenced")
                             .increment(1);
                         metrics::counter!("ankusa_settle_rows_total", "result" => "fenced")

@@ -1,11 +1,11 @@
-//! Retry timing (R8, R9): exponential backoff with jitter, `Retry-After`, the horizon.
+//! Retry timing: exponential backoff with jitter, `Retry-After`, the horizon.
 //! Pure: the caller passes the clock reading and the random draw.
 
 use crate::config::RetryConfig;
 use crate::model::EntryRetry;
 use std::time::Duration;
 
-/// The retry policy of one sink entry (P9): the global `[retry]` with the entry's fields
+/// The retry policy of one sink entry: the global `[retry]` with the entry's fields
 /// over it, and the entry's fixed schedule if it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Policy {
@@ -84,7 +84,7 @@ pub(crate) fn policy_backoff_ms(p: &Policy, attempts: u32, draw: f64) -> u64 {
     }
 }
 
-/// [`decide`] under an entry's [`Policy`] (P9).
+/// [`decide`] under an entry's [`Policy`].
 pub(crate) fn decide_policy(
     p: &Policy,
     attempts: u32,
@@ -108,7 +108,7 @@ pub(crate) fn decide_policy(
 pub(crate) enum RetryDecision {
     /// Due again after this many ms.
     RetryIn(u64),
-    /// The horizon passed (R9): dead-letter `retry_horizon(module)`.
+    /// The horizon passed: dead-letter `retry_horizon(module)`.
     Horizon,
     /// `retry.max_attempts` reached: dead-letter `max_attempts(module)`.
     MaxAttempts,
@@ -128,9 +128,9 @@ pub(crate) fn backoff_ms(cfg: &RetryConfig, attempts: u32, draw: f64) -> u64 {
 /// `attempts` counts the attempt that just failed.
 ///
 /// The delay is the backoff, raised (never lowered) by a sink's `Retry-After` (capped at
-/// `retry_after_max_ms`), and never below `retry.min_backoff_ms` (R8): a `Retry-After: 0`
+/// `retry_after_max_ms`), and never below `retry.min_backoff_ms`: a `Retry-After: 0`
 /// or a date in the past cannot make a row retry at once. A retry never lands past the
-/// horizon (R9): a backoff is cut to land on it (the last attempt runs there), but a delay
+/// horizon: a backoff is cut to land on it (the last attempt runs there), but a delay
 /// the sink asked for, or the floor, is never cut short by an extra attempt: when the
 /// horizon comes first the row is dead-lettered now. A failure at or past it is final.
 #[cfg(test)] // only the unit tests call it

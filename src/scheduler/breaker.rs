@@ -1,4 +1,4 @@
-//! Per-sink-key circuit breakers (R16), with no I/O: the caller passes the clock.
+//! Per-sink-key circuit breakers, with no I/O: the caller passes the clock.
 //!
 //! Closed → (N consecutive retryable failures) → Open for `open_ms × 2^k` (capped at
 //! `max_open_ms`) → HalfOpen: one attempt runs as a probe, rows arriving meanwhile are
@@ -6,7 +6,7 @@
 //! `permanent` errors neither count nor reset. Breakers decide in the leader's memory; the
 //! leader writes a [`Snapshot`] to Redis when one opens or closes, so a new term starts a
 //! breaker that was open as open (for what is left of its period) or half-open with one
-//! probe, never closed (issue 17.4).
+//! probe, never closed.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ pub(crate) enum Result {
     Success,
     /// A retryable failure (transport error, 5xx, timeout…).
     Failure,
-    /// A permanent error: does not count (R16).
+    /// A permanent error: does not count.
     Permanent,
 }
 
@@ -59,12 +59,12 @@ pub(crate) struct Settings {
     pub max_open: Duration,
 }
 
-/// What a new term needs of an open breaker (R16, issue 17.4): kept in Redis (`breakers`).
+/// What a new term needs of an open breaker: kept in Redis (`breakers`).
 ///
 /// Its times are on Redis's clock, never a worker's: the leader hands over what is left of
 /// the open period ([`Breaker::remaining`]) and `breakers.lua` adds its own `TIME`; a new
 /// term reads Redis `TIME` to restore it. A leader whose wall clock ran hours ahead would
-/// otherwise have opened its successors' breakers for hours (issue 24).
+/// otherwise have opened its successors' breakers for hours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Snapshot {
     /// When the open period ends, Unix ms on Redis's clock; at or before now: half-open.

@@ -1,5 +1,5 @@
 //! The scheduler's pure decisions: windows and slots, circuit breakers, backoff, rate
-//! limits (R5–R9, R13–R16, P9). No I/O and no clock of their own: the dispatch loop
+//! limits. No I/O and no clock of their own: the dispatch loop
 //! ([`crate::dispatch`]) feeds them instants and applies what they decide.
 
 pub(crate) mod backoff;

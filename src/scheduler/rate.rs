@@ -1,4 +1,4 @@
-//! Rate limits per sink key (P9): a token bucket per key in the leader's memory, with no
+//! Rate limits per sink key: a token bucket per key in the leader's memory, with no
 //! I/O and no clock of its own (the dispatch loop passes instants). Like the breakers, the
 //! buckets live and die with a term: a new leader starts every bucket full.
 

@@ -1,4 +1,4 @@
-//! Windows and slots, with no I/O (R5, R14, R15).
+//! Windows and slots, with no I/O.
 //!
 //! A claimed row holds window room (rows and bytes, globally and per tenant) from
 //! its claim until its outcome is settled in Redis. It waits in its sink key's
@@ -8,7 +8,7 @@
 //! the tenant's `concurrency`, and `dispatch.sink_concurrency` per key.
 //!
 //! The global caps (`dispatch.concurrency`, `max_inflight`, `max_inflight_bytes`) belong to
-//! the worker process, not to one partition (issue 13): every scheduler session of the
+//! the worker process, not to one partition: every scheduler session of the
 //! process counts against one [`SharedWindow`]. A tenant lives in one partition, so its
 //! limits and its sink keys' `sink_concurrency` stay in that partition's [`Slots`].
 
@@ -23,7 +23,7 @@ pub(crate) use super::window::{fair_share, SharedWindow};
 
 /// The next page (rows per claim, outcomes per settle) after a call that handled `asked`
 /// items took `took` of Redis time (the script's own measure, by Redis' clock) against the
-/// time budget of one call, `budget` (`dispatch.script_budget_ms`, issue 17.11: a claim or
+/// time budget of one call, `budget` (`dispatch.script_budget_ms`: a claim or
 /// settle call blocks every other client of Redis while it runs): over 4/5 of the budget
 /// the page shrinks in proportion, aiming at 4/5 of it; under 2/5 with the whole page used
 /// it doubles; always within `16..=max` (`max` when below 16).
@@ -49,7 +49,7 @@ pub(crate) fn adapt_page(
 
 /// What the slot machinery needs to know of a queued job.
 pub(crate) trait Slotted {
-    /// The unit of isolation: `(tenant, source, sink index, module)` (R15).
+    /// The unit of isolation: `(tenant, source, sink index, module)`.
     type Key: Clone + Eq + Hash + std::fmt::Debug;
     /// The job's tenant.
     fn tenant(&self) -> &str;
@@ -112,7 +112,7 @@ impl<J: Slotted> Slots<J> {
         Self::with_shared(cfg, Arc::new(SharedWindow::default()))
     }
 
-    /// Empty slots whose global caps count every session sharing `shared` (issue 13).
+    /// Empty slots whose global caps count every session sharing `shared`.
     pub(crate) fn with_shared(cfg: &DispatchConfig, shared: Arc<SharedWindow>) -> Self {
         Slots {
             shared,
@@ -135,7 +135,7 @@ impl<J: Slotted> Slots<J> {
         }
     }
 
-    /// Take new limits (R22): claimed and running rows stay; a lowered cap only gates the next start.
+    /// Take new limits: claimed and running rows stay; a lowered cap only gates the next start.
     pub(crate) fn reconfigure(&mut self, cfg: &DispatchConfig) {
         self.global.concurrency = cfg.concurrency;
         self.sink_concurrency = cfg.sink_concurrency;
@@ -165,7 +165,7 @@ impl<J: Slotted> Slots<J> {
         &self.shared
     }
     /// Whether the process's global window is full (rows or bytes held), for `pressure()`
-    /// (R21).
+    ///.
     pub(crate) fn window_full(&self) -> bool {
         self.shared.rows() >= self.global.max_inflight
             || self.shared.bytes() >= self.global.max_inflight_bytes
@@ -178,7 +178,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Rows the next claim may take at most, given the global window, `batch`, and this
-    /// session's fair share of the rows while other sessions wait for room (issue 13).
+    /// session's fair share of the rows while other sessions wait for room.
     /// 0 marks this session waiting until a later call finds room.
     pub(crate) fn claim_room(&mut self) -> usize {
         let others = self.shared.wanting_rows() - usize::from(self.wants_rows);
@@ -213,7 +213,7 @@ impl<J: Slotted> Slots<J> {
     }
 
     /// Room of every tenant in flight that is tighter than `page`: `(tenant, rows)`;
-    /// room 0 means at its window (skipped by the scan and the wake timer, R14).
+    /// room 0 means at its window (skipped by the scan and the wake timer).
     pub(crate) fn tenant_rooms(&self, page: usize) -> Vec<(&str, usize)> {
         self.tenants
             .iter()
@@ -228,7 +228,7 @@ impl<J: Slotted> Slots<J> {
             .collect()
     }
 
-    /// The byte window for the next claim, row by row (R5): the global room, whether nothing
+    /// The byte window for the next claim, row by row: the global room, whether nothing
     /// is claimed, the room of a tenant with nothing in flight, and the room of every tenant
     /// in flight or with limits of its own (`dispatch.tenants`).
     pub(crate) fn byte_rooms(&self) -> crate::store::ByteRooms {
@@ -261,7 +261,7 @@ impl<J: Slotted> Slots<J> {
         }
     }
 
-    /// Reserve room for a claim of up to `page` rows before it is sent (issue 28): up to
+    /// Reserve room for a claim of up to `page` rows before it is sent: up to
     /// `page` of the rows left in the window and all the byte room left, taken atomically
     /// from the process's window, so concurrent claims of other sessions cannot take the
     /// same room. Returns the rows granted and the byte rooms the claim must respect
@@ -436,10 +436,10 @@ impl<J: Slotted> Slots<J> {
         self.next_start_gated(|_| true)
     }
 
-    /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit, P9): a key
+    /// [`Slots::next_start`] where `gate` may hold a key back (its rate limit): a key
     /// it refuses keeps its queue and its place in line and takes no slot.
     pub(crate) fn next_start_gated(&mut self, gate: impl FnMut(&J::Key) -> bool) -> Option<J> {
-        // Within the fair share while other sessions wait (issue 13), then a slot of the
+        // Within the fair share while other sessions wait, then a slot of the
         // process (atomically: other partitions' sessions run on other threads), given back
         // if no job may start.
         let others = self.shared.wanting_slots() - usize::from(self.wants_slots);
@@ -555,7 +555,7 @@ impl<J: Slotted> Slots<J> {
         out
     }
 
-    /// Queued jobs of one sink key, taken out (a breaker opening parks them, R16).
+    /// Queued jobs of one sink key, taken out (a breaker opening parks them).
     pub(crate) fn take_key(&mut self, tenant: &str, key: &J::Key) -> Vec<J> {
         let Some(t) = self.tenants.get_mut(tenant) else {
             return Vec::new();

@@ -1,11 +1,11 @@
-//! The process-wide window the scheduler sessions of one worker share (issue 13), with no
+//! The process-wide window the scheduler sessions of one worker share, with no
 //! I/O: the counters behind the global caps, and the fair share between sessions that
 //! wait for room ([`fair_share`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// The process-wide counters behind the global caps, shared by the sessions of every
-/// partition a worker leads (issue 13). Each [`Slots`] adds what it holds and takes it
+/// partition a worker leads. Each [`Slots`] adds what it holds and takes it
 /// back (also when it is dropped with rows still held: a term that ended abruptly), so
 /// the counters are always the sum over the live sessions. Room is shared fairly between
 /// the sessions that want it: while another session waits for attempt slots (or window
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// no room marks the window starved, and the next room freed by any session (or a session
 /// that stops waiting) signals [`SharedWindow::freed`] so it asks again.
 /// Attempt slots are taken atomically, so `dispatch.concurrency` is never exceeded; a claim
-/// reserves its rows and the byte room left before it is sent (issue 28: claims of several
+/// reserves its rows and the byte room left before it is sent (claims of several
 /// partitions in flight together each took the whole room, 1.5–3.1× the byte window with
 /// four partitions), its rows' holds draw on that reservation, and what they did not use
 /// goes back when the claim's answer is handled. The counters include reservations; the
@@ -91,11 +91,11 @@ impl SharedWindow {
             })
             .is_ok()
     }
-    /// Sessions waiting for attempt slots (issue 13's fair share).
+    /// Sessions waiting for attempt slots (their fair share).
     pub(crate) fn wanting_slots(&self) -> usize {
         self.wanting_slots.load(Ordering::Relaxed)
     }
-    /// Sessions waiting for window rows (issue 13's fair share).
+    /// Sessions waiting for window rows (their fair share).
     pub(crate) fn wanting_rows(&self) -> usize {
         self.wanting_rows.load(Ordering::Relaxed)
     }
@@ -116,7 +116,7 @@ impl SharedWindow {
 }
 
 /// The most one session may hold of `cap` while `others` sessions wait for it too:
-/// `ceil(cap / (others + 1))`, at least 1 (issue 13: the partitions one worker leads
+/// `ceil(cap / (others + 1))`, at least 1 (the partitions one worker leads
 /// share its caps fairly).
 pub(crate) fn fair_share(cap: usize, others: usize) -> usize {
     cap.div_ceil(others + 1).max(1)

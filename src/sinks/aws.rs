@@ -606,7 +606,7 @@ pub fn retryable_code(code: &str) -> bool {
     RETRYABLE_CODES.contains(&code) || code.starts_with("Kms") || code.starts_with("KMS")
 }
 
-/// What a failed request of `module` means for every entry in it (R8): transport errors,
+/// What a failed request of `module` means for every entry in it: transport errors,
 /// throttling, 408, 429 and 5xx and the [`retryable_code`]s retry; other 4xx (the resource
 /// does not exist, access denied, invalid parameter) are permanent.
 pub fn classify_request(

@@ -1,4 +1,4 @@
-//! The per-destination batcher of a batching sink (R17).
+//! The per-destination batcher of a batching sink.
 //!
 //! One batcher task runs per destination (an SQS queue with one client configuration, a
 //! Pub/Sub topic). Attempts submit one entry each and wait for their own answer. The task:
@@ -92,7 +92,7 @@ pub struct Batcher {
 
 impl Batcher {
     /// Start the task of one destination. `module` labels metrics; `concurrency` is read
-    /// before every request, so a reconfigure applies at once (R22).
+    /// before every request, so a reconfigure applies at once.
     pub fn spawn(
         module: &'static str,
         transport: Arc<dyn Transport>,

@@ -1,4 +1,4 @@
-//! The operator's broker connections (`[connections.<name>]`, issue 29): what the `nats` and
+//! The operator's broker connections (`[connections.<name>]`): what the `nats` and
 //! `rabbitmq` sinks share.
 //!
 //! A tenant's broker entry names a connection, never an address, so a tenant reaches only

@@ -1,5 +1,5 @@
 //! Sinks: where a row is delivered. Each sink module has its options, its
-//! transport and its retry classification (R8), apart from the scheduler.
+//! transport and its retry classification, apart from the scheduler.
 //!
 //! | module | batched | inline limit | file |
 //! | --- | --- | --- | --- |
@@ -13,8 +13,8 @@
 //!
 //! The broker sinks reach brokers only through the operator's named [`connections`].
 //!
-//! A batched sink's attempts wait in a per-destination [`batcher`] (R17); a body over its
-//! inline limit is checked in to the blob store (`crate::claim_check`, R18).
+//! A batched sink's attempts wait in a per-destination [`batcher`]; a body over its
+//! inline limit is checked in to the blob store (`crate::claim_check`).
 //!
 //! The rest of the worker knows the modules only through the [`registry`]: a module name
 //! maps to its options parser, its `source put` checks and its [`registry::Target`]; the
@@ -151,7 +151,7 @@ pub fn is_framing_header(name: &str) -> bool {
         .any(|h| h.eq_ignore_ascii_case(name.trim()))
 }
 
-/// How an attempt failed (R8).
+/// How an attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptError {
     /// Worth retrying after backoff, or after `retry_after` when the sink said so.
@@ -163,7 +163,7 @@ pub enum AttemptError {
         /// What failed, for the attempt history.
         kind: ErrorKind,
     },
-    /// Retrying cannot help: dead-letter now as `permanent(reason)`; does not count for breakers (R16).
+    /// Retrying cannot help: dead-letter now as `permanent(reason)`; does not count for breakers.
     Permanent {
         /// The reason, stored as the row's last error (truncated).
         error: String,
@@ -348,7 +348,7 @@ pub const EVENT_TYPE_HEADER: &str = "ankusa-event-type";
 /// RabbitMQ, NATS): `webhook-id` (the row's message id, the same on every attempt),
 /// `ankusa-delivery-id`, `ankusa-hook-id`, `ankusa-attempt`, `ankusa-tenant`,
 /// `ankusa-source`, and when set `ankusa-event-type` and `traceparent`. One list, so a
-/// header added here reaches every such sink (issue 30); each sink adds its own (http:
+/// header added here reaches every such sink; each sink adds its own (http:
 /// `webhook-timestamp`, `webhook-signature`) and decides what a producer header of the same
 /// name becomes.
 pub fn delivery_headers(d: &Delivery) -> Vec<(&'static str, String)> {
@@ -382,7 +382,7 @@ pub fn message_id(space: &str, row: &str) -> String {
 /// One message of a batched sink, built by its module for one attempt, sent by a [`batcher`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchMessage {
-    /// The payload: the body, or a claim-check pointer (R18).
+    /// The payload: the body, or a claim-check pointer.
     pub body: bytes::Bytes,
     /// Message attributes: `(name, value, numeric)`; SQS sends `numeric` ones as `Number`.
     pub attributes: Vec<(String, String, bool)>,

@@ -47,7 +47,7 @@ pub type Warm = fn(&Sinks) -> Result<(), String>;
 pub struct Module {
     /// The name in a sink entry's `module` field and in the `module` metric label.
     pub name: &'static str,
-    /// Whether attempts go through a per-destination batcher (R17): the `module` label of
+    /// Whether attempts go through a per-destination batcher: the `module` label of
     /// the batch metrics.
     pub batched: bool,
     /// Whether an entry of this module may set `rate_limit` (a batching sink's requests are
@@ -94,19 +94,19 @@ pub trait Target: Send + Sync + std::fmt::Debug {
     fn module(&self) -> &'static str;
 
     /// The largest body sent inline for a hook with these producer `headers`; a larger
-    /// body is checked in to the blob store first (R18). `None`: no limit.
+    /// body is checked in to the blob store first. `None`: no limit.
     fn inline_max_bytes(&self, _headers: &ProducerHeaders) -> Option<usize> {
         None
     }
 
-    /// The batching side of a target whose rows go through a batcher (R17); `None`: one
+    /// The batching side of a target whose rows go through a batcher; `None`: one
     /// attempt per row under the slots ([`Target::deliver`]).
     fn batching(&self) -> Option<&dyn Batching> {
         None
     }
 
     /// One attempt of a row of a non-batching target: `Ok` with the status a delivered
-    /// HTTP attempt answered (for the attempt history), or how it failed (R8).
+    /// HTTP attempt answered (for the attempt history), or how it failed.
     fn deliver<'a>(&'a self, _sinks: &'a Sinks, _d: &'a Delivery) -> DeliverFuture<'a> {
         Box::pin(async {
             Err(AttemptError::permanent(
@@ -127,7 +127,7 @@ pub trait Batching: Send + Sync {
     ) -> Result<Arc<dyn Destination>, crate::sinks::ResolveError>;
 }
 
-/// Where one batched attempt goes: a queue or topic with its client and limits (R17).
+/// Where one batched attempt goes: a queue or topic with its client and limits.
 pub trait Destination: Send + Sync + std::fmt::Debug {
     /// The module's name ([`Module::name`]).
     fn module(&self) -> &'static str;

@@ -39,7 +39,7 @@ impl Store {
     /// idempotency key still answers its id). Not fenced: any process may call it. Errors:
     /// the store failing, or a reply that does not decode.
     pub async fn cancel_hook(&self, tenant: &str, hook: u64) -> Result<Cancelled, StoreError> {
-        // The tenant's partition holds its hooks (issue 13).
+        // The tenant's partition holds its hooks.
         let this = self.for_tenant(tenant);
         let args = vec![this.prefix(), tenant.into(), hook.to_string().into()];
         let v = this.call(&this.scripts.cancel, args).await?;

@@ -1,5 +1,5 @@
-//! `claim.lua` and `requeue.lua`: claiming due rows under the term's token (R2, R3, R13,
-//! R14) and requeueing an older term's claims.
+//! `claim.lua` and `requeue.lua`: claiming due rows under the term's token and
+//! requeueing an older term's claims.
 
 use super::*;
 
@@ -14,7 +14,7 @@ pub struct ClaimedRow {
     pub attempts: u32,
     /// First attempt time (ms, Redis clock), if any attempt was made.
     pub first_attempt_ms: Option<i64>,
-    /// The claim token it was claimed under (the claim call's, P6); its outcome carries it.
+    /// The claim token it was claimed under (the claim call's); its outcome carries it.
     pub claim: u64,
 }
 
@@ -27,18 +27,18 @@ pub struct ClaimResult {
     pub next_due_ms: Option<i64>,
     /// The oldest due time among the claimed rows (ms), for the lag gauge.
     pub oldest_due_ms: Option<i64>,
-    /// Lane members in the partition after the sweep; `None` when no sweep ran (R12).
+    /// Lane members in the partition after the sweep; `None` when no sweep ran.
     pub lane_members: Option<u64>,
     /// Lanes whose next member the sweep promoted to head.
     pub lanes_promoted: u64,
-    /// This call's claim token (P6): above every token issued before it in the partition.
+    /// This call's claim token: above every token issued before it in the partition.
     pub claim_token: u64,
-    /// The byte window stopped the claim short (R5): a due row's hook did not fit, so the
+    /// The byte window stopped the claim short: a due row's hook did not fit, so the
     /// next claim waits for an outcome to free room rather than for the next due time.
     pub bytes_full: bool,
-    /// How long the script ran, by Redis' clock (µs): what the page adapts to (issue 17.11).
+    /// How long the script ran, by Redis' clock (µs): what the page adapts to.
     pub script_us: u64,
-    /// The time budget stopped the lane sweep or the page before it was full (issue 17.11):
+    /// The time budget stopped the lane sweep or the page before it was full:
     /// more rows may be due right away.
     pub budget_stopped: bool,
     /// The claimed rows.
@@ -50,7 +50,7 @@ pub struct ClaimResult {
     pub hooks: Vec<(u64, Option<Result<StoredHook, String>>)>,
 }
 
-/// The byte window a claim respects row by row (R5, issue 17.1), in bytes of hook bodies.
+/// The byte window a claim respects row by row, in bytes of hook bodies.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ByteRooms {
     /// Room left in the global window (`dispatch.max_inflight_bytes` less what is claimed).
@@ -101,7 +101,7 @@ impl ClaimWeights {
     }
 }
 
-/// What one claim asks for (R13, R14): up to `page` rows, split across due tenants by deficit
+/// What one claim asks for: up to `page` rows, split across due tenants by deficit
 /// round-robin. [`ClaimRequest::new`] asks for a plain page; the other fields narrow it.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest<'a> {
@@ -113,7 +113,7 @@ pub struct ClaimRequest<'a> {
     pub skip: &'a [&'a str],
     /// `(tenant, room)` of the tenants whose window room (rows) is below the page.
     pub rooms: &'a [(&'a str, usize)],
-    /// The byte window (R5): no row is claimed whose hook would pass its tenant's or the
+    /// The byte window: no row is claimed whose hook would pass its tenant's or the
     /// global byte room, except one hook alone where nothing is claimed. `None`: none.
     pub bytes: Option<&'a ByteRooms>,
     /// A time budget: once 3/5 of it has passed by Redis' clock, the lane sweep stops and
@@ -287,7 +287,7 @@ impl Store {
         Ok(res)
     }
 
-    /// Make every row claimed in an earlier term than `epoch`'s due now (R3): those whose
+    /// Make every row claimed in an earlier term than `epoch`'s due now: those whose
     /// claim token is at or below the floor this term's lease acquisition recorded; repeats
     /// the bounded script until none is left. Returns the rows moved.
     pub async fn requeue_claimed(&self, token: &str, epoch: u64) -> Result<u64, StoreError> {

@@ -1,4 +1,4 @@
-//! `commit.lua`: committing a hook and its delivery rows (R1, R2), with producer
+//! `commit.lua`: committing a hook and its delivery rows, with producer
 //! idempotency keys, event types and scheduled delivery.
 
 use super::*;
@@ -9,14 +9,14 @@ pub struct CommitReceipt {
     /// Id of the first hook; the call's hooks have consecutive ids.
     pub first_hook: u64,
     /// Rows made per hook: one per sink entry of the source at commit whose event filter the
-    /// hook passes and that is not disabled (P9). With event types set, the rows of the
+    /// hook passes and that is not disabled. With event types set, the rows of the
     /// first hook (each hook's are in [`Store::commit_with`]'s answer); without, every hook
     /// of the call gets this many.
     pub rows_per_hook: u32,
     /// Commit time (ms, Redis clock).
     pub committed_at_ms: i64,
     /// Hooks of the call that matched no sink entry: counted (`stats` field `unmatched`,
-    /// `ankusa_hooks_unmatched_total`) and not stored, not an error (P9).
+    /// `ankusa_hooks_unmatched_total`) and not stored, not an error.
     pub unmatched: u32,
 }
 
@@ -59,7 +59,7 @@ pub struct CommitOptions {
     /// Make the row of this sink entry only (resend), not one per entry.
     pub only_sink: Option<u32>,
     /// One event type per hook (`None`: that hook has none), or empty: what the entries'
-    /// event filters match (P9). Each is checked by [`crate::model::check_event_type`].
+    /// event filters match. Each is checked by [`crate::model::check_event_type`].
     pub event_types: Vec<Option<String>>,
     /// One delivery time per hook (`None`: due at once), or empty: scheduled delivery.
     pub schedules: Vec<Option<Schedule>>,
@@ -101,8 +101,8 @@ impl Store {
         Ok(())
     }
 
-    /// Commit hooks to `(tenant, source)` atomically (R1): each body stored once, one row per
-    /// sink entry due now, the scheduler woken (R2). `hooks` are `(body, headers JSON or "")`.
+    /// Commit hooks to `(tenant, source)` atomically: each body stored once, one row per
+    /// sink entry due now, the scheduler woken. `hooks` are `(body, headers JSON or "")`.
     /// Errors: unknown source, a body over `max_hook_bytes`, bad ids; nothing written then.
     pub async fn commit(
         &self,
@@ -144,7 +144,7 @@ impl Store {
                 });
             }
         }
-        // The tenant's partition (issue 13): this store itself with one partition.
+        // The tenant's partition: this store itself with one partition.
         let this = self.for_tenant(tenant);
         let mut args = Vec::with_capacity(5 + 2 * hooks.len() + extra.len());
         args.extend([
@@ -200,7 +200,7 @@ impl Store {
             "too_large" => Err(CommitError::TooLarge {
                 index: r.count(1)?.saturating_sub(1) as usize,
                 size: r.count(2)? as usize,
-                // The limit the script enforced (kept server side, issue 17.10).
+                // The limit the script enforced (kept server side).
                 max: r.count(3)? as usize,
             }),
             "bad_request" => Err(CommitError::BadRequest(r.text(1)?)),

@@ -39,7 +39,7 @@ impl ValueExt for Value {
     }
 }
 
-/// One script's reply, read by position strictly (issue 18): a field that is missing or not
+/// One script's reply, read by position strictly: a field that is missing or not
 /// what the script promises is [`StoreError::Protocol`] naming the script and the position,
 /// never a silent zero.
 pub(super) struct Reply<'a> {
@@ -175,7 +175,7 @@ pub(super) fn decode_hook_reply(
 
 /// Decode a hook read with [`HOOK_FIELDS`] and its body key's value: `None` when the hook
 /// is gone (every field absent), `Some(Err(what))` naming the first field that is missing
-/// or unreadable. The hash's own `b` (a hook committed before bodies moved apart, issue 12)
+/// or unreadable. The hash's own `b` (a hook committed before bodies moved apart)
 /// is taken before the body key.
 fn decode_hook(v: Value, body: Value) -> Option<Result<StoredHook, String>> {
     let Value::Array(mut f) = v else {

@@ -1,5 +1,5 @@
 //! The errors of store calls: [`StoreError`] for every script and read, [`CommitError`] for
-//! commits (R1, R2).
+//! commits.
 
 /// Errors of store calls.
 #[derive(Debug, thiserror::Error)]
@@ -7,7 +7,7 @@ pub enum StoreError {
     /// Redis could not be reached or answered an error (connection, timeout, `BUSY`, `LOADING`, `OOM`…).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
-    /// The caller's lease token is no longer the partition's (R25): it must stop moving rows.
+    /// The caller's lease token is no longer the partition's: it must stop moving rows.
     #[error("fenced: this node no longer holds the lease")]
     Fenced,
     /// A `rediss://` connection could not be set up or its handshake failed (a bad CA or
@@ -163,7 +163,7 @@ impl From<fred::error::Error> for SourceError {
 #[derive(Debug, thiserror::Error)]
 pub enum PartitionsError {
     /// The count differs from the one recorded in Redis at the instance's first start
-    /// (issue 13): routing tenants with another count would lose their rows.
+    ///: routing tenants with another count would lose their rows.
     #[error("{}", partitions_mismatch(instance, *configured, *recorded, key))]
     Mismatch {
         /// The instance.
@@ -191,7 +191,7 @@ pub fn partitions_mismatch(instance: &str, configured: u32, recorded: u32, key: 
     )
 }
 
-/// Errors of a commit (R1). Nothing was written when any of these is returned.
+/// Errors of a commit. Nothing was written when any of these is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
     /// No such `(tenant, source)` in the registry.

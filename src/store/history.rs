@@ -72,7 +72,7 @@ pub fn history_arg<'a>(
     if !cfg.enabled {
         return None;
     }
-    // Written straight into one buffer (issue 25): building a `serde_json::Value` tree per
+    // Written straight into one buffer: building a `serde_json::Value` tree per
     // record cost an allocation per field on every settle call.
     let mut out = String::with_capacity(96);
     let _ = write!(

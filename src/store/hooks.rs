@@ -1,4 +1,4 @@
-//! Reading stored hooks for a claim, claim-check references (R18) and ordered lanes (R10).
+//! Reading stored hooks for a claim, claim-check references and ordered lanes.
 
 use super::*;
 
@@ -17,7 +17,7 @@ pub struct StoredHook {
     pub source: String,
     /// Sink modules at commit, by index.
     pub modules: Vec<String>,
-    /// The claim-check reference of the body (field `cc`), once checked in (R18).
+    /// The claim-check reference of the body (field `cc`), once checked in.
     pub claim_ref: Option<String>,
     /// The event type the producer set (field `et`), delivered with every attempt.
     pub event_type: Option<String>,
@@ -67,8 +67,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Record claim-check references with their hooks (field `cc`, R18) in one call of
-    /// `lua/claim_refs.lua`, fenced by the lease `token` (issue 17.12). Returns the references
+    /// Record claim-check references with their hooks (field `cc`) in one call of
+    /// `lua/claim_refs.lua`, fenced by the lease `token`. Returns the references
     /// whose hook is gone (not recorded: the caller deletes those blobs).
     /// Errors: [`StoreError::Fenced`] for a deposed leader.
     pub async fn set_claim_refs(
@@ -96,7 +96,7 @@ impl Store {
         }
     }
 
-    /// The lane id of an ordered row (hook field `L<sink index at commit>`), if any (R10).
+    /// The lane id of an ordered row (hook field `L<sink index at commit>`), if any.
     pub async fn lane_of(&self, hook: u64, sink: u32) -> Result<Option<String>, StoreError> {
         Ok(self
             .client()

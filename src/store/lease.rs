@@ -1,5 +1,5 @@
 //! `lease.lua`: acquiring, renewing and releasing the partition's lease with its fencing
-//! epoch (R25).
+//! epoch.
 
 use super::*;
 
@@ -45,7 +45,7 @@ impl Store {
         self.call(&self.scripts.lease, args).await
     }
 
-    /// Try to take the lease for `ttl_ms` (R25); increments the epoch when it succeeds.
+    /// Try to take the lease for `ttl_ms`; increments the epoch when it succeeds.
     pub async fn lease_acquire(&self, node: &str, ttl_ms: u64) -> Result<LeaseAcquire, StoreError> {
         let v = self.lease("acquire", node, "", ttl_ms).await?;
         let r = Reply::new("lease", &v);

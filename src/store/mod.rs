@@ -1,5 +1,5 @@
 //! The Redis store: one connection pool, the script registry, and a typed
-//! wrapper per script (R26). Scripts answer a status word and a payload that
+//! wrapper per script. Scripts answer a status word and a payload that
 //! is decoded here into Rust types; error text is never matched except
 //! `NOSCRIPT`, which fred's reload handles.
 
@@ -9,19 +9,19 @@
 //! | `mod.rs` | [`Store`]: the pool, the keyspace, loading and calling scripts |
 //! | `error.rs` | [`StoreError`], [`CommitError`] |
 //! | `decode.rs` | reading replies: status words, integers, per-key replies, the hook hash |
-//! | `commit.rs` | `commit.lua` (R1, R2) |
+//! | `commit.rs` | `commit.lua` |
 //! | `cancel.rs` | `cancel.lua`: cancelling a scheduled hook before it is claimed |
-//! | `claim.rs` | `claim.lua`, `requeue.lua` (R2, R3) |
-//! | `settle.rs` | `settle.lua` (R4–R9) |
-//! | `lease.rs` | `lease.lua` (R25) |
-//! | `hooks.rs` | `hooks.lua` (a claimed page's hooks and bodies), `claim_refs.lua` (R18), lanes of a claim (R10) |
-//! | `sources.rs` | the source registry (R19) |
-//! | `sink_state.rs` | `sink_state.lua`: disabling / enabling a sink entry, operational events (P9) |
+//! | `claim.rs` | `claim.lua`, `requeue.lua` |
+//! | `settle.rs` | `settle.lua` |
+//! | `lease.rs` | `lease.lua` |
+//! | `hooks.rs` | `hooks.lua` (a claimed page's hooks and bodies), `claim_refs.lua`, lanes of a claim |
+//! | `sources.rs` | the source registry |
+//! | `sink_state.rs` | `sink_state.lua`: disabling / enabling a sink entry, operational events |
 //! | `memory.rs` | a full Redis: `admit.lua` (are commits admitted), body bytes per tenant, `kept.lua` (kept hooks giving way) |
-//! | `reads.rs` | totals, counts, Redis time, the window (R21, R23) |
+//! | `reads.rs` | totals, counts, Redis time, the window |
 //! | `ops.rs` | `dead_letter_source.lua`, `pressure.lua`, `dlq_replay.lua`, `dlq_purge.lua` |
 //! | `primary.rs` | following the primary behind Redis Sentinel: the sentinels' view, the check before a term, the switch |
-//! | `partitions.rs` | routing to a tenant's partition, the recorded partition count, `heartbeat.lua` (issue 13) |
+//! | `partitions.rs` | routing to a tenant's partition, the recorded partition count, `heartbeat.lua` |
 //! | `tokens.rs` | tenant tokens: their records and digests, never the tokens (`crate::tokens`) |
 //! | `scripts.rs`, `tls.rs` | the script registry; TLS to Redis |
 //! | `url.rs` | which deployment a `redis.url` names (one server, Cluster, Sentinel), or why it is refused |
@@ -89,7 +89,7 @@ pub struct Store {
     /// One server, a Cluster or a Sentinel-managed master (from the URL's scheme).
     topology: Topology,
     ks: Keyspace,
-    /// The instance's partition count (`partitions`, issue 13); 1 unless
+    /// The instance's partition count (`partitions`); 1 unless
     /// [`Store::with_partitions`] said otherwise.
     partitions: u32,
     scripts: Scripts,
@@ -111,7 +111,7 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Connect to `url` (e.g. `redis://127.0.0.1:6379`) for `instance` (R29), partition 0.
+    /// Connect to `url` (e.g. `redis://127.0.0.1:6379`) for `instance`, partition 0.
     /// Commands time out after `command_timeout_ms`; a lost connection is re-dialled with
     /// exponential backoff (100 ms to 5 s) forever. In-flight commands are not re-sent on
     /// reconnect (`max_command_attempts = 1`): the caller decides, because a re-sent claim

@@ -1,5 +1,5 @@
-//! Typed wrappers of the operation scripts: `dead_letter_source.lua` (R20), `pressure.lua`
-//! (R21), `dlq_replay.lua` and `dlq_purge.lua` (dead letters). None of them is fenced: each
+//! Typed wrappers of the operation scripts: `dead_letter_source.lua`, `pressure.lua`
+//!, `dlq_replay.lua` and `dlq_purge.lua` (dead letters). None of them is fenced: each
 //! reads and writes in one atomic step and carries no state from before the call, so any
 //! process may run them (see `docs/operations.md`).
 
@@ -8,7 +8,7 @@ use super::*;
 /// The two walks of [`Store::dead_letter_source`], in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourcePhase {
-    /// Members waiting behind the heads of the source's ordered lanes (R10).
+    /// Members waiting behind the heads of the source's ordered lanes.
     Lanes,
     /// The tenant's due set.
     Due,
@@ -17,7 +17,7 @@ pub enum SourcePhase {
 /// One page of [`Store::dead_letter_source`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourcePage {
-    /// No leader holds the lease: the pipeline is down (R20's `unavailable`).
+    /// No leader holds the lease: the pipeline is down (the `unavailable` answer).
     Unavailable,
     /// The page was applied.
     Page {
@@ -83,7 +83,7 @@ pub enum DlqPurge<'a> {
 }
 
 impl Store {
-    /// One bounded page of `dead_letter_source.lua` (R20). Phase [`SourcePhase::Lanes`]
+    /// One bounded page of `dead_letter_source.lua`. Phase [`SourcePhase::Lanes`]
     /// dead-letters the members waiting in the source's ordered lanes, phase
     /// [`SourcePhase::Due`] walks `due:<tenant>`: from `cursor` (`"0"` to start, about
     /// `count` entries), the rows of `source` are dead-lettered `source_gone(<source>)`
@@ -97,7 +97,7 @@ impl Store {
         cursor: &str,
         count: usize,
     ) -> Result<SourcePage, StoreError> {
-        // The tenant's partition (issue 13).
+        // The tenant's partition.
         let this = self.for_tenant(tenant);
         let phase = match phase {
             SourcePhase::Lanes => "lanes",
@@ -129,7 +129,7 @@ impl Store {
         }
     }
 
-    /// `pressure.lua` (R21): the lag of the oldest due row among the first `max_tenants`
+    /// `pressure.lua`: the lag of the oldest due row among the first `max_tenants`
     /// tenants in line, and the window state of the leader that holds the lease now.
     pub async fn pressure(&self, max_tenants: usize) -> Result<PressureRead, StoreError> {
         let args = vec![self.prefix(), (max_tenants as i64).into()];
@@ -160,7 +160,7 @@ impl Store {
         tenant: &str,
         ids: &[String],
     ) -> Result<DlqReplayed, StoreError> {
-        // The tenant's partition (issue 13).
+        // The tenant's partition.
         let this = self.for_tenant(tenant);
         let mut args = Vec::with_capacity(2 + ids.len());
         args.extend([this.prefix(), tenant.into()]);
@@ -191,7 +191,7 @@ impl Store {
         tenant: &str,
         what: DlqPurge<'_>,
     ) -> Result<(u64, bool), StoreError> {
-        // The tenant's partition (issue 13).
+        // The tenant's partition.
         let this = self.for_tenant(tenant);
         let mut args = vec![this.prefix(), tenant.into()];
         match what {

@@ -1,4 +1,4 @@
-//! Partitions (issue 13): one store addresses every partition of its instance over one
+//! Partitions: one store addresses every partition of its instance over one
 //! pool; the partition count is recorded in Redis at first start; `heartbeat.lua` tells
 //! every worker who else is alive and how many partitions each leads.
 
@@ -73,7 +73,7 @@ impl Store {
         let key = self.ks.partition_count();
         let c = self.client();
         // Read first: a full Redis (maxmemory under noeviction) still answers reads, and a
-        // leader must still be elected on it to drain it (issue 17.8).
+        // leader must still be elected on it to drain it.
         let mut recorded: Option<String> = c.get(&key).await.map_err(StoreError::from)?;
         if recorded.is_none() && record {
             let set: Result<Option<String>, StoreError> = c
@@ -119,7 +119,7 @@ impl Store {
     }
 
     /// `heartbeat.lua`: announce `node` as alive for `ttl_ms` (0: it leaves) leading `leads`
-    /// partitions, and read every live worker (issue 13).
+    /// partitions, and read every live worker.
     pub async fn heartbeat(
         &self,
         node: &str,

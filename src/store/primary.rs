@@ -27,7 +27,7 @@
 //! [`Store::known_replicas`]): right after a graceful failover the new primary has none
 //! attached — the old primary is converted into its replica only ~10 s later, and its first
 //! sync takes seconds more — and a commit acknowledged then, held by the new primary alone,
-//! would be lost if the new primary failed before that sync (issue 24, found by the soak).
+//! would be lost if the new primary failed before that sync (found by the soak).
 
 use super::*;
 use fred::types::{ClusterHash, CustomCommand};
@@ -44,7 +44,7 @@ const POLL: Duration = Duration::from_secs(1);
 /// that ran it within a second or two, and the old primary is made a replica within about
 /// ten seconds, both well inside this; a sentinel that never learns it (cut off from the
 /// servers, or monitoring another deployment under the same name) would otherwise hold
-/// every term back for good (issue 24). The term still starts only on the server the
+/// every term back for good. The term still starts only on the server the
 /// newest configuration names, and only when it says `ROLE` master.
 pub const STALE_SENTINEL_GRACE: Duration = Duration::from_secs(20);
 /// How long a term waits for the replicas the sentinels know (and do not think down) to
@@ -52,7 +52,7 @@ pub const STALE_SENTINEL_GRACE: Duration = Duration::from_secs(20);
 /// when it starts and its commits wait for that many (`WAIT`): one started on a primary that
 /// just restarted, before its replica is back, would count none, and its commits would be
 /// acknowledged without any replica having them — a later failover would lose them. (A
-/// guard against that window; the soak's loss of acknowledged hooks in issue 24 was not
+/// guard against that window; the soak's loss of acknowledged hooks in an earlier soak was not
 /// traced to it.) A replica that never attaches (broken, or its link refused) would
 /// otherwise hold every term back for good.
 pub const REPLICA_ATTACH_GRACE: Duration = Duration::from_secs(30);
@@ -566,7 +566,7 @@ impl Store {
 /// Whether a sentinel's replica entry is up in its eyes: flags without `s_down` or
 /// `o_down`. A `disconnected` entry counts: right after a failover the sentinel creates the
 /// entry of the old primary with its link not yet made, and a count that left it out
-/// would let the new primary acknowledge commits no replica holds (issue 24, seen in CI).
+/// would let the new primary acknowledge commits no replica holds (seen in CI).
 /// Counting a replica that is really gone only refuses commits until the sentinel marks it
 /// `s_down` (`down-after-milliseconds`), the safe side.
 fn replica_alive(f: &std::collections::HashMap<String, String>) -> bool {
@@ -750,7 +750,7 @@ mod tests {
 
     /// Right after a failover the sentinel that ran it names the new primary under a newer
     /// epoch while two still name the old one: the newest wins, and they do not agree (the
-    /// case of issue 24's lost hooks: a majority named the old primary, a term started there).
+    /// case of the soak's lost hooks: a majority named the old primary, a term started there).
     #[test]
     fn the_newest_epoch_wins_over_a_stale_majority() {
         let (p, agreed) = newest_primary(&answers(&[("old:1", 0), ("new:2", 1), ("old:1", 0)]));

@@ -1,5 +1,5 @@
 //! Plain reads: totals, counts, Redis time, the earliest due row, the eviction policy, and
-//! the published window (R21, R23).
+//! the published window.
 
 use super::*;
 
@@ -22,7 +22,7 @@ pub struct Totals {
 }
 
 impl Store {
-    /// The running totals of the instance: the sum over its partitions (issue 13).
+    /// The running totals of the instance: the sum over its partitions.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
         let mut sum = Totals::default();
         for p in self.all_partitions() {
@@ -92,7 +92,7 @@ impl Store {
         Ok(first_score(&v))
     }
 
-    /// True when nothing is claimed and no row is due by Redis time (R23's idle condition).
+    /// True when nothing is claimed and no row is due by Redis time (the idle condition).
     pub async fn idle(&self) -> Result<bool, StoreError> {
         let v = self.call(&self.scripts.idle, vec![self.prefix()]).await?;
         let r = Reply::new("idle", &v);
@@ -102,7 +102,7 @@ impl Store {
 
     /// Rows waiting in a tenant's due set (due now or later).
     pub async fn pending_count(&self, tenant: &str) -> Result<u64, StoreError> {
-        // The tenant's partition (issue 13).
+        // The tenant's partition.
         let this = self.for_tenant(tenant);
         Ok(this.client().zcard(this.ks.due(tenant)).await?)
     }
@@ -142,7 +142,7 @@ impl Store {
         Ok(seen)
     }
 
-    /// Write breaker snapshots for the next term (`lua/breakers.lua`, R16, issue 17.4):
+    /// Write breaker snapshots for the next term (`lua/breakers.lua`):
     /// `(sink key, snapshot)`, an empty snapshot deleting the key's entry; fenced by the lease
     /// `token`. Errors: [`StoreError::Fenced`].
     pub async fn save_breakers(
@@ -174,11 +174,11 @@ impl Store {
     }
 
     /// Publish the leader's window state with a short TTL, for `pressure()` from anywhere
-    /// (R21), fenced by the lease `token` like every write (`lua/window.lua`), so a deposed
+    ///, fenced by the lease `token` like every write (`lua/window.lua`), so a deposed
     /// leader cannot overwrite its successor's state; an empty `json` writes the settings
     /// only. `settings` (name, value) go to the partition's `settings` hash, which the scripts
     /// read instead of trusting their callers (`max_hook_bytes` for commit, `cc_retention_ms`
-    /// for settle; issue 17.10, R18). Errors: [`StoreError::Fenced`].
+    /// for settle). Errors: [`StoreError::Fenced`].
     pub async fn publish_window(
         &self,
         token: &str,

@@ -32,7 +32,7 @@ macro_rules! lua {
 /// Scripts declared `#!lua flags=allow-oom` (Redis 7): they free memory (deliver, dead-letter,
 /// purge), move rows without growing the data set, or are tiny (the lease), so a full Redis
 /// (`maxmemory` reached under `noeviction`) can still be drained by them and a leader still
-/// elected (issue 17.8). Every other script (commit above all) is refused on a full Redis
+/// elected. Every other script (commit above all) is refused on a full Redis
 /// before its first write.
 pub const ALLOW_OOM: [&str; 9] = [
     "claim",
@@ -51,7 +51,7 @@ pub const ALLOW_OOM: [&str; 9] = [
 /// its first write). `admit` asks exactly that.
 pub const REFUSED_WHEN_FULL: [&str; 1] = ["admit"];
 
-/// The source of `commit.lua` (R1, R2).
+/// The source of `commit.lua`.
 pub const COMMIT: &str = lua!("commit.lua");
 /// The SHA-1 `EVALSHA` names [`COMMIT`] by (hex), for producers in other languages that
 /// load the script themselves (`ankusa commit-script --sha`).
@@ -59,33 +59,33 @@ pub fn commit_sha1() -> String {
     fred::util::sha1_hash(COMMIT)
 }
 
-/// The source of `claim.lua` (R13, R14).
+/// The source of `claim.lua`.
 pub const CLAIM: &str = lua!(allow_oom "claim.lua");
-/// The source of `settle.lua` (R3, R4).
+/// The source of `settle.lua`.
 pub const SETTLE: &str = lua!(allow_oom "settle.lua");
-/// The source of `requeue_claimed.lua` (R3).
+/// The source of `requeue_claimed.lua`.
 pub const REQUEUE_CLAIMED: &str = lua!(allow_oom "requeue_claimed.lua");
-/// The source of `idle.lua` (R23).
+/// The source of `idle.lua`.
 pub const IDLE: &str = lua!("idle.lua");
-/// The source of `lease.lua` (R25).
+/// The source of `lease.lua`.
 pub const LEASE: &str = lua!(allow_oom "lease.lua");
-/// The source of `dead_letter_source.lua` (R20).
+/// The source of `dead_letter_source.lua`.
 pub const DEAD_LETTER_SOURCE: &str = lua!("dead_letter_source.lua");
-/// The source of `pressure.lua` (R21).
+/// The source of `pressure.lua`.
 pub const PRESSURE: &str = lua!("pressure.lua");
 /// The source of `dlq_replay.lua` (dead-letter replay).
 pub const DLQ_REPLAY: &str = lua!("dlq_replay.lua");
-/// The source of `window.lua` (the leader's window state, R21).
+/// The source of `window.lua` (the leader's window state).
 pub const WINDOW: &str = lua!(allow_oom "window.lua");
-/// The source of `breakers.lua` (breaker snapshots for the next term, R16).
+/// The source of `breakers.lua` (breaker snapshots for the next term).
 pub const BREAKERS: &str = lua!("breakers.lua");
-/// The source of `claim_refs.lua` (claim-check references, R18).
+/// The source of `claim_refs.lua` (claim-check references).
 pub const CLAIM_REFS: &str = lua!("claim_refs.lua");
-/// The source of `sink_state.lua` (disable / enable a sink entry, P9).
+/// The source of `sink_state.lua` (disable / enable a sink entry).
 pub const SINK_STATE: &str = lua!("sink_state.lua");
 /// The source of `dlq_purge.lua` (dead-letter purge and retention).
 pub const DLQ_PURGE: &str = lua!(allow_oom "dlq_purge.lua");
-/// The source of `hooks.lua` (a claimed page's hooks and bodies in one call, issue 12).
+/// The source of `hooks.lua` (a claimed page's hooks and bodies in one call).
 pub const HOOKS: &str = lua!("hooks.lua");
 /// The source of `admit.lua` (whether a full Redis refuses commits).
 pub const ADMIT: &str = lua!(refused_when_full "admit.lua");
@@ -93,7 +93,7 @@ pub const ADMIT: &str = lua!(refused_when_full "admit.lua");
 pub const KEPT: &str = lua!(allow_oom "kept.lua");
 /// The source of `cancel.lua` (cancelling a scheduled hook before it is claimed).
 pub const CANCEL: &str = lua!(allow_oom "cancel.lua");
-/// The source of `heartbeat.lua` (workers announcing themselves, issue 13).
+/// The source of `heartbeat.lua` (workers announcing themselves).
 pub const HEARTBEAT: &str = lua!(allow_oom "heartbeat.lua");
 
 /// A script with its name (the metric label) and SHA.

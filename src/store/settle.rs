@@ -1,4 +1,4 @@
-//! `settle.lua`: recording outcomes in batches, fenced by the term's token (R4–R9).
+//! `settle.lua`: recording outcomes in batches, fenced by the term's token.
 
 use super::*;
 
@@ -14,7 +14,7 @@ pub enum SettleOp {
         /// Error text, truncated.
         error: String,
     },
-    /// A breaker parked the row for `delay_ms`, attempt count unchanged (R16).
+    /// A breaker parked the row for `delay_ms`, attempt count unchanged.
     Park {
         /// Until the breaker closes (ms).
         delay_ms: u64,
@@ -29,7 +29,7 @@ pub enum SettleOp {
     /// The hook is gone: nothing to deliver; not counted as a dead letter.
     Drop,
     /// The row's sink entry no longer takes its hook: its filter, edited after the commit,
-    /// refuses the hook's event type (issue 28). Removed as a dropped row is (counted in
+    /// refuses the hook's event type. Removed as a dropped row is (counted in
     /// `dropped`), never dead-lettered: the filter decided, nothing failed.
     Unmatched,
 }
@@ -46,7 +46,7 @@ pub struct Outcome {
     /// First attempt time (ms, Redis clock).
     pub first_attempt_ms: i64,
     /// The claim token of the claim this outcome answers ([`ClaimedRow::claim`]); the
-    /// outcome is skipped unless the row is still claimed under it (P6).
+    /// outcome is skipped unless the row is still claimed under it.
     pub claim: u64,
     /// What to do.
     pub op: SettleOp,
@@ -57,17 +57,17 @@ pub struct Outcome {
 pub struct Settled {
     /// Outcomes applied.
     pub applied: u64,
-    /// Outcomes skipped: their row is no longer claimed under their claim token (P6).
+    /// Outcomes skipped: their row is no longer claimed under their claim token.
     pub skipped: u64,
     /// Outcomes looked at, from the first: the budget left the rest untouched, to be sent
-    /// again (issue 17.11). Equals the batch's length without a budget.
+    /// again. Equals the batch's length without a budget.
     pub processed: usize,
     /// How long the script ran, by Redis' clock (µs).
     pub script_us: u64,
-    /// Claim-check references of the hooks the call deleted whose retention is over (R18).
+    /// Claim-check references of the hooks the call deleted whose retention is over.
     pub blobs: Vec<String>,
     /// Hooks whose last row this call ended, one or more of their rows dead-lettered
-    /// (issue 28's `hook_exhausted`).
+    /// (the `hook_exhausted` event).
     pub exhausted: Vec<ExhaustedHook>,
 }
 
@@ -97,11 +97,11 @@ pub struct ExhaustedHook {
 }
 
 impl Store {
-    /// Record a batch of outcomes in one script call (R4). Returns `(applied, skipped, blobs)`,
-    /// `blobs` being the claim-check references of the hooks the call deleted (R18; lane
+    /// Record a batch of outcomes in one script call. Returns `(applied, skipped, blobs)`,
+    /// `blobs` being the claim-check references of the hooks the call deleted (lane
     /// releases are counted in `ankusa_lane_releases_total`);
-    /// an outcome whose row is no longer claimed under its claim token ([`Outcome::claim`],
-    /// P6) is skipped, so re-sending a batch after an error never applies it twice, not even
+    /// an outcome whose row is no longer claimed under its claim token ([`Outcome::claim`])
+    /// is skipped, so re-sending a batch after an error never applies it twice, not even
     /// to a later claim of the same row. Errors: [`StoreError::Fenced`].
     pub async fn settle(
         &self,
@@ -127,11 +127,11 @@ impl Store {
         Ok((s.applied, s.skipped, s.blobs))
     }
 
-    /// [`Store::settle_with`] under a time budget (issue 17.11): once 3/5 of `budget` has
+    /// [`Store::settle_with`] under a time budget: once 3/5 of `budget` has
     /// passed by Redis' clock the script stops taking outcomes (checked every 16), and
     /// [`Settled::processed`] says how many of the first it looked at; the rest are
     /// untouched, their rows still claimed, for the caller to send again (which is safe:
-    /// an outcome applies only to its claim, P6). `None`: the whole batch.
+    /// an outcome applies only to its claim). `None`: the whole batch.
     /// Errors: [`StoreError::Fenced`].
     pub async fn settle_budgeted(
         &self,

@@ -1,5 +1,5 @@
 //! `sink_state.lua`: disabling a sink entry after prolonged failure and enabling it again
-//! (P9), with the operational event in the `events` stream.
+//!, with the operational event in the `events` stream.
 
 use super::*;
 use crate::model::Disabled;
@@ -77,7 +77,7 @@ impl Store {
         disabled: Option<Disabled>,
         events_max_len: u64,
     ) -> Result<SinkStateChange, SourceError> {
-        // The tenant's partition (issue 13).
+        // The tenant's partition.
         let this = self.for_tenant(tenant);
         crate::ids::check_id("tenant", tenant)?;
         crate::ids::check_id("source", source)?;
@@ -183,7 +183,7 @@ impl Store {
     }
 
     /// Append an operational event the leader observed (a breaker's transition, a dead
-    /// letter; issue 28) to the `events` stream, trimmed to about `max_len`; returns its id.
+    /// letter) to the `events` stream, trimmed to about `max_len`; returns its id.
     /// Not fenced: it records what happened, it moves no row.
     pub async fn append_event(&self, e: &SinkEvent, max_len: u64) -> Result<String, StoreError> {
         let mut fields: Vec<(&str, String)> = vec![

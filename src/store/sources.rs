@@ -1,4 +1,4 @@
-//! The source registry: `(tenant, source)` → sink entries (R19).
+//! The source registry: `(tenant, source)` → sink entries.
 
 use super::*;
 
@@ -27,7 +27,7 @@ impl Store {
             .collect())
     }
 
-    /// Register or replace a source (R19). The spec is validated first, under this store's
+    /// Register or replace a source. The spec is validated first, under this store's
     /// [`Store::with_edge`] guards and bounds for `tenant` (a literal blocked IP, a reference
     /// outside the tenant's secret namespace, an entry over `[limits]`, an egress grant the
     /// tenant lacks is a [`SourceError::Invalid`] naming it and its config key).
@@ -42,7 +42,7 @@ impl Store {
         crate::sinks::registry::check_source(spec, tenant, &self.edge)
             .map_err(SourceError::Invalid)?;
         let json = serde_json::to_string(spec).map_err(|e| SourceError::Invalid(e.to_string()))?;
-        // A source lives in its tenant's partition (issue 13).
+        // A source lives in its tenant's partition.
         let this = self.for_tenant(tenant);
         let key = this.ks.source(tenant, source);
         let c = this.client();
@@ -153,7 +153,7 @@ impl Store {
         }
     }
 
-    /// Delete a source; its pending rows are dead-lettered `source_gone` when claimed (R19).
+    /// Delete a source; its pending rows are dead-lettered `source_gone` when claimed.
     /// Returns whether it existed.
     pub async fn delete_source(&self, tenant: &str, source: &str) -> Result<bool, StoreError> {
         let this = self.for_tenant(tenant);

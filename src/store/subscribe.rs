@@ -1,4 +1,4 @@
-//! Pub/Sub for the worker's wake and lease channels (R2, R25): one subscriber connection
+//! Pub/Sub for the worker's wake and lease channels: one subscriber connection
 //! for every partition, re-subscribed by fred after a reconnect. A message is only a hint
 //! (the scheduler's poll and the lease's expiry are the fallbacks), so what a caller sees is
 //! the channel a message came on, or that some were dropped.

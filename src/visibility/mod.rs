@@ -437,7 +437,7 @@ pub async fn resend(
         }
     }
     // A resend to one entry whose filter refuses the hook would make a row the binding
-    // drops (filters apply as they are now, issue 28): say so instead.
+    // drops (filters apply as they are now): say so instead.
     if let Some(s) = sink {
         let entry = store
             .get_source(tenant, &h.source)

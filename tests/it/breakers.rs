@@ -1,4 +1,4 @@
-//! Circuit breakers per sink key (R16) against a real redis-server and receiver. Times
+//! Circuit breakers per sink key against a real redis-server and receiver. Times
 //! below are lower bounds the breaker guarantees (no request during an open period), not
 //! performance claims.
 
@@ -21,7 +21,7 @@ fn breaker_env(open_ms: u64, max_open_ms: u64) -> impl FnOnce(&mut ankusa::Confi
 }
 
 /// Three failures open `acme`'s sink key, its rows are parked (no request) for `open_ms`,
-/// one probe succeeds and closes it, the rest flow. With `partitions` > 1 (issue 13) the
+/// one probe succeeds and closes it, the rest flow. With `partitions` > 1 the
 /// breaker is in the session of `acme`'s partition only (its snapshot in that partition's
 /// keys, none in the others'), and a tenant of another partition committed while it is open
 /// is delivered before the probe; with one partition, the other tenant's own key is not held
@@ -220,7 +220,7 @@ async fn a_row_parked_past_its_retry_horizon_is_dead_lettered() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 4 (R16): a breaker survives a leader change. The leader dies with a
+/// A breaker survives a leader change. The leader dies with a
 /// breaker open on a sink that is still down; the new leader starts it open (the snapshot
 /// the old one wrote to Redis), parks the rows for what is left of the period, then sends
 /// exactly one probe, which fails and opens it again for twice as long. Before, the new
@@ -261,7 +261,7 @@ async fn a_new_leader_starts_an_open_breaker_open_and_sends_one_probe() {
     worker.abort();
 }
 
-/// Issue 28: a breaker's transitions and dead letters are operational events in the
+/// a breaker's transitions and dead letters are operational events in the
 /// partition's `events` stream: `breaker_opened` (with the last error) when three failures
 /// open it, `breaker_closed` when the probe is answered; `row_dead_lettered` for a row out of
 /// attempts — one per sink entry per minute, carrying the hook, its event type and the start

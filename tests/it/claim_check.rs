@@ -1,4 +1,4 @@
-//! The claim check (R18) against real stores: S3 on `moto_server` (through a recording
+//! The claim check against real stores: S3 on `moto_server` (through a recording
 //! proxy) and the local filesystem. An independent consumer (Python, boto3) resolves the
 //! Amazon SQS Extended Client pointers.
 
@@ -170,7 +170,7 @@ async fn a_2_mib_body_is_uploaded_once_for_three_sinks_and_their_retries_and_rea
     let got0 = receive_n(&sqs, &queues[0], 1).await;
     assert_eq!(got0[0].attrs["ExtendedPayloadSize"], (2 << 20).to_string());
     assert_eq!(got0[0].attrs["ankusa-delivery-id"], format!("{hook}.0"));
-    // The hook is finished, but its blob is kept for the retention (R18): the pointer of a
+    // The hook is finished, but its blob is kept for the retention: the pointer of a
     // message still on a queue resolves.
     let key = read[0]["key"].as_str().unwrap().to_string();
     assert_eq!(
@@ -384,7 +384,7 @@ async fn a_dead_letter_keeps_its_blob_until_it_is_purged() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 13 (R18): a source with an `sqs` and an `http` sink, 300 KiB bodies. After
+/// A source with an `sqs` and an `http` sink, 300 KiB bodies. After
 /// every row is delivered (each hook finished and gone from Redis, and a later settle has
 /// run), every Extended Client pointer still on the queue resolves to its exact body: the
 /// blobs are kept for `claim_check.retention_ms`, never deleted under a queued pointer.

@@ -1,4 +1,4 @@
-//! Redis Cluster and Redis Sentinel (issue 13): a worker, the producer and the CLI on a
+//! Redis Cluster and Redis Sentinel: a worker, the producer and the CLI on a
 //! 3-master cluster made with `redis-cli --cluster create` (scripts on every primary, no
 //! CROSSSLOT, NOSCRIPT reloads, a MOVED followed, the eviction check on every primary, the
 //! wake channel), `partitions = 6` over worker processes through a kill -9 and a joiner, a
@@ -292,7 +292,7 @@ async fn a_worker_on_a_three_master_cluster_delivers_every_hook_exactly_once() {
 /// call gets `MOVED`, fred syncs its slot map and fails that call unrun (one write attempt
 /// per command), later calls go to the new node, and every hook committed is delivered
 /// exactly once.
-/// Partitions on the cluster (issue 13): `partitions = 6`, whose slots spread over the three
+/// Partitions on the cluster: `partitions = 6`, whose slots spread over the three
 /// masters, and three `ankusa worker` processes. Once settled each leads two partitions, and
 /// 12 tenants (two per partition) × 100 hooks × 2 sinks are delivered exactly once. Then, under
 /// load (12 × 250 hooks being delivered), one worker is killed with SIGKILL: only its two

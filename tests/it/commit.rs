@@ -1,4 +1,4 @@
-//! Committing hooks (R1, R2): what a commit stores, every refusal leaving Redis untouched,
+//! Committing hooks: what a commit stores, every refusal leaving Redis untouched,
 //! and bodies kept as bytes, delivered byte-exact.
 
 use crate::common;
@@ -27,7 +27,7 @@ async fn a_commit_of_several_hooks_stores_each_once_with_one_due_row_per_sink_en
     for (i, body) in ["one", "two", big.as_str()].iter().enumerate() {
         let id = r.first_hook + i as u64;
         let hook = env.key(&format!("hook:{id}"));
-        // The body apart, so the hash of small fields stays a listpack (issue 12).
+        // The body apart, so the hash of small fields stays a listpack.
         assert_eq!(
             env.redis_cmd(&["GET", &env.key(&format!("body:{id}"))]),
             *body
@@ -394,7 +394,7 @@ async fn a_bad_idempotency_ttl_or_event_type_is_refused_before_the_first_write()
     assert_eq!(ok[..3], ["ok", "3", "1"], "{ok:?}");
 }
 
-/// Issue 24: two servers whose histories fork from one point — the promoted replica, and
+/// two servers whose histories fork from one point — the promoted replica, and
 /// the old primary restarted beside it before the sentinels make it a replica — each issue
 /// hook ids on a new replication history. Both jump ahead, by offsets drawn from their own
 /// replication ids, so a hook id issued on the side that is later thrown away is not issued

@@ -1,5 +1,5 @@
 //! Delivery through one in-process worker against a real redis-server and a real
-//! HTTP receiver (R1–R9, R19).
+//! HTTP receiver.
 
 use crate::common;
 
@@ -353,7 +353,7 @@ async fn a_row_still_failing_at_the_retry_horizon_is_dead_lettered_retry_horizon
     let first: i64 = d.get("first").as_str().parse().unwrap();
     let at: i64 = d.get("at").as_str().parse().unwrap();
     // A retry never waits less than the floor, so a row whose horizon is nearer than
-    // `retry.min_backoff_ms` is dead-lettered then rather than tried once more (issue 17.3).
+    // `retry.min_backoff_ms` is dead-lettered then rather than tried once more.
     let floor = env.config.retry.min_backoff_ms as i64;
     assert!(
         at - first >= 300 - floor,
@@ -657,7 +657,7 @@ fn the_demo_on_the_real_payloads_exits_0_with_nothing_lost_or_mismatched() {
     );
 }
 
-/// Issue 27: the demo's own `redis-server` does not outlive a demo killed by its pid alone
+/// the demo's own `redis-server` does not outlive a demo killed by its pid alone
 /// (`kill -9`, no cleanup runs): it dies with the demo.
 #[test]
 fn the_demos_redis_dies_with_a_demo_killed_by_its_pid() {

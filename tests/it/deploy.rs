@@ -1,4 +1,4 @@
-//! Deployment (R28): the compose stack, its Prometheus and Grafana provisioning, the
+//! Deployment: the compose stack, its Prometheus and Grafana provisioning, the
 //! Dockerfile and the demo receiver. No container engine runs here, so the stack is proven
 //! piece by piece: `docker-compose config` accepts the file, every file a service mounts or
 //! names exists, the services point at each other by the right names and ports, and the

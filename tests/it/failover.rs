@@ -341,7 +341,7 @@ async fn a_graceful_sentinel_failover_loses_nothing_acknowledged_and_repeats_no_
     );
 }
 
-/// The soak's loss (issue 24): a graceful failover, then the new primary dies before the
+/// The soak's loss: a graceful failover, then the new primary dies before the
 /// old one — converted into its replica some ten seconds later — finished its first sync,
 /// so the sentinels promote the old one back with none of the new primary's writes. A
 /// commit is refused while the primary has fewer replicas attached than the sentinels know
@@ -615,7 +615,7 @@ async fn webhook_ids_differ_between_instances_and_across_a_flushall_and_stay_per
     two.shutdown().await;
 }
 
-/// Issue 24: a sentinel that never learns the primary the others name (here one that
+/// a sentinel that never learns the primary the others name (here one that
 /// monitors another deployment under the same service name, so it names that deployment's
 /// master for good) holds leadership back for the grace only
 /// (`ankusa::store::STALE_SENTINEL_GRACE`): the worker then leads on the primary the others

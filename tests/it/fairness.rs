@@ -1,4 +1,4 @@
-//! Fair scheduling and isolation (R13–R15, R22) against a real redis-server and receiver.
+//! Fair scheduling and isolation against a real redis-server and receiver.
 
 use crate::common;
 
@@ -143,7 +143,7 @@ async fn a_tenant_whose_sink_hangs_holds_only_its_window_and_others_are_delivere
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_source_is_interleaved_with_a_large_one_of_the_same_tenant() {
-    // R15 is about claimed rows: they wait in one queue per sink key and slots go round-robin
+    // Isolation between sinks is about claimed rows: they wait in one queue per sink key and slots go round-robin
     // across keys. One scan claims the whole backlog here (batch ≥ rows), so the order of
     // starts is the slots' decision alone. (Claims within a tenant are FIFO by due time.)
     let env = Env::with(Default::default(), |c| {
@@ -226,7 +226,7 @@ async fn reconfigure_under_load_changes_the_cap_and_drops_nothing() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 2 (R15): fairness across a tenant's sources holds inside the claim, not
+/// Fairness across a tenant's sources holds inside the claim, not
 /// only among claimed rows. Tenant window 50, source A with 1 000 hooks to a slow sink
 /// (200 ms), then 5 hooks on source B of the same tenant: B's hooks are delivered while most
 /// of A is still pending, not behind A's backlog (commit scores a source's rows by virtual

@@ -1,4 +1,4 @@
-//! Faults around `ankusa worker` processes (R3, R5, R25): a kill -9 mid-flight, scripts
+//! Faults around `ankusa worker` processes: a kill -9 mid-flight, scripts
 //! flushed, Redis restarted with persistence, Redis out of memory and busy, a dead sink
 //! behind a large backlog, and a Redis that could evict keys.
 //!

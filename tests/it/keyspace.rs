@@ -1,5 +1,5 @@
 //! The key layout is written twice — `src/keyspace.rs` for Rust and `lua/prelude.lua` for
-//! the scripts (R26, R29). This test builds every key both ways, the Lua side evaluated by a
+//! the scripts. This test builds every key both ways, the Lua side evaluated by a
 //! real redis-server, and requires them to be equal, so the two can never drift apart.
 use crate::common;
 

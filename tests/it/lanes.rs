@@ -1,4 +1,4 @@
-//! Ordered lanes (R10–R12) against a real redis-server and receiver: per-lane commit
+//! Ordered lanes against a real redis-server and receiver: per-lane commit
 //! order, release on every terminal outcome, the sweep, awkward keys.
 
 use crate::common;

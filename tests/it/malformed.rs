@@ -191,7 +191,7 @@ async fn a_hook_key_of_another_type_dead_letters_its_row_malformed() {
         due_now(env, "acme", "200.0");
         env.redis_cmd(&["RPUSH", &env.key("hook:201"), "a", "list"]);
         due_now(env, "acme", "201.0");
-        // A hook of today's layout (body apart, issue 12) whose body key is a list.
+        // A hook of today's layout (body apart) whose body key is a list.
         write_hook(env, 202, &with(good_fields("{}"), &[("b", None)]));
         env.redis_cmd(&["RPUSH", &env.key("body:202"), "a", "list"]);
         due_now(env, "acme", "202.0");

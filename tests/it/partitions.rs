@@ -1,4 +1,4 @@
-//! Partitions in one Redis (issue 13) against a real redis-server and receiver: tenants
+//! Partitions in one Redis against a real redis-server and receiver: tenants
 //! routed by CRC-32, one lease per partition spread over the workers, a killed worker's
 //! partitions moving alone, a joining worker getting one by hand-over, the recorded
 //! partition count, ordered lanes and fairness with P = 4, and P = 1 data committed by the
@@ -590,7 +590,7 @@ fn old_commit(env: &Env, tenant: &str, source: &str, n: usize) -> Vec<u64> {
     (first..first + n as u64).collect()
 }
 
-/// P = 1 data from before partitions (issue 13): sources stored and hooks committed exactly
+/// P = 1 data from before partitions: sources stored and hooks committed exactly
 /// as the binary before partitions did, on a Redis that has no partition count yet; this
 /// build's worker, with the default `partitions = 1`, records the count and delivers every
 /// row once, and the new producer's commits continue the old hook ids.
@@ -650,7 +650,7 @@ async fn p1_data_committed_by_the_binary_before_partitions_is_delivered_once() {
     worker.shutdown().await;
 }
 
-/// Issue 28: the partitions one worker leads share its byte window, also while their claims
+/// the partitions one worker leads share its byte window, also while their claims
 /// are in flight together. Four tenants, one per partition, each 100 hooks of 64 KiB to a
 /// sink that never answers, `max_inflight_bytes` = 1 MiB: the bytes the worker holds claimed
 /// never pass 1 MiB plus one hook, over several windows' worth of attempts. Before, each

@@ -1,4 +1,4 @@
-//! Per-sink policy (P9, issue 15): event filters, retry schedules per entry, disabling an
+//! Per-sink policy: event filters, retry schedules per entry, disabling an
 //! entry after prolonged failure (rate limits: `tests/policy_rate.rs`, alone in its binary). Against a real redis-server and receiver;
 //! times are the generous bounds the policies guarantee, not performance claims.
 
@@ -607,7 +607,7 @@ async fn an_entry_failing_for_disable_after_ms_is_disabled_dead_lettered_announc
     );
     assert_eq!(env.receiver.count_for("good"), 5);
     // The operational event: in the stream, and POSTed signed to the operator's URL (the
-    // breaker's events, issue 28, are beside it).
+    // breaker's events are beside it).
     let sink_events = || async {
         let all = env.store.sink_events(10).await.unwrap();
         all.into_iter()
@@ -694,7 +694,7 @@ async fn an_entry_failing_for_disable_after_ms_is_disabled_dead_lettered_announc
     worker.shutdown().await;
 }
 
-/// Issue 28: a filter applies as it is when a row is bound, not only at commit. Rows already
+/// a filter applies as it is when a row is bound, not only at commit. Rows already
 /// waiting when the entry's filter is narrowed are dropped if it no longer takes their hook:
 /// not delivered, never dead-lettered, counted as dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Per-sink rate limits (P9, issue 15) against a real redis-server and receiver. Alone in its
+//! Per-sink rate limits against a real redis-server and receiver. Alone in its
 //! test binary (cargo runs binaries one after another), so the 20 s of paced deliveries share
 //! the machine with nothing heavy; the times are the bounds the limit guarantees, not
 //! performance claims.

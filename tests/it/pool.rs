@@ -1,4 +1,4 @@
-//! A pool of `ankusa worker` processes against one redis-server (R3, R25): one leader at a
+//! A pool of `ankusa worker` processes against one redis-server: one leader at a
 //! time, failover after kill -9, a paused (zombie) leader fenced, graceful hand-over on
 //! SIGTERM, the self-check of a wedged leader, unique node ids, and a skewed local clock.
 //!
@@ -556,7 +556,7 @@ async fn a_worker_whose_clock_is_hours_ahead_delivers_nothing_before_it_is_due()
     check_exact(&env, &hooks, 1, 0).await;
 }
 
-/// Issue 24: a leader whose wall clock runs 6 h ahead opens a breaker; the snapshot it leaves
+/// a leader whose wall clock runs 6 h ahead opens a breaker; the snapshot it leaves
 /// for the next term is on Redis's clock (it ends within the open period of Redis `TIME`),
 /// and a successor with a right clock probes when that period is over and delivers every
 /// row. Before, the snapshot carried the skewed clock and the successor parked the sink's
@@ -709,7 +709,7 @@ async fn failover_figures() {
     eprintln!("failover: median {:?} (min {:?}, max {:?}); duplicates median {} (min {}, max {}); lease {lease_ms} ms, window {WINDOW}", times[2], times[0], times[4], dups[2], dups[0], dups[4]);
 }
 
-/// Fencing at the script level (R25), without processes: once another node holds the lease,
+/// Fencing at the script level, without processes: once another node holds the lease,
 /// every row-moving script refuses the old token, whatever its holder believes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
@@ -776,7 +776,7 @@ async fn a_deposed_leaders_token_is_refused_by_every_row_moving_script() {
     assert_eq!(s.totals().await.unwrap().delivered, 0);
     assert_eq!(s.claimed_count().await.unwrap(), 5);
 
-    // The new leader makes the old term's claims due again (R3); its own settles go through.
+    // The new leader makes the old term's claims due again; its own settles go through.
     assert_eq!(s.requeue_claimed(&new, new_epoch).await.unwrap(), 5);
     assert_eq!(s.claimed_count().await.unwrap(), 0);
     assert!(

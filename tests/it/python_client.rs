@@ -83,7 +83,7 @@ async fn the_python_producer_commits_and_a_worker_delivers_every_byte() {
         )
         .await
         .expect("source");
-    // A source whose entry takes only `push` hooks (P9 event filters).
+    // A source whose entry takes only `push` hooks (event filters).
     env.store
         .put_source(
             "acme",

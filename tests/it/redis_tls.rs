@@ -1,4 +1,4 @@
-//! Redis over TLS for real (issue 11): a TLS-only `redis-server` (no plaintext port) with a
+//! Redis over TLS for real: a TLS-only `redis-server` (no plaintext port) with a
 //! CA and certificates generated here; the whole pipeline runs over `rediss://` with mutual
 //! TLS; a `rediss://` that cannot do TLS (a plaintext server, a CA that does not match, no
 //! client certificate where one is required) fails loudly and never falls back to plaintext.

@@ -1,4 +1,4 @@
-//! The time budget of one script call (issue 17.11, `dispatch.script_budget_ms`), against a
+//! The time budget of one script call (`dispatch.script_budget_ms`), against a
 //! real redis-server: a claim or settle call over its budget stops early and leaves the rest
 //! for the next call, without losing, repeating or reordering anything. These tests check
 //! behaviour only (what is claimed, settled and delivered, in which order); how long a call
@@ -95,7 +95,7 @@ async fn a_claim_out_of_budget_stops_early_and_the_next_goes_on_where_it_stopped
         assert!(calls <= tenants.len(), "no progress");
     }
     // Every tenant exactly once, in the order of the line: a tenant a call did not reach
-    // went first in the next one (R13).
+    // went first in the next one.
     assert_eq!(order, tenants);
     assert_eq!(env.redis_cmd(&["ZCARD", &env.key("claimed")]), "2000");
     assert_eq!(env.redis_cmd(&["ZCARD", &env.key("tenants")]), "0");
@@ -174,7 +174,7 @@ async fn a_settle_out_of_budget_applies_a_prefix_and_the_rest_applies_when_sent_
     assert_eq!(env.pending_rows(), 0);
 
     // A batch sent again after a partial call: the applied prefix is skipped, never applied
-    // twice (P6).
+    // twice.
     env.commit_n("big", "s", 100).await;
     let c = env
         .store
@@ -211,7 +211,7 @@ async fn a_settle_out_of_budget_applies_a_prefix_and_the_rest_applies_when_sent_
     assert_eq!(stats, "1100");
 }
 
-/// The scenario of issue 17.11 at CI size: one tenant with a large backlog plus 2 000
+/// The bounded-scripts scenario at CI size: one tenant with a large backlog plus 2 000
 /// tenants with one row, drained by a worker whose budget is 1 ms: claims are cut short by
 /// it (the page shrinks), yet every row is delivered exactly once and every one-row tenant
 /// before the big backlog drains.
@@ -257,7 +257,7 @@ async fn with_a_tiny_budget_every_row_is_delivered_once_and_small_tenants_first(
     assert_eq!(ids.len(), total, "every row delivered once");
     let is_big = |r: &&ankusa::testkit::Received| r.path.ends_with("big");
     assert_eq!(reqs.iter().filter(is_big).count(), big);
-    // Fairness (R13): the last one-row tenant was served while most of the big backlog was
+    // Fairness: the last one-row tenant was served while most of the big backlog was
     // still waiting.
     let last_small = reqs.iter().rposition(|r| !r.path.ends_with("big")).unwrap();
     let big_before = reqs[..last_small].iter().filter(is_big).count();
@@ -311,7 +311,7 @@ async fn a_page_of_hooks_read_out_of_budget_is_read_in_several_calls_the_same() 
 
 /// The scheduler's claim (`ClaimRequest::read_hooks`) reads its rows' hooks back in the same call,
 /// each hook once, exactly as `hooks.lua` answers them (a malformed hook included); past its
-/// budget it answers the first hooks only, and `hooks.lua` reads the rest (issue 25).
+/// budget it answers the first hooks only, and `hooks.lua` reads the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimed_page_reads_its_hooks_back_in_the_same_call() {
     let env = Env::new().await;

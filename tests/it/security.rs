@@ -1,4 +1,4 @@
-//! The trusted edge, end to end (issue 11; `docs/security.md`): Standard Webhooks signatures
+//! The trusted edge, end to end (`docs/security.md`): Standard Webhooks signatures
 //! checked by the reference library, the SSRF guard in every loopback spelling, hostile
 //! answers against a worker process's memory, and secrets that never leave the worker.
 use crate::common;

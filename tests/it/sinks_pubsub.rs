@@ -1,4 +1,4 @@
-//! The Pub/Sub sink (R17) against Google's real emulator, observed through a recording
+//! The Pub/Sub sink against Google's real emulator, observed through a recording
 //! proxy. Where the emulator is not installed the tests fail, naming the package to install.
 
 use crate::common;

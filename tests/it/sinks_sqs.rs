@@ -1,4 +1,4 @@
-//! The SQS sink and its batcher (R17) against a real `moto_server`, observed through a
+//! The SQS sink and its batcher against a real `moto_server`, observed through a
 //! recording proxy. Counts are exact; times are liveness bounds only.
 
 use crate::common;

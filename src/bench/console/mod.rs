@@ -1,4 +1,4 @@
-//! `ankusa bench --console` (issue 26): the server-side latency of every page of the
+//! `ankusa bench --console`: the server-side latency of every page of the
 //! operator console (`/ui/`) and the tenant portal (`/portal/`) with a large instance in
 //! Redis, as an HTTP client on loopback sees it.
 //!
@@ -31,7 +31,7 @@ use seed::{background_rate, free_port, other, seed, wait_until, worker_config, S
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// The target of issue 26: every page's p99 at or under this (ms).
+/// The target: every page's p99 at or under this (ms).
 const TARGET_P99_MS: f64 = 100.0;
 /// Receiver paths, by what they answer.
 const OK: &str = "ok";

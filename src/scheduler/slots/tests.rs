@@ -162,7 +162,7 @@ fn push(s: &mut Slots<J>, j: J) {
     s.push(j);
 }
 
-/// Issue 28: the claims of two sessions of one process in flight together never take
+/// the claims of two sessions of one process in flight together never take
 /// more than the window between them: the first reserves the byte room left, the
 /// second finds none until the first's answer is handled and its unused room is back.
 #[test]

@@ -140,7 +140,7 @@ pub const PERMANENT_ENTRY_CODES: &[&str] = &[
     "ResourceNotFoundException",
 ];
 
-/// What one failed entry of a `PutEvents` answer means (R8): permanent for
+/// What one failed entry of a `PutEvents` answer means: permanent for
 /// [`PERMANENT_ENTRY_CODES`], otherwise a retry of that row alone.
 pub fn classify_entry(code: &str, message: &str) -> AttemptError {
     let error = super::truncate(format!("eventbridge {code}: {message}"), 512);

@@ -9,7 +9,7 @@ use crate::sinks::registry::{self, DeliverFuture, Module, Sinks, Target};
 use crate::sinks::{AttemptError, Delivery, EdgePolicy, ErrorKind};
 use std::sync::Arc;
 
-/// The `http` sink module: one POST per row (R6), under the slots and rate limits.
+/// The `http` sink module: one POST per row, under the slots and rate limits.
 pub static MODULE: Module = Module {
     name: "http",
     batched: false,

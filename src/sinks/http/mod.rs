@@ -2,7 +2,7 @@
 //!
 //! 2xx is ok; 3xx is not success and redirects are never followed (a followed
 //! 301/302 turns a POST into a GET); 408/425/429/5xx and transport errors retry,
-//! honouring `Retry-After`; any other 4xx is permanent (R8).
+//! honouring `Retry-After`; any other 4xx is permanent.
 
 mod entry;
 pub mod mtls;
@@ -308,7 +308,7 @@ impl std::fmt::Display for UrlProblem {
     }
 }
 
-/// What an HTTP answer means for the row (R8); one function, table-tested.
+/// What an HTTP answer means for the row; one function, table-tested.
 pub fn classify(
     status: u16,
     retry_after: Option<&str>,
@@ -395,14 +395,14 @@ pub struct HttpSink {
 impl HttpSink {
     /// A client with no redirect following, no proxy from the environment (a proxy resolves
     /// the host itself, past the guard; `[http] proxy` is tunnelled to checked addresses
-    /// instead) and no total timeout of its own: the attempt timeout (R7) wraps the whole
+    /// instead) and no total timeout of its own: the attempt timeout wraps the whole
     /// attempt, connect to last body byte. Names resolve through the guard's resolver.
     ///
     /// Idle connections are kept per host without a count limit, closed after 30 s unused:
     /// the pool can never hold more than the attempts that ran at once (at most
     /// `dispatch.concurrency`, whatever a reload sets it to), and a cap below that closes
     /// the surplus after every wave of attempts only to open it again for the next one
-    /// (issue 12: a cap of 64 at concurrency 100 left ~12 800 sockets in TIME_WAIT per
+    /// (a cap of 64 at concurrency 100 left ~12 800 sockets in TIME_WAIT per
     /// 50 000 deliveries).
     ///
     /// # Errors

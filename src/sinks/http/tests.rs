@@ -236,7 +236,7 @@ fn options_refuse_reserved_headers_bad_secrets_and_blocked_literals() {
 
 /// Waves of attempts as wide as the concurrency reuse their connections: a pool that
 /// keeps fewer idle connections than that closes the surplus after each wave and opens
-/// it again for the next (issue 12: connections opened ≤ concurrency + 10).
+/// it again for the next (connections opened ≤ concurrency + 10).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waves_of_concurrent_attempts_reuse_their_connections() {
     use std::sync::atomic::{AtomicUsize, Ordering};

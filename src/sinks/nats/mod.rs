@@ -1,4 +1,4 @@
-//! The NATS JetStream sink (`"module": "nats"`, issue 29): one JetStream publish per row
+//! The NATS JetStream sink (`"module": "nats"`): one JetStream publish per row
 //! through an operator connection ([`super::connections`]); the stream's publish ack is the
 //! delivery.
 //!
@@ -11,7 +11,7 @@
 //! stream's duplicate window (2 minutes by default) — a worker killed between the publish
 //! and its settle publishes again, and the stream keeps one copy.
 //!
-//! Outcomes (R8): an ack is `ok` (a duplicate's ack too: the stream holds the message);
+//! Outcomes: an ack is `ok` (a duplicate's ack too: the stream holds the message);
 //! every failure retries: no ack within the JetStream timeout, a lost connection, a stream
 //! error, and "no stream captures the subject" (NATS answers no responders). That last
 //! one retries rather than dead-letters because it is an operator's set-up race (the stream
@@ -196,7 +196,7 @@ async fn publish(
         .map_err(|e| classify(&opts.subject, e.kind(), &e.to_string()))
 }
 
-/// What a failed publish means (R8): every kind retries; the error says what happened.
+/// What a failed publish means: every kind retries; the error says what happened.
 pub fn classify(
     subject: &str,
     kind: jetstream::context::PublishErrorKind,

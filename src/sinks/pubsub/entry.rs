@@ -13,7 +13,7 @@ use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
 use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy, ProducerHeaders};
 use std::sync::Arc;
 
-/// The `pubsub` sink module: Google Pub/Sub, batched (R17).
+/// The `pubsub` sink module: Google Pub/Sub, batched.
 pub static MODULE: Module = Module {
     name: "pubsub",
     batched: true,

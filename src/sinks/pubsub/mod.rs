@@ -1,4 +1,4 @@
-//! The Google Cloud Pub/Sub sink (R17): the documented REST `topics.publish` call over
+//! The Google Cloud Pub/Sub sink: the documented REST `topics.publish` call over
 //! reqwest, through a per-topic [`batcher`](super::batcher).
 //!
 //! Why REST and not a client crate: the maintained Rust clients (`gcloud-pubsub`, Google's
@@ -409,7 +409,7 @@ impl PubSubTarget {
     }
 }
 
-/// Whether a publish answered with `status` is worth retrying (R8): 408, 429 and 5xx, and
+/// Whether a publish answered with `status` is worth retrying: 408, 429 and 5xx, and
 /// 401 (an expired token is fetched again); other 4xx (bad request, permission denied,
 /// topic not found) are permanent. Transport errors always retry.
 pub fn is_retryable(status: u16) -> bool {

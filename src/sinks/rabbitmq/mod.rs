@@ -1,4 +1,4 @@
-//! The RabbitMQ sink (`"module": "rabbitmq"`, issue 29): one AMQP 0-9-1 publish per row on
+//! The RabbitMQ sink (`"module": "rabbitmq"`): one AMQP 0-9-1 publish per row on
 //! a confirm-mode channel of an operator connection ([`super::connections`]); the broker's
 //! publisher confirm is the delivery.
 //!
@@ -15,7 +15,7 @@
 //! `content-type` header if any, and the headers of
 //! [`super::connections::message_headers`] as AMQP long-string headers.
 //!
-//! Outcomes (R8): a confirm (`basic.ack`) is `ok`; a `basic.nack`, a message returned as
+//! Outcomes: a confirm (`basic.ack`) is `ok`; a `basic.nack`, a message returned as
 //! unroutable under `mandatory`, a channel closed by the broker (an exchange that does not
 //! exist: 404, access refused: 403) and a lost connection all retry. A missing exchange
 //! retries rather than dead-letters for the reason a missing NATS stream does: it is the
@@ -347,7 +347,7 @@ fn lost(connection: &str, e: &lapin::Error) -> AttemptError {
     )
 }
 
-/// What the broker's answer to a publish means (R8): an ack without a returned message is
+/// What the broker's answer to a publish means: an ack without a returned message is
 /// `ok`; a returned (unroutable) message, a nack, or no confirm at all retry.
 pub fn outcome(exchange: &str, routing_key: &str, c: Confirmation) -> Result<(), AttemptError> {
     match c {

@@ -1,5 +1,5 @@
 //! The SQS clients (one per endpoint, region and credentials) and the batch transport
-//! over them (R17).
+//! over them.
 
 use super::*;
 

@@ -13,7 +13,7 @@ use crate::sinks::registry::{Batching, Destination, Module, Sinks, Target};
 use crate::sinks::{AttemptError, BatchMessage, Delivery, EdgePolicy, ProducerHeaders};
 use std::sync::Arc;
 
-/// The `sqs` sink module: Amazon SQS, batched (R17).
+/// The `sqs` sink module: Amazon SQS, batched.
 pub static MODULE: Module = Module {
     name: "sqs",
     batched: true,

@@ -1,4 +1,4 @@
-//! The Amazon SQS sink (R17): `SendMessageBatch` through a per-queue [`batcher`](super::batcher).
+//! The Amazon SQS sink: `SendMessageBatch` through a per-queue [`batcher`](super::batcher).
 //!
 //! Pipeline of one attempt: resolve the options (secret references) → build the message
 //! ([`SqsTarget::message`]: body or claim-check pointer, attributes, FIFO group and
@@ -198,7 +198,7 @@ impl SqsTarget {
     }
 }
 
-/// What one failed entry of a `SendMessageBatch` means (R8): the service's own faults and
+/// What one failed entry of a `SendMessageBatch` means: the service's own faults and
 /// throttling retry; the sender's faults (invalid parameters, contents) are permanent,
 /// except KMS trouble with the queue's key, which an operator fixes while rows wait.
 pub fn classify_entry(code: &str, sender_fault: bool, message: &str) -> AttemptError {
@@ -219,7 +219,7 @@ const RETRYABLE_CODES: &[&str] = &[
     "OverLimit",
 ];
 
-/// What a failed `SendMessageBatch` request means for every entry in it (R8): transport
+/// What a failed `SendMessageBatch` request means for every entry in it: transport
 /// errors, throttling, 429 and 5xx retry; a request that could not be built and other 4xx
 /// (queue does not exist, access denied, invalid parameter) are permanent.
 pub fn classify_request(status: Option<u16>, code: Option<&str>, message: &str) -> AttemptError {

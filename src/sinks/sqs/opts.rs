@@ -1,5 +1,5 @@
 //! The options of an `sqs` sink entry, their validation, and the SQS naming rules they
-//! follow (R17, R18).
+//! follow.
 
 use super::*;
 
@@ -348,7 +348,7 @@ fn valid_queue_name(q: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// The Amazon SQS Extended Client pointer to an offloaded body (R18).
+/// The Amazon SQS Extended Client pointer to an offloaded body.
 pub fn extended_pointer(bucket: &str, key: &str) -> String {
     serde_json::json!([POINTER_CLASS, {"s3BucketName": bucket, "s3Key": key}]).to_string()
 }

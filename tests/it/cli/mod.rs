@@ -1,6 +1,6 @@
 //! The `ankusa` command line as a user meets it: the built binary run against its own
 //! `redis-server` (and, where a command needs one, a real worker process). One test per
-//! stumble of issue 16: closed pipes, `--json` everywhere, `tick` without a leader, Redis
+//! stumble: closed pipes, `--json` everywhere, `tick` without a leader, Redis
 //! errors in plain words, colours, empty produce, sources without sinks, counters named by
 //! unit, a second Ctrl-C, Kubernetes variables, help, completions and the man page.
 

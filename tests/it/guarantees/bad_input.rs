@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Issue 17 point 10 (R1): the commit script checks what a raw `EVALSHA` brings by itself: a
+/// The commit script checks what a raw `EVALSHA` brings by itself: a
 /// non-UTF-8 tenant id, an 11 MiB body against the leader's 10 MiB limit (the caller claiming
 /// a 20 MiB one), a lease key that is not the prefix's: each refused, nothing stored, and the
 /// pool keeps delivering (no row stuck claimed, `tick` returns).

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Issue 17 point 8 (R3, R25): Redis full (`noeviction`, `maxmemory` reached under a running
+/// Redis full (`noeviction`, `maxmemory` reached under a running
 /// pool). Commits are refused, but the scripts that free memory still run (`allow-oom`): the
 /// backlog drains with every hook deleted, none recorded delivered while its body stays, and
 /// a new leader is elected on the full Redis. While Redis refuses the writes the leader
@@ -109,7 +109,7 @@ async fn a_full_redis_is_drained_by_a_leader_elected_on_it_and_failing_writes_tu
     second.shutdown().await;
 }
 
-/// Issue 17 point 9: with `CONFIG` renamed away (as managed Redis services do), the eviction
+/// With `CONFIG` renamed away (as managed Redis services do), the eviction
 /// policy is still read (from `INFO memory`): an `allkeys-lru` Redis is refused at start, and
 /// a policy changed to an evicting one at run time turns health red until it is undone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

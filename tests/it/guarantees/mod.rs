@@ -1,4 +1,4 @@
-//! Exactly what the spec promises, under faults (issue 17): one test per point, each
+//! Exactly what the spec promises, under faults: one test per point, each
 //! reproducing its scenario at CI size against a real redis-server and a real receiver,
 //! with the fault injected for real, and asserting exact counts.
 
@@ -118,7 +118,7 @@ async fn check_every_attempt_counted(env: &Env, hooks: &[u64]) -> usize {
     total
 }
 
-/// Issue 17 point 3 (R8): a `Retry-After: 0`, or an HTTP date in the past, never makes a
+/// A `Retry-After: 0`, or an HTTP date in the past, never makes a
 /// row retry at once: every retry waits at least `retry.min_backoff_ms`, breakers off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_zero_or_in_the_past_never_retries_sooner_than_the_floor() {
@@ -167,7 +167,7 @@ async fn retry_after_zero_or_in_the_past_never_retries_sooner_than_the_floor() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 3 (R8, R9): at the retry horizon, a sink's `Retry-After` is never cut
+/// At the retry horizon, a sink's `Retry-After` is never cut
 /// short by an extra attempt: a row whose horizon comes before the delay the sink asked
 /// for is dead-lettered `retry_horizon(http)` after its one attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,7 +209,7 @@ async fn the_horizon_never_cuts_a_retry_after_short_by_an_extra_attempt() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 6 (P6): settle replies lost after the script ran (the proxy forwards the
+/// Settle replies lost after the script ran (the proxy forwards the
 /// call, drops its reply and resets the connection), with retries shorter than the settle
 /// retry delay, so rows are claimed again in the same term before the batch is re-sent. The
 /// re-sent batch never applies to the later claim: no attempt count goes back, no real
@@ -248,7 +248,7 @@ async fn a_batch_resent_after_a_lost_reply_never_applies_to_a_later_claim() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 7 (R3, R8): a 2 s partition between the leader and Redis while attempts
+/// A 2 s partition between the leader and Redis while attempts
 /// run, then every connection reset. The failed claim ends the term, but only after the
 /// running attempts finished and every outcome observed was settled under that term: each
 /// attempt the endpoint received is counted, and a lost ok never becomes a duplicate.
@@ -292,7 +292,7 @@ async fn a_partition_then_reset_forgets_no_attempt_and_duplicates_nothing() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 12 (R21, R25): the window state is written through a fenced script, so a
+/// The window state is written through a fenced script, so a
 /// zombie leader (its lease taken over while it was paused) cannot overwrite its successor's
 /// state, and `pressure()` keeps answering from the live leader's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,7 +342,7 @@ async fn a_zombie_leaders_window_state_is_refused() {
     }
 }
 
-/// Issue 17 point 12 (R18, R25): a claim-check reference is recorded through a fenced script,
+/// A claim-check reference is recorded through a fenced script,
 /// so a zombie leader's check-in writes nothing into a hook its successor handles; a hook
 /// that is gone is not recreated by the write (its reference comes back to be deleted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -438,7 +438,7 @@ fn raw_cmd(port: u16, args: &[&[u8]]) -> Vec<String> {
     out
 }
 
-/// Issue 17 point 1 (R5): the byte window holds row by row inside the claim. 400 hooks of
+/// The byte window holds row by row inside the claim. 400 hooks of
 /// 64 KiB to a sink that never answers, `max_inflight_bytes` = 1 MiB: the bytes the worker
 /// holds claimed, and the hook bytes of Redis's claimed set, never pass 1 MiB plus one hook,
 /// over several windows' worth of attempts.
@@ -496,7 +496,7 @@ async fn the_byte_window_holds_row_by_row_inside_the_claim() {
     worker.shutdown().await;
 }
 
-/// Issue 17 point 5 (R11): a lane head whose hook is gone still releases its lane in the same
+/// A lane head whose hook is gone still releases its lane in the same
 /// settle call (its lane is recorded with the head, not only in the hook), and a drained
 /// partition keeps no tenant in `lane_tenants`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -583,7 +583,7 @@ async fn every_metric_in_the_dashboards_and_alert_rules_is_exported_by_a_running
         }
     }
 
-    // Every series names the instance (R29) under a label Prometheus will not rename.
+    // Every series names the instance under a label Prometheus will not rename.
     for l in s.text.lines().filter(|l| l.starts_with("ankusa_")) {
         assert!(
             l.contains(&format!("ankusa_instance=\"{}\"", r.env.config.instance)),

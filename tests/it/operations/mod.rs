@@ -1,4 +1,4 @@
-//! The operations API (R20–R24, dead letters) through its three interfaces — the library,
+//! The operations API (dead letters) through its three interfaces — the library,
 //! the admin HTTP API of a worker process, and the `ankusa` CLI — against a real
 //! redis-server, a real webhook receiver and a pool of two `ankusa worker` processes.
 

@@ -1,4 +1,4 @@
-//! The broker sinks (issue 29) against real brokers this binary starts on free loopback
+//! The broker sinks against real brokers this binary starts on free loopback
 //! ports: `nats-server -js` (NATS JetStream) and `rabbitmq-server` (AMQP 0-9-1), each
 //! started once and shared by the tests here, plus a NATS of its own for the restart test.
 //! Consumers in the test read what arrived independently of the worker (a JetStream stream

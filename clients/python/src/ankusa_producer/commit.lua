@@ -1,12 +1,12 @@
 -- prelude.lua: prepended to every ankusa script (see src/store/scripts.rs).
 -- The key layout mirrors src/keyspace.rs; tests/keyspace.rs builds every key both ways.
 -- KEYS[1] is always the partition's lease key: it routes the call to the
--- partition's cluster slot and is the fencing check (R25).
+-- partition's cluster slot and is the fencing check.
 -- ARGV[1] is always the partition prefix `ankusa:{<instance>.p<N>}:`.
 local P = ARGV[1]
 local function k_source(tenant, source) return P .. 'source:' .. tenant .. ':' .. source end
 local function k_hook(hook) return P .. 'hook:' .. hook end
--- A hook's body, apart from its hash so the hash stays a listpack (issue 12).
+-- A hook's body, apart from its hash so the hash stays a listpack.
 local function k_body(hook) return P .. 'body:' .. hook end
 local function k_row(row) return P .. 'row:' .. row end
 local function k_due(tenant) return P .. 'due:' .. tenant end
@@ -30,22 +30,22 @@ local K_DLQ_TENANTS = P .. 'dlq_tenants'
 local K_WAKE = P .. 'wake'
 local K_BLOB_GC = P .. 'blob_gc'
 -- Claim-check blobs of finished hooks, scored by when they may be deleted: kept for the
--- retention (`claim_check.retention_ms`), since a pointer may still wait on a queue (R18).
+-- retention (`claim_check.retention_ms`), since a pointer may still wait on a queue.
 local K_BLOB_RETAIN = P .. 'blob_retain'
 -- Settings kept server side, written by the leader (window.lua), read by the scripts:
--- `max_hook_bytes` (commit), `cc_retention_ms` (settle). Not the caller's word (issue 17.10).
+-- `max_hook_bytes` (commit), `cc_retention_ms` (settle). Not the caller's word.
 local K_SETTINGS = P .. 'settings'
--- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane (R11).
+-- Lane heads: row id -> lane id, so a head whose hook is gone still releases its lane.
 local K_HEAD_LANE = P .. 'head_lane'
--- Open breakers' snapshots for the next term (breakers.lua, R16).
+-- Open breakers' snapshots for the next term (breakers.lua).
 local K_BREAKERS = P .. 'breakers'
--- Operational events: entries disabled after prolonged failure or enabled again (P9).
+-- Operational events: entries disabled after prolonged failure or enabled again.
 local K_EVENTS = P .. 'events'
--- The leader's window state (window.lua, read by pressure), the lease and the epoch (R25).
+-- The leader's window state (window.lua, read by pressure), the lease and the epoch.
 local K_WINDOW = P .. 'window'
 local K_LEASE = P .. 'lease'
 local K_EPOCH = P .. 'epoch'
--- Claim tokens (P6): every claim call takes the next value of `claim_seq` and scores its
+-- Claim tokens: every claim call takes the next value of `claim_seq` and scores its
 -- rows in `claimed` with it; an outcome applies only to the claim it answers. Acquiring
 -- the lease records the last token issued before the term in `claim_floor`.
 local K_CLAIM_SEQ = P .. 'claim_seq'
@@ -66,7 +66,7 @@ local function now_ms()
 end
 
 -- Redis' clock in µs (`TIME` advances inside a script): a script with a time budget
--- (issue 17.11) reads it at its start and checks the difference as it goes.
+-- reads it at its start and checks the difference as it goes.
 local function clock_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -94,7 +94,7 @@ end
 -- restart gives a server a new replication id).
 -- Replicas are counted only once `online` (synced): `connected_slaves` also counts one that
 -- waits for or receives its first full sync, which holds none of what this server has; a
--- commit acknowledged beside it only would be lost with this server (issue 24, CI).
+-- commit acknowledged beside it only would be lost with this server (CI).
 local function replication()
   local info = redis.call('INFO', 'replication')
   local online = 0
@@ -118,7 +118,7 @@ local function replicas_lost()
   return nil
 end
 
--- Fencing (R25): a caller may move rows only while KEYS[1] holds its token, on a server
+-- Fencing: a caller may move rows only while KEYS[1] holds its token, on a server
 -- that kept the replicas its term started with and that the sentinels did not depose.
 local function fenced(token)
   return redis.call('GET', KEYS[1]) ~= token or replicas_lost() ~= nil or deposed() ~= nil
@@ -132,8 +132,8 @@ end
 
 -- Make the next member of `lane` its head, due at `now` (or at its hook's scheduled time); with no member left the lane
 -- is idle (no head). Returns the new head or nil. Only scripts the scheduler calls use
--- this (R12: only the scheduler moves lane state).
--- A tenant with no lane holding members left leaves `lane_tenants` (issue 17.5).
+-- this (only the scheduler moves lane state).
+-- A tenant with no lane holding members left leaves `lane_tenants`.
 local function lane_drained(lane, tenant)
   redis.call('SREM', k_lanes(tenant), lane)
   if redis.call('SCARD', k_lanes(tenant)) == 0 then redis.call('SREM', K_LANE_TENANTS, tenant) end
@@ -171,7 +171,7 @@ local function promote(lane, tenant, now)
 end
 
 -- The lane `row` heads, if any: recorded at the head (so no hook is needed), else the
--- hook's `L<idx>` field (`lane_hint`), checked against the lane's head (R11).
+-- hook's `L<idx>` field (`lane_hint`), checked against the lane's head.
 local function head_lane_of(row, lane_hint)
   local lane = redis.call('HGET', K_HEAD_LANE, row) or lane_hint
   if lane and redis.call('GET', k_lanehead(lane)) == row then return lane end
@@ -233,7 +233,7 @@ local function trim_kept(cutoff, budget, limit, records)
   end
   return dropped, freed
 end
--- commit.lua — store hooks and make one delivery row per sink entry due now (R1, R2, R10).
+-- commit.lua — store hooks and make one delivery row per sink entry due now.
 -- KEYS[1]  lease key of the partition (routing only; commit is not fenced)
 -- ARGV[1]  prefix   ARGV[2] tenant   ARGV[3] source   ARGV[4] max_hook_bytes (the caller's
 --          own limit: it can only lower the one kept server side, see below)
@@ -244,7 +244,7 @@ end
 --                  ttl_ms a whole number >= 1;
 --          'sink', index: make the row of this sink entry only (resend);
 --          'events', then n event types ('' none, else 1..=128 bytes of [A-Za-z0-9_.:/-]):
---                  the entries' event filters (P9);
+--                  the entries' event filters;
 --          'deliver_at', then n times (ms since the epoch, '' none) and/or 'delay', then n
 --                  delays (ms after now by the Redis clock, '' none): scheduled delivery.
 --                  A hook may have one or the other; a time not after now is due now, one
@@ -277,12 +277,12 @@ end
 -- an ordered row that heads its lane holds the lane until then, and a scheduled member is
 -- due at its time when promoted (prelude `promote`).
 -- Nothing is written unless every check passed (Redis does not roll back a failed script).
--- The script checks its input itself, trusting no caller (issue 17.10): KEYS[1] must be the
+-- The script checks its input itself, trusting no caller: KEYS[1] must be the
 -- lease key of the prefix ARGV[1] (`ankusa:{…}:`), tenant and source ids must match
 -- `[A-Za-z0-9_.-]{1,128}` (so they are valid UTF-8), and the size limit is the leader's
 -- `commit.max_hook_bytes` kept in `settings` (10 MiB until a leader wrote it), or ARGV[4]
 -- when that is lower.
--- Fairness across a tenant's sources (R15, issue 17.2): a row's score in `due:<tenant>` is
+-- Fairness across a tenant's sources: a row's score in `due:<tenant>` is
 -- its virtual start time, not the commit time: max(the tenant's oldest due score or now,
 -- the source's last virtual time) plus 1 µs per row before it (`srcvt:<tenant>`, field
 -- source). A source with a backlog has its new rows queued behind its own backlog, while a
@@ -291,9 +291,9 @@ end
 -- one source has over a million rows waiting (a 1 s spread), so nothing waits for it.
 -- Ordered sink entries (the source's `lanes` field, one spec per entry: '' unordered,
 -- 'h:<header name>' or 'j:<JSON pointer>'): the row becomes its lane's head when the lane
--- is idle, else it is appended behind it as a member (R10).
+-- is idle, else it is appended behind it as a member.
 -- The body bytes of the hooks stored are added to the tenant's count (`tenant_bytes`).
--- Gates (the source's `gates` field, P9, one per entry: true, false = disabled, a list of
+-- Gates (the source's `gates` field, one per entry: true, false = disabled, a list of
 -- event type patterns, or an object with patterns `t` and a content predicate `m`, see
 -- `gate_ok` below): a hook makes rows only for the entries whose gate it passes; its
 -- `n` counts those rows. A hook passing none is not stored, and counted in stats
@@ -670,7 +670,7 @@ local function id_text(x) return string.format('%d', x) end
 -- an offset below 2^26 drawn from the new replication id: two histories forked from one
 -- point (the promoted replica, and the old primary restarted beside it until the sentinels
 -- make it a replica) would otherwise issue the same ids, and a receiver deduplicating on
--- `webhook-id` drop the surviving side's different hook (issue 24). Each jump uses at most
+-- `webhook-id` drop the surviving side's different hook. Each jump uses at most
 -- 2^24 + 2^26 of the partition's 2^40 ids.
 local known = redis.call('HGET', K_REPLICATION, 'replid')
 if known ~= replid then
@@ -729,7 +729,7 @@ for f, i in ipairs(fresh) do
   if rows[i] == 0 then
     unmatched = unmatched + 1
   else
-    -- The body apart: a hash of small fields stays a listpack (issue 12).
+    -- The body apart: a hash of small fields stays a listpack.
     redis.call('SET', k_body(id_text(hook)), body)
     stored_bytes = stored_bytes + #body
     redis.call('HSET', hk, 'h', headers, 't', now, 'tn', tenant,
