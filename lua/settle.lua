@@ -23,6 +23,14 @@
 --          0 none) bounds the partition's kept bodies: the oldest kept give way past it.
 --          A kept hook is indexed in `kept_index` and its body bytes move from the tenant's
 --          `tenant_bytes` to its `kept_bytes`; a deleted hook's leave `tenant_bytes`.
+--          Or, with a log store, {"log": most entries of the partition's `log` stream
+--          (0 none), "rec": […] as above}: nothing is kept per hook (a hook's keys are deleted
+--          when it ends, as without history) and the call appends one entry to `log`, field
+--          `r`: one JSON object per line, {"t": tenant, "h": hook, "a": record} per applied
+--          outcome's record and {"t", "h", "e": "delivered"|"dead_lettered", "s": source,
+--          "et": event type, "c": committed ms, "d": rows dead-lettered, "at": ms} per hook it
+--          ended. A stream already at its most entries takes none: the records are counted
+--          in `stats` field `log_dropped` and delivery goes on.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, processed (outcomes looked
 --          at, from the first), µs this call took (Redis clock), m, then m hooks exhausted
 --          (their last row ended here, one or more of their rows dead-lettered) as 9 fields
@@ -60,15 +68,32 @@ end
 -- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
 local W = 8
 local n = math.floor((#ARGV - 4) / W)
-local hist, recs, touched = nil, {}, {}
+local hist, recs, touched, logcap = nil, {}, {}, nil
 if (#ARGV - 4) % W == 1 then
   local ok, v = pcall(cjson.decode, ARGV[#ARGV])
-  if ok and type(v) == 'table' and tonumber(v.age) and tonumber(v.max) then
-    hist = v
-    for _, r in ipairs(type(v.rec) == 'table' and v.rec or {}) do
-      if type(r) == 'table' and tonumber(r[1]) then recs[tonumber(r[1])] = r end
+  if ok and type(v) == 'table' then
+    if tonumber(v.log) then
+      logcap = tonumber(v.log)
+    elseif tonumber(v.age) and tonumber(v.max) then
+      hist = v
+    end
+    if hist or logcap then
+      for _, r in ipairs(type(v.rec) == 'table' and v.rec or {}) do
+        if type(r) == 'table' and tonumber(r[1]) then recs[tonumber(r[1])] = r end
+      end
     end
   end
+end
+-- The delivery log's lines of this call (with a log store only).
+local lines = {}
+local function log_end(tenant, hook, state, h, dead)
+  if not logcap then return end
+  local et = ''
+  if type(h[8]) == 'string' and h[8] ~= '' then et = ',"et":' .. cjson.encode(h[8]) end
+  local committed = type(h[9]) == 'string' and string.match(h[9], '^%d+$') or '0'
+  lines[#lines + 1] = '{"t":' .. cjson.encode(tenant) .. ',"h":' .. hook .. ',"e":"' .. state
+    .. '","s":' .. cjson.encode(h[4] or '') .. et .. ',"c":' .. committed
+    .. ',"d":' .. dead .. ',"at":' .. now .. '}'
 end
 -- Writes that only add up are gathered through the call and made once at its end, one
 -- command per key rather than one per hook (the history's cost per row): the
@@ -152,7 +177,7 @@ local function body_prefix(hook, hk)
 end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z', 'et')
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z', 'et', 't')
   if malformed(h) or not h[1] then
     release_lane(row, nil, tenant)
     return '', ''
@@ -185,9 +210,11 @@ local function finish_row(hook, idx, tenant, row, dead)
     end
     exhausted[#exhausted + 1] = {tenant, hook, h[4] or '', h[8] or '', dead_count,
       body_prefix(hook, hk), idx or '', module, now}
+    log_end(tenant, hook, 'dead_lettered', h, dead_count)
   end
   if left <= 0 and dead_count == 0 then
     if h[6] then retain(h[6]) end
+    log_end(tenant, hook, 'delivered', h, 0)
     local bytes = tonumber(h[7]) or 0
     sum(tenant_bytes, tenant, -bytes)
     if hist and hist.keep then
@@ -232,7 +259,10 @@ for j = 0, n - 1 do
     done[#done + 1] = member
     local hook, idx = split_row(row)
     local rec = recs[j]
-    if rec and hook then
+    if rec and hook and logcap then
+      lines[#lines + 1] = '{"t":' .. cjson.encode(tenant) .. ',"h":' .. hook .. ',"a":' .. rec[3]
+        .. '}'
+    elseif rec and hook then
       local ak = k_attempts(hook)
       if redis.call('RPUSH', ak, rec[3]) > 100 then redis.call('LTRIM', ak, -100, -1) end
       redis.call('PEXPIRE', ak, hist.age)
@@ -324,6 +354,13 @@ if hist and hist.keep then
   local kb = tonumber(hist.kb)
   if kb and kb <= 0 then kb = nil end
   trim_kept(now - hist.age, kb, #done + 100)
+end
+if #lines > 0 then
+  if logcap > 0 and redis.call('XLEN', K_LOG) >= logcap then
+    redis.call('HINCRBY', K_STATS, 'log_dropped', #lines)
+  else
+    redis.call('XADD', K_LOG, '*', 'r', table.concat(lines, '\n'))
+  end
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end
 if counts.X > 0 then redis.call('HINCRBY', K_STATS, 'dead_lettered', counts.X) end

@@ -306,6 +306,12 @@ impl Keyspace {
     pub fn events(&self) -> String {
         self.key("events")
     }
+    /// Stream: the delivery log's records, one entry per settle call (field `r`, one JSON
+    /// record per line), written only with a log store (`[log] url`); the partition's leader
+    /// moves them to the log store and trims what it archived.
+    pub fn log(&self) -> String {
+        self.key("log")
+    }
     /// Pub/sub channel: a commit publishes the tenant id here.
     pub fn wake(&self) -> String {
         self.key("wake")

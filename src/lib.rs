@@ -26,6 +26,7 @@
 //! | [`worker`] | a worker process's library face |
 //! | [`ops`] | `tick()`, `pressure()` |
 //! | [`dlq`] | reading, replaying and purging dead letters |
+//! | [`log`] | the delivery log: the `log` stream the settle script writes, the archiver that moves it into PostgreSQL, search, erasure, retention |
 //! | [`visibility`] | attempt history, `hooks show`, `rows list`, resend, `tenants top` |
 //! | [`admin`] | admin HTTP: metrics, health, ingest, operations; who may call what ([`admin::Principal`]); [`admin::console`], the operator console (`/ui/`) and tenant portal (`/portal/`): server-rendered pages over the admin API, served by the same listener |
 //! | [`tokens`] | tenant tokens: minting, their scopes, what Redis keeps of them |
@@ -65,6 +66,7 @@ pub(crate) mod health;
 pub mod ids;
 pub mod keyspace;
 pub(crate) mod leader;
+pub mod log;
 pub mod metrics;
 pub mod model;
 pub mod ops;

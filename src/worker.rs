@@ -30,6 +30,8 @@ pub struct Worker {
     health: Arc<Health>,
     shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The delivery log's store, with `[log] url`.
+    log: Option<crate::log::LogStore>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -57,6 +59,15 @@ impl Worker {
         metrics::gauge!("ankusa_window_max_bytes").set(config.dispatch.max_inflight_bytes as f64);
         metrics::gauge!("ankusa_concurrency_max").set(config.dispatch.concurrency as f64);
 
+        // The delivery log's store, when configured: each partition's leader archives its
+        // stream there. No connection is made here: PostgreSQL away never stops a start.
+        let log = match &config.log.url {
+            Some(_) => Some(
+                crate::log::LogStore::connect(&config.log, &config.instance)
+                    .map_err(|e| Error::Other(e.to_string()))?,
+            ),
+            None => None,
+        };
         let mut tasks = Vec::new();
         let stores = store.all_partitions();
         let (sides, states) = partition_sides(stores.len());
@@ -77,6 +88,9 @@ impl Worker {
             // The partition's hook counts always, per-tenant gauges for the listed tenants.
             let tenants = gauged_tenants(&store, pstore, &config);
             tasks.push(campaign.tenant_gauges(tenants));
+            if let Some(log) = &log {
+                tasks.push(campaign.archive_log(log.clone(), config.log.clone()));
+            }
             tasks.push(campaign.watch_memory(
                 health.clone(),
                 config_rx.clone(),
@@ -106,6 +120,7 @@ impl Worker {
         tasks.push(tokio::spawn(run_node(node)));
         info!(%node_id, instance = %config.instance, partitions = config.partitions, "worker started");
         Ok(Worker {
+            log,
             store,
             node_id,
             config: config_tx,
@@ -116,6 +131,11 @@ impl Worker {
             shutdown,
             tasks: Mutex::new(tasks),
         })
+    }
+
+    /// The delivery log's store (`[log] url`), if one is configured.
+    pub fn log_store(&self) -> Option<&crate::log::LogStore> {
+        self.log.as_ref()
     }
 
     /// The store this worker uses.
@@ -547,6 +567,19 @@ impl Campaign<'_> {
         self.every_while_leading(Duration::from_millis(5_000), move |store| {
             let tenants = tenants.clone();
             async move { crate::visibility::publish_tenant_gauges(&store, &tenants).await }
+        })
+    }
+
+    /// The delivery log's archiver of this partition, every 250 ms while it is led here.
+    fn archive_log(
+        &self,
+        log: crate::log::LogStore,
+        cfg: crate::config::LogConfig,
+    ) -> JoinHandle<()> {
+        let archiver = Arc::new(crate::log::archiver::Archiver::default());
+        self.every_while_leading(Duration::from_millis(250), move |store| {
+            let (archiver, log, cfg) = (archiver.clone(), log.clone(), cfg.clone());
+            async move { archiver.tick(store, log, cfg).await }
         })
     }
 

@@ -20,6 +20,7 @@ pub mod bounds;
 pub mod browser;
 pub mod console;
 mod ingest;
+mod log;
 mod operations;
 mod tokens;
 mod visibility;

@@ -29,6 +29,7 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(tenant_health))
         .routes(routes!(source_get, source_put, source_delete))
         .routes(routes!(sources_list))
+        .merge(super::log::routes())
 }
 
 /// A hook, its rows' states and its attempts (`ankusa hooks show`).
@@ -42,7 +43,8 @@ async fn hook_show(
     Path((tenant, hook)): Path<(String, u64)>,
 ) -> Result<Json<HookView>, ApiError> {
     Ok(Json(
-        visibility::show_hook(st.worker.store(), &tenant, hook).await?,
+        visibility::show_hook_logged(st.worker.store(), st.worker.log_store(), &tenant, hook)
+            .await?,
     ))
 }
 

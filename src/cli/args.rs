@@ -103,10 +103,16 @@ pub enum Cmd {
     },
     /// Commit hooks from files, directories of payloads, or stdin.
     Produce(ProduceArgs),
-    /// Hooks: show one with its rows and attempts, or resend it.
+    /// Hooks: show one with its rows and attempts, search the delivery log, resend, erase.
     Hooks {
         #[command(subcommand)]
         cmd: vis::HooksCmd,
+    },
+    /// The delivery log's store (PostgreSQL, `[log] url`): apply its schema, see each
+    /// partition's archiving.
+    Log {
+        #[command(subcommand)]
+        cmd: super::log::LogCmd,
     },
     /// Delivery rows: list a tenant's due, retrying, parked and claimed rows.
     Rows {

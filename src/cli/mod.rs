@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod human;
+pub mod log;
 pub mod man;
 pub mod ops;
 pub mod out;

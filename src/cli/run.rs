@@ -111,13 +111,17 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             let cfg = load_config(&cli)?;
             vis::hooks(&store(&cfg).await?, &cfg, cmd, json).await
         }
+        Cmd::Log { cmd } => {
+            let cfg = load_config(&cli)?;
+            super::log::log(&store(&cfg).await?, &cfg, cmd, json).await
+        }
         Cmd::Rows { cmd } => {
             let cfg = load_config(&cli)?;
             vis::rows(&store(&cfg).await?, cmd, json).await
         }
         Cmd::Tenants { cmd } => {
             let cfg = load_config(&cli)?;
-            vis::tenants(&store(&cfg).await?, cmd, json).await
+            vis::tenants(&store(&cfg).await?, &cfg, cmd, json).await
         }
         Cmd::Tick { timeout_ms, all } => {
             ops::tick(&load_config(&cli)?, *timeout_ms, *all, json).await

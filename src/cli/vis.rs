@@ -43,6 +43,19 @@ pub enum HooksCmd {
         #[arg(long)]
         no_pace: bool,
     },
+    /// A tenant's ended hooks from the delivery log (`[log] url`), newest first, by time
+    /// range, state, event type, source or id; one page at a time (`--after` the cursor the
+    /// previous page printed).
+    Search(super::log::SearchArgs),
+    /// Remove what the delivery log holds of these hooks of a tenant (their attempts and how
+    /// they ended). The erasure is recorded (who, when, how many) without the data.
+    Erase {
+        /// Tenant id.
+        tenant: String,
+        /// Hook ids (one or more).
+        #[arg(required = true, num_args = 1..)]
+        hook: Vec<u64>,
+    },
     /// Cancel a scheduled hook (`produce --delay`, `Ankusa-Deliver-At`…) before it is due:
     /// atomically, only while none of its rows is claimed; it is then never delivered. A hook
     /// already claimed, attempted, delivered or not scheduled is left alone and the answer
@@ -100,6 +113,15 @@ pub enum TenantsCmd {
         /// Only tenants whose id contains this text (searched over every tenant with rows).
         #[arg(long)]
         search: Option<String>,
+    },
+    /// Remove everything the delivery log holds of a tenant. The erasure is recorded (who,
+    /// when, how many) without the data. Asks for `--yes`.
+    Erase {
+        /// Tenant id.
+        tenant: String,
+        /// Yes, erase it: without it nothing is done.
+        #[arg(long)]
+        yes: bool,
     },
     /// Each sink entry of a tenant over the last hour: attempts, success rate, p50/p99
     /// attempt duration, last error (from the attempt history).
@@ -219,8 +241,14 @@ fn resent_line(r: &visibility::Resent) -> String {
 /// `ankusa hooks show|resend|cancel`.
 pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> Result<(), Error> {
     match cmd {
+        HooksCmd::Search(a) => super::log::search(store, cfg, a, json).await,
+        HooksCmd::Erase { tenant, hook } => super::log::erase(cfg, tenant, Some(hook), json).await,
         HooksCmd::Show { tenant, hook } => {
-            let v = visibility::show_hook(store, tenant, *hook).await?;
+            let log = match cfg.log.url {
+                Some(_) => Some(super::log::log_store(cfg)?),
+                None => None,
+            };
+            let v = visibility::show_hook_logged(store, log.as_ref(), tenant, *hook).await?;
             if json {
                 return print_json(&v);
             }
@@ -369,10 +397,25 @@ pub async fn rows(store: &Store, cmd: &RowsCmd, json: bool) -> Result<(), Error>
 }
 
 /// `ankusa tenants top`.
-pub async fn tenants(store: &Store, cmd: &TenantsCmd, json: bool) -> Result<(), Error> {
+pub async fn tenants(
+    store: &Store,
+    cfg: &Config,
+    cmd: &TenantsCmd,
+    json: bool,
+) -> Result<(), Error> {
     let (limit, by, search) = match cmd {
         TenantsCmd::Top { limit, by, search } => (limit, by, search),
         TenantsCmd::Health { tenant } => return tenant_health(store, tenant, json).await,
+        TenantsCmd::Erase { tenant, yes } => {
+            if !yes {
+                return Err(Error::BadRequest(format!(
+                    "tenants erase removes every record of tenant {} from the delivery log: \
+                     add --yes to do it",
+                    human::esc(tenant)
+                )));
+            }
+            return super::log::erase(cfg, tenant, None, json).await;
+        }
     };
     let by = match by {
         TopOrder::Rows => visibility::TopBy::Rows,

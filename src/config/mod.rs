@@ -48,8 +48,8 @@ pub use forms::{frame_origin, split_host, valid_ambient_grant};
 pub use proxy::EgressProxy;
 pub use sections::{
     AdminConfig, ClaimCheckConfig, CommitConfig, DispatchConfig, DlqConfig, HistoryConfig,
-    LeaderConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig, TelemetryConfig,
-    TenantLimits,
+    LeaderConfig, LogConfig, OperatorConfig, RedisConfig, ResolvedLimits, RetryConfig,
+    TelemetryConfig, TenantLimits,
 };
 
 /// The default configuration: every key with its default value and a comment.
@@ -63,7 +63,7 @@ const ENV_SOURCE: &str = "ANKUSA_* environment variables";
 const CLI_VARS: [&str; 3] = ["ANKUSA_CONFIG", "ANKUSA_LOG", "ANKUSA_LOG_FORMAT"];
 /// String keys whose environment value is taken verbatim, so `ANKUSA_ADMIN__TOKEN=1234` stays a
 /// string instead of being parsed as a number.
-const STRING_KEYS: [&str; 18] = [
+const STRING_KEYS: [&str; 19] = [
     "instance",
     "redis.url",
     "redis.tls_ca_file",
@@ -74,6 +74,7 @@ const STRING_KEYS: [&str; 18] = [
     "admin.ingest_token",
     "admin.portal_link_key",
     "claim_check.url",
+    "log.url",
     "claim_check.endpoint",
     "claim_check.region",
     "claim_check.access_key_id",
@@ -131,6 +132,9 @@ pub struct Config {
     pub tenants: BTreeMap<String, TenantConfig>,
     /// Attempt history, resend retention and per-tenant metrics (`docs/operations.md`).
     pub history: HistoryConfig,
+    /// The delivery log's store (PostgreSQL), its retention (`docs/operations.md` "The
+    /// delivery log").
+    pub log: LogConfig,
     /// Optional OpenTelemetry trace export of attempts (`docs/operations.md`).
     pub telemetry: TelemetryConfig,
     /// Operational events: the `events` stream and an operator URL (`docs/sinks.md`).
@@ -205,6 +209,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             tenants: BTreeMap::new(),
             history: HistoryConfig::default(),
+            log: LogConfig::default(),
             telemetry: TelemetryConfig::default(),
             operator: OperatorConfig::default(),
             connections: BTreeMap::new(),
@@ -273,12 +278,13 @@ impl Config {
         Ok(config)
     }
 
-    /// The merged configuration as TOML, with the secrets (`admin.token` and the password in
-    /// `redis.url`) replaced by `***`: safe to log or serve from `/admin`.
+    /// The merged configuration as TOML, with the secrets (`admin.token` and the passwords in
+    /// `redis.url` and `log.url`) replaced by `***`: safe to log or serve from `/admin`.
     pub fn redacted_toml(&self) -> String {
         let mut config = self.clone();
         config.redis.url = redact_url(&config.redis.url);
         config.http.proxy = config.http.proxy.as_deref().map(redact_url);
+        config.log.url = config.log.url.as_deref().map(redact_url);
         if config.admin.token.is_some() {
             config.admin.token = Some(REDACTED.into());
         }

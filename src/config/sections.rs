@@ -316,6 +316,49 @@ pub struct HistoryConfig {
     pub metrics_tenants: Vec<String>,
 }
 
+/// The delivery log: where what happened to each hook (every attempt, how each hook ended) is
+/// kept once Redis is done with it. With `url` set, each settle call appends its records to
+/// the partition's `log` stream in Redis, the partition's leader moves them into PostgreSQL
+/// (tables partitioned by day, kept `retention_days`) and trims what it archived, and
+/// nothing is kept per hook in Redis after it ends. Unset: the attempt history (`[history]`)
+/// is kept in Redis as before.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A PostgreSQL connection URL, `postgres://user:password@host:port/database`
+    /// (`?sslmode=disable` is the only TLS mode this build speaks; keep the database on a
+    /// private network). Default unset: no log store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Days of log kept; older days are dropped as whole partitions; 1..=3650. Default 30.
+    pub retention_days: u32,
+    /// Apply the embedded schema migrations when the worker starts (`ankusa log migrate`
+    /// applies them by hand). Default true.
+    pub migrate_on_start: bool,
+    /// Most entries the `log` stream of a partition holds while the log store is away (one
+    /// entry per settle call, up to `dispatch.settle_batch` records); past it new records are
+    /// dropped and counted (`ankusa_log_records_dropped_total`), delivery never waits; > 0.
+    /// Default 100000.
+    pub stream_max_entries: u64,
+    /// Most stream entries archived per PostgreSQL transaction; 1..=10000. Default 200.
+    pub batch_entries: u64,
+    /// Connections of the worker's pool to PostgreSQL; 1..=64. Default 4.
+    pub pool_size: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            url: None,
+            retention_days: 30,
+            migrate_on_start: true,
+            stream_max_entries: 100_000,
+            batch_entries: 200,
+            pool_size: 4,
+        }
+    }
+}
+
 /// Operational events: an entry disabled after prolonged failure, an entry enabled
 /// again. Each is appended to the partition's `events` stream and, with `events_url`,
 /// POSTed there signed.

@@ -4,8 +4,8 @@
 use super::{
     AdminConfig, ClaimCheckConfig, CommitConfig, Config, ConfigError, ConfigProblem,
     ConnectionConfig, DispatchConfig, HistoryConfig, HttpConfig, LeaderConfig, LimitsConfig,
-    OperatorConfig, RedisConfig, RetryConfig, SecretsConfig, SocketAddr, TelemetryConfig,
-    TenantConfig, DEFAULT_TENANT, MAX_PARTITIONS,
+    LogConfig, OperatorConfig, RedisConfig, RetryConfig, SecretsConfig, SocketAddr,
+    TelemetryConfig, TenantConfig, DEFAULT_TENANT, MAX_PARTITIONS,
 };
 use std::collections::BTreeMap;
 
@@ -49,6 +49,7 @@ impl Config {
         retry(&self.retry, &mut p);
         commit(&self.commit, &mut p);
         history(&self.history, &mut p);
+        log(&self.log, &mut p);
         operator(&self.operator, &mut p);
         telemetry(&self.telemetry, &mut p);
         admin(&self.admin, &mut p);
@@ -228,6 +229,36 @@ fn history(h: &HistoryConfig, p: &mut Problems) {
             "must match [A-Za-z0-9_.-]{1,128}",
         );
     }
+}
+
+/// `[log]`: the delivery log's store and its bounds.
+fn log(l: &LogConfig, p: &mut Problems) {
+    if let Some(url) = &l.url {
+        p.check(
+            url.starts_with("postgres://") || url.starts_with("postgresql://"),
+            "log.url",
+            "must be a postgres:// or postgresql:// URL",
+        );
+        if let Err(e) = url.parse::<tokio_postgres::Config>() {
+            p.check(false, "log.url", format!("is not a PostgreSQL URL: {e}"));
+        }
+    }
+    p.check(
+        (1..=3650).contains(&l.retention_days),
+        "log.retention_days",
+        "must be in 1..=3650",
+    );
+    p.check(l.stream_max_entries > 0, "log.stream_max_entries", GT0);
+    p.check(
+        (1..=10_000).contains(&l.batch_entries),
+        "log.batch_entries",
+        "must be in 1..=10000",
+    );
+    p.check(
+        (1..=64).contains(&l.pool_size),
+        "log.pool_size",
+        "must be in 1..=64",
+    );
 }
 
 /// `[operator]`: the operator event stream.

@@ -18,13 +18,19 @@ impl Session {
         let (token, epoch) = (self.ctx.token.clone(), self.ctx.epoch);
         let tx = self.tx.clone();
         let blobs = self.batched.blobs();
-        let history = crate::store::history_arg(
-            &self.cfg.history,
-            batch
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| p.record.as_ref().map(|(h, r)| (i, *h, r))),
-        );
+        let records = batch
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.record.as_ref().map(|(h, r)| (i, *h, r)));
+        // With a log store the records go to the partition's log stream; else to the
+        // attempt history kept in Redis.
+        let history = match &self.cfg.log.url {
+            Some(_) => Some(crate::store::log_arg(
+                self.cfg.log.stream_max_entries,
+                records,
+            )),
+            None => crate::store::history_arg(&self.cfg.history, records),
+        };
         let health = self.ctx.health.clone();
         let budget = Duration::from_millis(self.cfg.dispatch.script_budget_ms);
         let (sinks, cfg) = (self.ctx.sinks.clone(), self.cfg.clone());

@@ -190,10 +190,21 @@ impl Filter {
     }
 }
 
-/// Parse a time bound: ms since the epoch (digits only) or `<n><unit>` ago, unit one of
-/// `ms`, `s`, `m`, `h`, `d`.
+/// Parse a time bound: an RFC 3339 time (`2026-12-07T10:00:00Z`), ms since the epoch
+/// (digits only) or `<n><unit>` ago, unit one of `ms`, `s`, `m`, `h`, `d`.
 pub fn parse_time(s: &str, now_ms: i64) -> Result<i64, Error> {
     let s = s.trim();
+    if s.contains('T') || s.contains(' ') {
+        // An RFC 3339 time, e.g. 2026-12-07T10:00:00Z.
+        let t = humantime::parse_rfc3339_weak(s)
+            .map_err(|e| Error::BadRequest(format!("time {s:?}: {e}")))?;
+        let ms = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| Error::BadRequest(format!("time {s:?}: before 1970")))?
+            .as_millis();
+        return i64::try_from(ms)
+            .map_err(|_| Error::BadRequest(format!("time {s:?}: out of range")));
+    }
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s
             .parse()

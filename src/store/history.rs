@@ -80,6 +80,26 @@ pub fn history_arg<'a>(
         r#"{{"age":{},"max":{},"keep":true,"kb":{},"rec":["#,
         cfg.max_age_ms, cfg.max_per_tenant, cfg.kept_max_bytes
     );
+    Some(push_records(out, records))
+}
+
+/// The delivery log's argument of `settle.lua` for one batch, with a log store: the records
+/// go to the partition's `log` stream (at most `max_entries` entries) and nothing is kept per
+/// hook in Redis. `records` as for [`history_arg`].
+pub fn log_arg<'a>(
+    max_entries: u64,
+    records: impl Iterator<Item = (usize, u64, &'a AttemptRecord)>,
+) -> String {
+    push_records(format!(r#"{{"log":{max_entries},"rec":["#), records)
+}
+
+/// `records` written into `out` as `[index,hook,"record JSON text"]` items, and the argument
+/// closed.
+fn push_records<'a>(
+    mut out: String,
+    records: impl Iterator<Item = (usize, u64, &'a AttemptRecord)>,
+) -> String {
+    use std::fmt::Write as _;
     let mut first = true;
     for (i, hook, r) in records {
         // The record travels as JSON text inside the argument: settle.lua stores it as is.
@@ -96,5 +116,5 @@ pub fn history_arg<'a>(
         let _ = write!(out, "[{i},{hook},{quoted}]");
     }
     out.push_str("]}");
-    Some(out)
+    out
 }

@@ -34,6 +34,7 @@ mod error;
 mod history;
 mod hooks;
 mod lease;
+mod log;
 mod memory;
 mod ops;
 mod partitions;
@@ -65,7 +66,7 @@ pub use decode::first_score;
 pub use error::{
     partitions_mismatch, CommitError, PartitionsError, RedisFailure, SourceError, StoreError,
 };
-pub use history::{history_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
+pub use history::{history_arg, log_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
 pub use hooks::StoredHook;
 pub use lease::{token_node, LeaseAcquire};
 pub use memory::{KeptTrim, TenantBytes};

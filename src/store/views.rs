@@ -136,7 +136,7 @@ fn scored(v: Value) -> Vec<(String, i64)> {
 }
 
 /// The entries of an `XRANGE` / `XREVRANGE` reply; malformed entries are left out.
-fn stream_entries(v: Value) -> Vec<StreamEntry> {
+pub(super) fn stream_entries(v: Value) -> Vec<StreamEntry> {
     let mut out = Vec::new();
     let Value::Array(entries) = v else { return out };
     for e in entries {

@@ -203,6 +203,61 @@ pub async fn show_hook(store: &Store, tenant: &str, hook: u64) -> Result<HookVie
     })
 }
 
+/// [`show_hook`] with the delivery log (`[log] url`): an ended hook's attempts, and a hook
+/// Redis no longer holds, are read from the log store.
+pub async fn show_hook_logged(
+    store: &Store,
+    log: Option<&crate::log::LogStore>,
+    tenant: &str,
+    hook: u64,
+) -> Result<HookView, Error> {
+    let Some(log) = log else {
+        return show_hook(store, tenant, hook).await;
+    };
+    match show_hook(store, tenant, hook).await {
+        Ok(mut v) => {
+            if v.attempts.is_empty() {
+                v.attempts = log.attempts(tenant, hook).await?;
+            }
+            Ok(v)
+        }
+        Err(Error::NotFound(what)) => {
+            // The log's rows are the tenant's by their key: another tenant's hook id finds none.
+            let attempts = log.attempts(tenant, hook).await?;
+            let ended = log
+                .search(&crate::log::Search {
+                    tenant: tenant.into(),
+                    since_ms: Some(0),
+                    hook: Some(hook),
+                    limit: 1,
+                    ..Default::default()
+                })
+                .await?
+                .hooks
+                .into_iter()
+                .next();
+            if attempts.is_empty() && ended.is_none() {
+                return Err(Error::NotFound(what));
+            }
+            let routed = store.for_tenant(tenant);
+            let rows = hook_rows(&routed, tenant, hook, None, &attempts).await?;
+            Ok(HookView {
+                tenant: tenant.into(),
+                hook,
+                source: ended.as_ref().map(|e| e.source.clone()).unwrap_or_default(),
+                committed_at_ms: ended.as_ref().map_or(0, |e| e.committed_ms),
+                event_type: ended.and_then(|e| e.event_type),
+                stored: "gone".into(),
+                body_bytes: 0,
+                headers: BTreeMap::new(),
+                rows,
+                attempts,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether `tenant`'s attempt history names `hook`.
 async fn has_history(store: &Store, tenant: &str, hook: u64) -> Result<bool, Error> {
     Ok(store.in_history(tenant, hook).await?)

@@ -27,6 +27,7 @@ mod full_redis;
 mod guarantees;
 mod keyspace;
 mod lanes;
+mod log;
 mod malformed;
 mod observability;
 mod openapi;

@@ -95,9 +95,12 @@ fn the_document_passes_openapi_spec_validator_with_no_dangling_or_unused_schema(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_get_route_answers_the_shape_its_schema_declares() {
+    // With the delivery log, so its routes answer and a hook's attempts come from it.
+    let db = crate::common::pg::TestDb::create().await;
     let w = World::start(|c| {
         c.retry.max_attempts = 1_000;
         c.retry.max_elapsed_ms = 3_600_000;
+        c.log.url = Some(db.url.clone());
     })
     .await;
     // A row that keeps failing, so rows list shows retrying rows with their last error.
@@ -110,6 +113,20 @@ async fn every_get_route_answers_the_shape_its_schema_declares() {
             None => Err("no attempt yet".to_string()),
         }
     })
+    .await;
+    // The archiver has moved the failed attempt into the log.
+    let attempts = format!("{}/admin/log/{A}/hooks/{flaky}/attempts", w.base());
+    eventually(
+        "the flaky row's attempt is in the log",
+        LIVENESS,
+        || async {
+            let (_, answer) = call("GET", &attempts, Some(OPERATOR), &[], None).await;
+            match answer.as_array().map(Vec::len) {
+                Some(n) if n > 0 => Ok(()),
+                _ => Err(format!("{answer}")),
+            }
+        },
+    )
     .await;
     let doc = served_doc(&w.base()).await;
     let a = &w.owned[A];
@@ -125,6 +142,7 @@ async fn every_get_route_answers_the_shape_its_schema_declares() {
             .replace("{id}", &a.dead_letter);
         let query = match path.as_str() {
             "/admin/rows" => format!("?tenant={A}"),
+            "/admin/log/{tenant}/hooks" => "?since=0".into(),
             _ => String::new(),
         };
         urls.push((path.clone(), format!("{filled}{query}")));

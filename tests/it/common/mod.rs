@@ -3,6 +3,7 @@
 //! shared between tests, so they run in parallel.
 #![allow(dead_code)]
 
+pub mod pg;
 pub mod procs;
 pub mod proxy;
 pub mod spread;
@@ -173,6 +174,10 @@ impl Env {
     pub async fn cli_with(&self, config: Option<&Path>, args: &[&str]) -> (i32, String, String) {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ankusa"));
         cmd.env_remove("ANKUSA_ADMIN__TOKEN");
+        match &self.config.log.url {
+            Some(u) => cmd.env("ANKUSA_LOG__URL", u),
+            None => cmd.env_remove("ANKUSA_LOG__URL"),
+        };
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }

@@ -1,0 +1,165 @@
+//! The archiver: run by each partition's leader, it moves the partition's `log` stream into
+//! the log store and trims what it wrote; partition 0's leader also applies the retention.
+//! PostgreSQL away or slow never touches delivery: the stream grows (bounded by
+//! `log.stream_max_entries`) and the archiver catches up when the store answers again.
+
+use super::{record, LogError, LogStore};
+use crate::config::LogConfig;
+use crate::store::Store;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use tracing::{info, warn};
+
+/// Batches written per pass at most, so one pass never holds the task for long.
+const ROUNDS_PER_PASS: usize = 50;
+/// How often the retention is applied (partition 0's leader), ms.
+const RETENTION_EVERY_MS: i64 = 3_600_000;
+
+/// What one pass moved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Stream entries written to the store.
+    pub entries: u64,
+    /// Records written.
+    pub records: u64,
+    /// Lines that were not records, left out.
+    pub malformed: u64,
+    /// Entries left in the stream after the pass.
+    pub backlog: u64,
+    /// Records `settle.lua` dropped, in all, because the stream was at its most entries.
+    pub dropped: u64,
+    /// Age of the oldest entry not yet archived, ms (0: none).
+    pub lag_ms: i64,
+}
+
+/// Move what `store`'s partition stream holds into `log`, `batch` entries per transaction,
+/// until it is empty or [`ROUNDS_PER_PASS`] batches were written.
+pub async fn archive_pass(store: &Store, log: &LogStore, batch: u64) -> Result<Pass, LogError> {
+    let partition = store.partition_index();
+    let mut cursor = log.cursor(partition).await?;
+    if !cursor.is_empty() {
+        // Entries at or before the cursor are in the store already (a trim that failed, or
+        // a leader that stopped between its commit and its trim).
+        store.log_trim(&cursor).await?;
+    }
+    let mut pass = Pass::default();
+    for _ in 0..ROUNDS_PER_PASS {
+        let entries = store.log_read(&cursor, batch).await?;
+        if entries.is_empty() {
+            break;
+        }
+        let full = entries.len() as u64 >= batch;
+        let parsed: Vec<(String, record::Parsed)> = entries
+            .into_iter()
+            .map(|e| {
+                let p = record::parse_entry(e.fields.get("r").map_or("", String::as_str));
+                (e.id, p)
+            })
+            .collect();
+        let a = log.archive(partition, &parsed).await?;
+        pass.entries += a.entries;
+        pass.records += a.records;
+        pass.malformed += a.malformed;
+        match a.through {
+            Some(t) => {
+                store.log_trim(&t).await?;
+                cursor = t;
+            }
+            None => break,
+        }
+        if !full {
+            break;
+        }
+    }
+    let (backlog, dropped) = store.log_backlog().await?;
+    pass.backlog = backlog;
+    pass.dropped = dropped;
+    if backlog > 0 {
+        if let Some(first) = store.log_read(&cursor, 1).await?.first() {
+            let ms: i64 = first
+                .id
+                .split('-')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            let now = store.now_ms().await?;
+            pass.lag_ms = (now - ms).max(0);
+        }
+    }
+    Ok(pass)
+}
+
+/// The archiver's state across passes of one partition: whether the schema is known good,
+/// whether the store was failing (so each failure and recovery is logged once), when the
+/// retention last ran.
+#[derive(Debug, Default)]
+pub struct Archiver {
+    schema_ok: AtomicBool,
+    failing: AtomicBool,
+    retention_at: AtomicI64,
+}
+
+impl Archiver {
+    /// One tick of the leader's task: the schema checked (or migrated) once, a pass, its
+    /// metrics; the retention on partition 0 every hour. Errors are logged, never raised:
+    /// the next tick tries again.
+    pub async fn tick(&self, store: Store, log: LogStore, cfg: LogConfig) {
+        let partition = store.partition_index().to_string();
+        match self.pass(&store, &log, &cfg).await {
+            Ok(p) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    info!(partition, "log store reachable again; archiving resumed");
+                }
+                if p.records > 0 {
+                    metrics::counter!("ankusa_log_records_archived_total").increment(p.records);
+                }
+                if p.malformed > 0 {
+                    warn!(
+                        partition,
+                        lines = p.malformed,
+                        "log stream lines that are not records were left out"
+                    );
+                }
+                let labels = [("partition", partition.clone())];
+                metrics::gauge!("ankusa_log_stream_entries", &labels).set(p.backlog as f64);
+                metrics::gauge!("ankusa_log_archive_lag_seconds", &labels)
+                    .set(p.lag_ms as f64 / 1000.0);
+                metrics::counter!("ankusa_log_records_dropped_total", &labels).absolute(p.dropped);
+            }
+            Err(e) => {
+                metrics::counter!("ankusa_log_archive_errors_total").increment(1);
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    warn!(partition, error = %e, "log store unavailable; records wait in the log stream (bounded by log.stream_max_entries) and are archived when it answers");
+                }
+            }
+        }
+    }
+
+    async fn pass(&self, store: &Store, log: &LogStore, cfg: &LogConfig) -> Result<Pass, LogError> {
+        if !self.schema_ok.load(Ordering::Relaxed) {
+            if cfg.migrate_on_start {
+                let applied = log.migrate().await?;
+                if !applied.is_empty() {
+                    info!(?applied, "log store schema migrated");
+                }
+            } else {
+                let (have, need) = log.schema_version().await?;
+                if have < need {
+                    return Err(LogError::Schema { have, need });
+                }
+            }
+            self.schema_ok.store(true, Ordering::Relaxed);
+        }
+        let pass = archive_pass(store, log, cfg.batch_entries).await?;
+        if store.partition_index() == 0 {
+            let now = store.now_ms().await?;
+            if now - self.retention_at.load(Ordering::Relaxed) >= RETENTION_EVERY_MS {
+                let dropped = log.drop_expired(cfg.retention_days, now).await?;
+                if !dropped.is_empty() {
+                    info!(?dropped, "log retention dropped day partitions");
+                }
+                self.retention_at.store(now, Ordering::Relaxed);
+            }
+        }
+        Ok(pass)
+    }
+}
