@@ -17,6 +17,10 @@
 #                      rows per run are N × SINKS, and every per-row figure is per row
 #   HISTORY=false      history.enabled of the ankusa worker (BullMQ keeps nothing either; not
 #                      ANKUSA_*: the worker would read that as its config)
+#   LOG_URL=postgres://…  the delivery log's database for system `logged`: ankusa at CONC
+#                      with [log] url (history kept in PostgreSQL, not Redis); its run also
+#                      reports log_tail_s, how long after the drain the archiver emptied
+#                      the log stream
 #   SYSTEMS="bullmq ankusa ankusa2"   which systems, in the order they alternate
 #   OUT=bench/peers/results/<date>.csv
 #   PERF=1             also `perf record -g` the ankusa worker of run 1 (perf-<system>.data)
@@ -128,8 +132,8 @@ cut_log() { # $1 name, $2 offset at the start of the run → prints the run's lo
   echo "$to"
 }
 
-ankusa_config() { # $1 concurrency → config path
-  local f="$tmp/ankusa-$1.toml"
+ankusa_config() { # $1 concurrency, $2 "log" for the delivery log → config path
+  local f="$tmp/ankusa-$1${2:+-$2}.toml"
   cat >"$f" <<EOF
 instance = "peers"
 [redis]
@@ -144,11 +148,14 @@ allow_cidrs = ["127.0.0.0/8"]
 [history]
 enabled = $HISTORY
 EOF
+  if [[ "${2:-}" == log ]]; then
+    printf '[log]\nurl = "%s"\n' "${LOG_URL:?system logged needs LOG_URL}" >>"$f"
+  fi
   echo "$f"
 }
 
 mkdir -p "$(dirname "$OUT")"
-echo "system,concurrency,run,rows,deliveries_per_s,worker_cpu_us_per_delivery,redis_cpu_us_per_row,redis_commit_cpu_us_per_row,redis_cmds_per_row,redis_commit_cmds_per_row,sink_connections_opened,load_avg_1m_at_start,body_bytes,sinks" >"$OUT"
+echo "system,concurrency,run,rows,deliveries_per_s,worker_cpu_us_per_delivery,redis_cpu_us_per_row,redis_commit_cpu_us_per_row,redis_cmds_per_row,redis_commit_cmds_per_row,sink_connections_opened,load_avg_1m_at_start,body_bytes,sinks,log_tail_s" >"$OUT"
 
 # One run of one system: commit N, drain them, append a CSV line.
 run_one() {
@@ -158,6 +165,7 @@ run_one() {
     ankusa) conc="$CONC" ;;
     ankusa2) conc="$ANKUSA_CONC2" ;;
     base) conc="$CONC" ;;
+    logged) conc="$CONC" ;;
     base2) conc="$ANKUSA_CONC2" ;;
     *) die "unknown system $system" ;;
   esac
@@ -174,7 +182,7 @@ run_one() {
   if [[ "$system" == bullmq ]]; then
     node "$here/produce.js" "$rport" "$N" "$tmp/body.json"
   else
-    cfg="$(ankusa_config "$conc")"
+    cfg="$(ankusa_config "$conc" "$([[ "$system" == logged ]] && echo log)")"
     local entries="" k
     for ((k = 0; k < SINKS; k++)); do
       entries+="${entries:+, }{\"module\": \"http\", \"opts\": {\"url\": \"$sink\"}}"
@@ -216,6 +224,15 @@ run_one() {
   done
   w="$(proc_cpu_ticks "$wpid")"
   c1="$(redis_cpu)"; k1="$(redis_calls)"
+  local tail_s=""
+  if [[ "$system" == logged ]]; then
+    local t_drained=$SECONDS
+    while [[ "$(rc xlen "ankusa:{peers.p0}:log")" -gt 0 ]]; do
+      (( SECONDS < deadline )) || die "the archiver did not empty the log stream"
+      sleep 0.1
+    done
+    tail_s=$((SECONDS - t_drained))
+  fi
   if [[ -n "${CMDSTATS:-}" && "$run" == 1 ]]; then
     cmdstats >"$tmp/cmdstats-1"
     { echo "command,calls_per_row,usec_per_row"; cmdstats_delta "$tmp/cmdstats-0" "$tmp/cmdstats-1" "$ROWS"; } \
@@ -230,10 +247,10 @@ run_one() {
   conns="$(awk '{print $2}' "$logf" | sort -u | wc -l)"
   local got; got="$(awk '$4 == 200' "$logf" | wc -l)"
   (( got >= ROWS )) || die "$system run $run: the sink saw $got of $ROWS"
-  printf '%s,%s,%s,%s,%s,%.1f,%.1f,%.1f,%.2f,%.2f,%s,%s,%s,%s\n' "$system" "$conc" "$run" "$ROWS" "$rate" \
+  printf '%s,%s,%s,%s,%s,%.1f,%.1f,%.1f,%.2f,%.2f,%s,%s,%s,%s,%s\n' "$system" "$conc" "$run" "$ROWS" "$rate" \
     "$(echo "$w * 1000000 / $HZ / $ROWS" | bc -l)" \
     "$(echo "($c1 - $c0) * 1000000 / $ROWS" | bc -l)" "$commit_cpu" \
-    "$(echo "($k1 - $k0) / $ROWS" | bc -l)" "$commit_cmds" "$conns" "$load" "$BODY_BYTES" "$SINKS" | tee -a "$OUT" >&2
+    "$(echo "($k1 - $k0) / $ROWS" | bc -l)" "$commit_cmds" "$conns" "$load" "$BODY_BYTES" "$SINKS" "$tail_s" | tee -a "$OUT" >&2
 }
 
 log "N=$N runs=$RUNS systems=($SYSTEMS) ankusa=$ANKUSA_BIN history=$HISTORY body=$BODY_BYTES B sinks=$SINKS"

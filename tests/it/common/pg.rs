@@ -35,11 +35,13 @@ impl TestDb {
         let name = format!("ankusa_{}", super::unique_instance().replace('-', "_"));
         let admin = admin_url();
         let c = client(&admin).await;
-        c.batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"
-        ))
-        .await
-        .expect("test database created");
+        // Two statements: DROP DATABASE and CREATE DATABASE refuse a transaction block.
+        c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await
+            .expect("a leftover test database dropped");
+        c.batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("test database created");
         let url = match admin.rfind('/') {
             Some(i) => format!("{}/{name}", &admin[..i]),
             None => panic!("ANKUSA_TEST_PG_URL names no database: {admin}"),
