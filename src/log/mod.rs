@@ -29,9 +29,10 @@ pub enum LogError {
     /// `[log]` cannot be used as configured (no URL, a malformed one).
     #[error("log store config: {0}")]
     Config(String),
-    /// PostgreSQL answered an error or the connection failed.
+    /// PostgreSQL answered an error or the connection failed (the server's message and
+    /// SQLSTATE when it answered one).
     #[error("log store (PostgreSQL): {0}")]
-    Postgres(#[from] tokio_postgres::Error),
+    Postgres(String),
     /// No connection could be had from the pool (PostgreSQL down, unreachable, full).
     #[error("log store (PostgreSQL) unreachable: {0}")]
     Pool(String),
@@ -56,10 +57,26 @@ pub enum LogError {
     Store(#[from] crate::store::StoreError),
 }
 
+impl From<tokio_postgres::Error> for LogError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        match e.as_db_error() {
+            // A table of the schema is missing: the database was never migrated.
+            Some(db) if *db.code() == tokio_postgres::error::SqlState::UNDEFINED_TABLE => {
+                LogError::Schema {
+                    have: 0,
+                    need: schema::MIGRATIONS.len() as u32,
+                }
+            }
+            Some(db) => LogError::Postgres(format!("{} ({})", db.message(), db.code().code())),
+            None => LogError::Postgres(e.to_string()),
+        }
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for LogError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
         match e {
-            deadpool_postgres::PoolError::Backend(e) => LogError::Postgres(e),
+            deadpool_postgres::PoolError::Backend(e) => LogError::from(e),
             other => LogError::Pool(other.to_string()),
         }
     }

@@ -151,7 +151,7 @@ mod tests {
             partition_day("ankusa_hooks", "ankusa_attempts_d20261207"),
             None
         );
-        for d in [-800_000, -1, 0, 59, 60, 11_016, 20_794, 2_000_000] {
+        for d in [-1, 0, 59, 60, 11_016, 20_794, 2_000_000] {
             let name = partition_name("x", d);
             assert_eq!(partition_day("x", &name), Some(d), "{name}");
         }

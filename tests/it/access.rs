@@ -19,6 +19,8 @@ use std::collections::BTreeSet;
 const TENANT_ROUTES: &[(&str, &str, &str)] = &[
     ("POST", "/v1/hooks/{tenant}/{source}", "ingest"),
     ("GET", "/admin/hooks/{tenant}/{hook}", "read"),
+    ("GET", "/admin/log/{tenant}/hooks", "read"),
+    ("GET", "/admin/log/{tenant}/hooks/{hook}/attempts", "read"),
     ("POST", "/admin/hooks/{tenant}/{hook}/resend", "replay"),
     ("POST", "/admin/hooks/{tenant}/{hook}/cancel", "ingest"),
     ("GET", "/admin/rows", "read"),
@@ -106,6 +108,7 @@ async fn request_for(
         ("POST", "/admin/config/check") => Some(("application/toml", String::new())),
         ("POST", "/admin/tokens") => json_body(json!({"tenant": tenant, "scopes": ["read"]})),
         ("POST", "/admin/portal-links") => json_body(json!({"tenant": tenant, "ttl": "5m"})),
+        ("POST", "/admin/log/{tenant}/erase") => json_body(json!({"hooks": [owned.hook]})),
         _ => None,
     };
     (format!("{}{filled}{query}", w.base()), body)
@@ -172,8 +175,17 @@ async fn every_route_of_the_document_admits_exactly_whom_its_scope_says_for_each
                 let (url, body) = request_for(&w, method, path, tenant).await;
                 let (status, answer) = call(method, &url, who.token(), &[], body).await;
                 let want = expected(op, who, tenant);
+                // This world has no delivery log store: the log's routes answer whom they
+                // admit that none is configured (tests/it/log/access.rs checks them with one).
+                let no_log = path.starts_with("/admin/log/")
+                    && status == 400
+                    && answer
+                        .to_string()
+                        .contains("no delivery log store is configured");
                 let got = if (200..300).contains(&status) {
                     Ok(status)
+                } else if no_log && want.is_ok() {
+                    want
                 } else {
                     Err(status)
                 };

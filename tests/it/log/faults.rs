@@ -44,11 +44,15 @@ async fn postgresql_stopped_then_started_and_a_worker_killed_lose_and_duplicate_
         stream_entries(&env) > 0,
         "the records wait in the log stream"
     );
-    let log = first.log_text();
-    assert!(
-        log.contains("log store unavailable"),
-        "said once in the log:\n{log}"
-    );
+    let deadline = std::time::Instant::now() + LIVENESS;
+    while !first.log_text().contains("log store unavailable") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "said in the log:\n{}",
+            first.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The archiving worker is killed; PostgreSQL comes back; another worker archives the rest.
     first.kill9();

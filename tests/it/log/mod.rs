@@ -4,6 +4,7 @@
 //! they say, and PostgreSQL away (stopped, then started) or a killed worker lose and duplicate
 //! nothing.
 
+mod access;
 mod archive;
 mod faults;
 mod retention;

@@ -8,7 +8,10 @@ async fn a_real_prometheus_scrapes_the_worker_with_the_compose_config_and_every_
     let Some(prometheus) = tool("prometheus") else {
         return skip("prometheus");
     };
-    let r = running_worker_with_traffic().await;
+    // With a delivery log store, as the compose stack's workers have: the log panels' data.
+    let db = crate::common::pg::TestDb::create().await;
+    let url = db.url.clone();
+    let r = running_worker_with(move |c| c.log.url = Some(url)).await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("prometheus.yml");
     std::fs::write(&cfg, test_prometheus_config(&r.worker.admin)).unwrap();

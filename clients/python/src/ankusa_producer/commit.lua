@@ -41,6 +41,9 @@ local K_HEAD_LANE = P .. 'head_lane'
 local K_BREAKERS = P .. 'breakers'
 -- Operational events: entries disabled after prolonged failure or enabled again.
 local K_EVENTS = P .. 'events'
+-- The delivery log's stream: what settle ended, packed per call, for the archiver to move to
+-- the log store ([log] url); trimmed by the archiver once archived.
+local K_LOG = P .. 'log'
 -- The leader's window state (window.lua, read by pressure), the lease and the epoch.
 local K_WINDOW = P .. 'window'
 local K_LEASE = P .. 'lease'
