@@ -29,8 +29,9 @@
 --          `r`: one JSON object per line, {"t": tenant, "h": hook, "a": record} per applied
 --          outcome's record and {"t", "h", "e": "delivered"|"dead_lettered", "s": source,
 --          "et": event type, "c": committed ms, "d": rows dead-lettered, "at": ms} per hook it
---          ended. A stream already at its most entries takes none: the records are counted
---          in `stats` field `log_dropped` and delivery goes on.
+--          ended. "log" bounds the bytes of records waiting in the stream (`stats` field
+--          `log_bytes`, released by the archiver): past it the call's records are dropped,
+--          counted in `stats` field `log_dropped`, and delivery goes on.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, processed (outcomes looked
 --          at, from the first), µs this call took (Redis clock), m, then m hooks exhausted
 --          (their last row ended here, one or more of their rows dead-lettered) as 9 fields
@@ -68,7 +69,7 @@ end
 -- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
 local W = 8
 local n = math.floor((#ARGV - 4) / W)
-local hist, recs, touched, logcap = nil, {}, {}, nil
+local hist, recs, touched, logcap = nil, {}, {}, nil -- logcap: bytes
 if (#ARGV - 4) % W == 1 then
   local ok, v = pcall(cjson.decode, ARGV[#ARGV])
   if ok and type(v) == 'table' then
@@ -91,9 +92,11 @@ local function log_end(tenant, hook, state, h, dead)
   local et = ''
   if type(h[8]) == 'string' and h[8] ~= '' then et = ',"et":' .. cjson.encode(h[8]) end
   local committed = type(h[9]) == 'string' and string.match(h[9], '^%d+$') or '0'
+  dead = tonumber(dead) or 0
+  if dead ~= dead or dead < 0 or dead > 1e9 then dead = 0 end
   lines[#lines + 1] = '{"t":' .. cjson.encode(tenant) .. ',"h":' .. hook .. ',"e":"' .. state
     .. '","s":' .. cjson.encode(h[4] or '') .. et .. ',"c":' .. committed
-    .. ',"d":' .. dead .. ',"at":' .. now .. '}'
+    .. ',"d":' .. string.format('%d', dead) .. ',"at":' .. now .. '}'
 end
 -- Writes that only add up are gathered through the call and made once at its end, one
 -- command per key rather than one per hook (the history's cost per row): the
@@ -259,10 +262,10 @@ for j = 0, n - 1 do
     done[#done + 1] = member
     local hook, idx = split_row(row)
     local rec = recs[j]
-    if rec and hook and logcap then
+    if rec and hook and logcap and type(rec[3]) == 'string' then
       lines[#lines + 1] = '{"t":' .. cjson.encode(tenant) .. ',"h":' .. hook .. ',"a":' .. rec[3]
         .. '}'
-    elseif rec and hook then
+    elseif rec and hook and not logcap then
       local ak = k_attempts(hook)
       if redis.call('RPUSH', ak, rec[3]) > 100 then redis.call('LTRIM', ak, -100, -1) end
       redis.call('PEXPIRE', ak, hist.age)
@@ -356,10 +359,15 @@ if hist and hist.keep then
   trim_kept(now - hist.age, kb, #done + 100)
 end
 if #lines > 0 then
-  if logcap > 0 and redis.call('XLEN', K_LOG) >= logcap then
+  local payload = table.concat(lines, '\n')
+  local used = tonumber(redis.call('HGET', K_STATS, 'log_bytes') or '') or 0
+  -- pcall: a `log` key of another type (written by other means) drops the records, never
+  -- fails the call after its outcomes were applied.
+  if (logcap > 0 and used + #payload > logcap)
+      or redis.pcall('XADD', K_LOG, '*', 'r', payload).err then
     redis.call('HINCRBY', K_STATS, 'log_dropped', #lines)
   else
-    redis.call('XADD', K_LOG, '*', 'r', table.concat(lines, '\n'))
+    redis.call('HINCRBY', K_STATS, 'log_bytes', #payload)
   end
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end

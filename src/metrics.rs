@@ -329,7 +329,7 @@ pub const CATALOGUE: &[Metric] = &[
         kind: Kind::Counter,
         unit: None,
         zero: false,
-        help: "Delivery log records the settle script dropped because the partition's log stream was at log.stream_max_entries.",
+        help: "Delivery log records the settle script dropped because the partition's log stream was at log.stream_max_bytes.",
     },
     Metric {
         name: "ankusa_redis_errors_total",

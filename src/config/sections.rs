@@ -335,11 +335,11 @@ pub struct LogConfig {
     /// Apply the embedded schema migrations when the worker starts (`ankusa log migrate`
     /// applies them by hand). Default true.
     pub migrate_on_start: bool,
-    /// Most entries the `log` stream of a partition holds while the log store is away (one
-    /// entry per settle call, up to `dispatch.settle_batch` records); past it new records are
-    /// dropped and counted (`ankusa_log_records_dropped_total`), delivery never waits; > 0.
-    /// Default 100000.
-    pub stream_max_entries: u64,
+    /// Most bytes of records the `log` stream of a partition holds while the log store is
+    /// away (counted as the settle script writes them, released as they are archived); past
+    /// it new records are dropped and counted (`ankusa_log_records_dropped_total`), delivery
+    /// never waits; > 0. Default 268435456 (256 MiB).
+    pub stream_max_bytes: u64,
     /// Most stream entries archived per PostgreSQL transaction; 1..=10000. Default 200.
     pub batch_entries: u64,
     /// Connections of the worker's pool to PostgreSQL; 1..=64. Default 4.
@@ -352,7 +352,7 @@ impl Default for LogConfig {
             url: None,
             retention_days: 30,
             migrate_on_start: true,
-            stream_max_entries: 100_000,
+            stream_max_bytes: 256 << 20,
             batch_entries: 200,
             pool_size: 4,
         }

@@ -248,7 +248,7 @@ fn log(l: &LogConfig, p: &mut Problems) {
         "log.retention_days",
         "must be in 1..=3650",
     );
-    p.check(l.stream_max_entries > 0, "log.stream_max_entries", GT0);
+    p.check(l.stream_max_bytes > 0, "log.stream_max_bytes", GT0);
     p.check(
         (1..=10_000).contains(&l.batch_entries),
         "log.batch_entries",

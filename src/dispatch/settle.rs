@@ -26,7 +26,7 @@ impl Session {
         // attempt history kept in Redis.
         let history = match &self.cfg.log.url {
             Some(_) => Some(crate::store::log_arg(
-                self.cfg.log.stream_max_entries,
+                self.cfg.log.stream_max_bytes,
                 records,
             )),
             None => crate::store::history_arg(&self.cfg.history, records),

@@ -1,7 +1,7 @@
 //! The archiver: run by each partition's leader, it moves the partition's `log` stream into
 //! the log store and trims what it wrote; partition 0's leader also applies the retention.
 //! PostgreSQL away or slow never touches delivery: the stream grows (bounded by
-//! `log.stream_max_entries`) and the archiver catches up when the store answers again.
+//! `log.stream_max_bytes`) and the archiver catches up when the store answers again.
 
 use super::{record, LogError, LogStore};
 use crate::config::LogConfig;
@@ -48,14 +48,28 @@ pub async fn archive_pass(store: &Store, log: &LogStore, batch: u64) -> Result<P
             break;
         }
         let full = entries.len() as u64 >= batch;
+        let bytes: u64 = entries
+            .iter()
+            .map(|e| e.fields.get("r").map_or(0, |r| r.len() as u64))
+            .sum();
         let parsed: Vec<(String, record::Parsed)> = entries
             .into_iter()
             .map(|e| {
-                let p = record::parse_entry(e.fields.get("r").map_or("", String::as_str));
+                let p = match e.fields.get("r") {
+                    Some(r) if !r.is_empty() => record::parse_entry(r),
+                    // An entry without records (written by other means): counted, left out.
+                    _ => record::Parsed {
+                        malformed: 1,
+                        ..Default::default()
+                    },
+                };
                 (e.id, p)
             })
             .collect();
         let a = log.archive(partition, &parsed).await?;
+        // What was read is in the log store now (written here, or by another leader a
+        // moment before): its bytes leave the stream's budget.
+        store.log_release(bytes).await?;
         pass.entries += a.entries;
         pass.records += a.records;
         pass.malformed += a.malformed;
@@ -128,7 +142,7 @@ impl Archiver {
             Err(e) => {
                 metrics::counter!("ankusa_log_archive_errors_total").increment(1);
                 if !self.failing.swap(true, Ordering::Relaxed) {
-                    warn!(partition, error = %e, "log store unavailable; records wait in the log stream (bounded by log.stream_max_entries) and are archived when it answers");
+                    warn!(partition, error = %e, "log store unavailable; records wait in the log stream (bounded by log.stream_max_bytes) and are archived when it answers");
                 }
             }
         }

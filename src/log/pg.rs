@@ -360,7 +360,8 @@ impl LogStore {
         let mut c = self.client().await?;
         let part = partition as i32;
         let instance = self.instance.clone();
-        timed("archive", async move {
+        let days = self.days.clone();
+        let r = timed("archive", async move {
             let tx = c.transaction().await?;
             tx.execute(
                 "INSERT INTO ankusa_log_cursor (instance, partition, last_id) VALUES ($1, $2, '')
@@ -478,7 +479,13 @@ impl LogStore {
             out.records = written;
             Ok::<_, tokio_postgres::Error>(out)
         })
-        .await
+        .await;
+        if r.is_err() {
+            // A day partition this process thought present may have been dropped (the
+            // retention of another process, or by hand): look again next time.
+            days.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        r
     }
 
     /// A page of `q.tenant`'s ended hooks, newest first (keyset pagination: each page is one

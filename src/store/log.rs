@@ -35,6 +35,26 @@ impl Store {
         Ok(n)
     }
 
+    /// Release `bytes` of the stream's budget (`stats` field `log_bytes`, which `settle.lua`
+    /// raises as it writes): what the archiver wrote to the log store.
+    pub async fn log_release(&self, bytes: u64) -> Result<(), StoreError> {
+        let left: i64 = self
+            .client()
+            .hincrby(
+                self.ks.stats(),
+                "log_bytes",
+                -(bytes.min(i64::MAX as u64) as i64),
+            )
+            .await?;
+        if left < 0 {
+            let _: () = self
+                .client()
+                .hset(self.ks.stats(), ("log_bytes", 0))
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Entries in this partition's `log` stream, and the records `settle.lua` dropped since
     /// the stream was at its most entries (`stats` field `log_dropped`).
     pub async fn log_backlog(&self) -> Result<(u64, u64), StoreError> {

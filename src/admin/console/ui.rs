@@ -366,6 +366,40 @@ pub(crate) async fn delivery_lines(
             });
         }
     }
+    // Hooks that ended, from the delivery log (a worker with `[log] url`; without one the
+    // route answers that none is configured, and the lines above are all there is).
+    if matches!(state, None | Some("delivered") | Some("dead_lettered")) {
+        let mut uri = format!("/admin/log/{et}/hooks?since=7d&limit=200");
+        for (k, v) in [
+            ("source", source),
+            ("event_type", event),
+            ("state", state.map(String::from).as_ref()),
+        ] {
+            if let Some(v) = v {
+                uri += &format!("&{k}={}", enc(v));
+            }
+        }
+        if let Ok(log) = ctx.api.get(&ctx.who, &uri).await {
+            more |= log["next"].is_string();
+            let listed: std::collections::HashSet<u64> = lines.iter().map(|l| l.hook).collect();
+            for h in log["hooks"].as_array().into_iter().flatten() {
+                let hook = h["hook"].as_u64().unwrap_or(0);
+                if listed.contains(&hook) {
+                    continue;
+                }
+                lines.push(Line {
+                    hook,
+                    row: String::new(),
+                    source: text(&h["source"]),
+                    event_type: h["event_type"].as_str().unwrap_or("").into(),
+                    state: text(&h["state"]),
+                    attempts: String::new(),
+                    when: h["ended_ms"].as_i64().unwrap_or(0),
+                    error: String::new(),
+                });
+            }
+        }
+    }
     if let Some(e) = event {
         lines.retain(|l| l.event_type == *e);
     }

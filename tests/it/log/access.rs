@@ -78,3 +78,79 @@ async fn a_tenant_token_reads_only_its_own_log_and_only_the_operator_erases() {
         "beta's stays"
     );
 }
+
+/// The value of cookie `name` among `resp`'s `Set-Cookie` headers.
+fn set_cookie(resp: &reqwest::Response, name: &str) -> String {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| c.strip_prefix(&format!("{name}=")))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no {name} cookie"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_lists_delivered_hooks_from_the_log() {
+    let db = TestDb::create().await;
+    let w = World::start(|c| c.log.url = Some(db.url.clone())).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // Log in as the operator: the form's nonce and its cookie, then the token.
+    let form = http
+        .get(format!("{}/ui/login", w.base()))
+        .send()
+        .await
+        .unwrap();
+    let nonce_cookie = set_cookie(&form, "ankusa_login");
+    let html = form.text().await.unwrap();
+    let nonce = html
+        .split("name=\"nonce\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the login form carries a nonce");
+    let resp = http
+        .post(format!("{}/ui/login", w.base()))
+        .header("cookie", format!("ankusa_login={nonce_cookie}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("nonce={nonce}&token={OPERATOR}"))
+        .send()
+        .await
+        .unwrap();
+    let session = format!("ankusa_ui={}", set_cookie(&resp, "ankusa_ui"));
+    // The delivered hook is gone from Redis; the deliveries page finds it in the log.
+    let hook = w.owned[A].hook;
+    let page = format!("{}/ui/tenants/{A}/deliveries?state=delivered", w.base());
+    let link = format!("/ui/tenants/{A}/hooks/{hook}");
+    let mut text = String::new();
+    for _ in 0..300 {
+        let resp = http
+            .get(&page)
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        text = resp.text().await.unwrap();
+        if text.contains(&link) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(text.contains(&link), "no line for hook {hook}:\n{text}");
+    // Its page shows its attempt, read from the log.
+    let resp = http
+        .get(format!("{}{link}", w.base()))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("gone") && text.contains("delivered"),
+        "{text}"
+    );
+}
