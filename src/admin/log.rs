@@ -5,7 +5,7 @@
 
 use super::{AdminState, ApiError, ErrorBody};
 use crate::error::Error;
-use crate::log::{LogStore, Search, SearchPage};
+use crate::log::{HookState, LogStore, Search, SearchPage};
 use crate::model::check_id;
 use crate::store::AttemptRecord;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -70,14 +70,27 @@ async fn log_search(
 ) -> Result<Json<SearchPage>, ApiError> {
     let Query(q) = q?;
     check_id("tenant", &tenant).map_err(Error::from)?;
-    let state = crate::log::parse_state(q.state.as_deref())?;
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(HookState::parse(s).ok_or_else(|| {
+            Error::BadRequest(format!("state {s:?}: expected delivered or dead_lettered"))
+        })?),
+    };
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(Error::BadRequest("limit must be in 1..=1000".into()).into());
     }
     let log = log_store(&st)?;
     let now = st.worker.store().now_ms().await.map_err(Error::from)?;
-    let (since, until) = crate::log::search_range(q.since.as_deref(), q.until.as_deref(), now)?;
+    let since = match &q.since {
+        Some(s) => crate::dlq::parse_time(s, now)?,
+        None => now - 86_400_000,
+    };
+    let until = q
+        .until
+        .as_deref()
+        .map(|s| crate::dlq::parse_time(s, now))
+        .transpose()?;
     let page = log
         .search(&Search {
             tenant,

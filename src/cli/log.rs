@@ -3,9 +3,8 @@
 //! document on stdout.
 
 use super::human;
-use super::vis::print_json;
 use ankusa::config::Config;
-use ankusa::log::{LogStore, Search};
+use ankusa::log::{HookState, LogStore, Search};
 use ankusa::store::Store;
 use ankusa::Error;
 use clap::{Args, Subcommand};
@@ -64,6 +63,14 @@ pub fn log_store(cfg: &Config) -> Result<LogStore, Error> {
         ));
     }
     Ok(LogStore::connect(&cfg.log, &cfg.instance)?)
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
+    outln!(
+        "{}",
+        serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()))?
+    );
+    Ok(())
 }
 
 /// `ankusa log migrate|status`.
@@ -145,13 +152,28 @@ pub async fn log(store: &Store, cfg: &Config, cmd: &LogCmd, json: bool) -> Resul
 /// `ankusa hooks search`.
 pub async fn search(store: &Store, cfg: &Config, a: &SearchArgs, json: bool) -> Result<(), Error> {
     ankusa::model::check_id("tenant", &a.tenant)?;
-    let state = ankusa::log::parse_state(a.state.as_deref())?;
+    let state = match a.state.as_deref() {
+        None => None,
+        Some(s) => Some(HookState::parse(s).ok_or_else(|| {
+            Error::BadRequest(format!(
+                "--state {s:?}: expected delivered or dead_lettered"
+            ))
+        })?),
+    };
     if !(1..=1000).contains(&a.limit) {
         return Err(Error::BadRequest("--limit must be in 1..=1000".into()));
     }
     let log = log_store(cfg)?;
     let now = store.now_ms().await?;
-    let (since, until) = ankusa::log::search_range(a.since.as_deref(), a.until.as_deref(), now)?;
+    let since = match &a.since {
+        Some(s) => ankusa::dlq::parse_time(s, now)?,
+        None => now - 86_400_000,
+    };
+    let until = a
+        .until
+        .as_deref()
+        .map(|s| ankusa::dlq::parse_time(s, now))
+        .transpose()?;
     let page = log
         .search(&Search {
             tenant: a.tenant.clone(),

@@ -131,7 +131,7 @@ pub enum TenantsCmd {
     },
 }
 
-pub(super) fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
+fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
     outln!(
         "{}",
         serde_json::to_string(v).map_err(|e| Error::Other(e.to_string()))?

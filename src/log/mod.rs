@@ -23,34 +23,6 @@ mod schema;
 pub use pg::{Archived, CursorState, LogStore, LoggedHook, Search, SearchPage};
 pub use record::{HookEnded, HookState, LogRecord, Parsed};
 
-/// The ended-at range of a search from its words (an RFC 3339 time, ms since the epoch or a
-/// duration ago, as [`crate::dlq::parse_time`]): `since` defaults to 24 h before `now_ms`,
-/// `until` to none.
-pub fn search_range(
-    since: Option<&str>,
-    until: Option<&str>,
-    now_ms: i64,
-) -> Result<(i64, Option<i64>), crate::Error> {
-    let since = match since {
-        Some(s) => crate::dlq::parse_time(s, now_ms)?,
-        None => now_ms - 86_400_000,
-    };
-    let until = until
-        .map(|s| crate::dlq::parse_time(s, now_ms))
-        .transpose()?;
-    Ok((since, until))
-}
-
-/// A search's state filter from its word (`delivered`, `dead_lettered`).
-pub fn parse_state(s: Option<&str>) -> Result<Option<HookState>, crate::Error> {
-    s.map(|s| {
-        HookState::parse(s).ok_or_else(|| {
-            crate::Error::BadRequest(format!("state {s:?}: expected delivered or dead_lettered"))
-        })
-    })
-    .transpose()
-}
-
 /// Errors of the log store.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
