@@ -31,7 +31,10 @@
 --          "et": event type, "c": committed ms, "d": rows dead-lettered, "at": ms} per hook it
 --          ended. "log" bounds the bytes of records waiting in the stream (`stats` field
 --          `log_bytes`, released by the archiver): past it the call's records are dropped,
---          counted in `stats` field `log_dropped`, and delivery goes on.
+--          counted in `stats` field `log_dropped`, and delivery goes on. "kb" (bytes, 0
+--          none): a hook that ends with a body of at most that many bytes (not held by
+--          claim check) adds fields `b:<hook>` (the body) and `h:<hook>` (its producer
+--          headers) to the entry (at most 1000 a call), counted in the same bound.
 -- Returns  {'fenced'} | {'ok', applied, skipped, lanes released, processed (outcomes looked
 --          at, from the first), µs this call took (Redis clock), m, then m hooks exhausted
 --          (their last row ended here, one or more of their rows dead-lettered) as 9 fields
@@ -69,12 +72,13 @@ end
 -- Which outcomes' rows are still claimed under their claim token: one ZMSCORE per 1000.
 local W = 8
 local n = math.floor((#ARGV - 4) / W)
-local hist, recs, touched, logcap = nil, {}, {}, nil -- logcap: bytes
+local hist, recs, touched, logcap, logkb = nil, {}, {}, nil, 0 -- logcap, logkb: bytes
 if (#ARGV - 4) % W == 1 then
   local ok, v = pcall(cjson.decode, ARGV[#ARGV])
   if ok and type(v) == 'table' then
     if tonumber(v.log) then
       logcap = tonumber(v.log)
+      logkb = tonumber(v.kb) or 0
     elseif tonumber(v.age) and tonumber(v.max) then
       hist = v
     end
@@ -85,10 +89,23 @@ if (#ARGV - 4) % W == 1 then
     end
   end
 end
--- The delivery log's lines of this call (with a log store only).
-local lines = {}
+-- The delivery log's lines of this call (with a log store only), and the bodies it keeps
+-- (field name, value, …).
+local lines, logbodies = {}, {}
 local function log_end(tenant, hook, state, h, dead)
   if not logcap then return end
+  local size = tonumber(h[7])
+  -- At most 1000 bodies a call (the XADD's arguments stay well inside what unpack takes).
+  if logkb > 0 and size and size <= logkb and (h[6] or '') == '' and #logbodies < 4000 then
+    local b = redis.pcall('GET', k_body(hook))
+    local hd = redis.pcall('HGET', k_hook(hook), 'h')
+    if type(b) == 'string' then
+      logbodies[#logbodies + 1] = 'b:' .. hook
+      logbodies[#logbodies + 1] = b
+      logbodies[#logbodies + 1] = 'h:' .. hook
+      logbodies[#logbodies + 1] = type(hd) == 'string' and hd or ''
+    end
+  end
   local et = ''
   if type(h[8]) == 'string' and h[8] ~= '' then et = ',"et":' .. cjson.encode(h[8]) end
   local committed = type(h[9]) == 'string' and string.match(h[9], '^%d+$') or '0'
@@ -360,14 +377,16 @@ if hist and hist.keep then
 end
 if #lines > 0 then
   local payload = table.concat(lines, '\n')
+  local size = #payload
+  for i = 2, #logbodies, 2 do size = size + #logbodies[i] end
   local used = tonumber(redis.call('HGET', K_STATS, 'log_bytes') or '') or 0
   -- pcall: a `log` key of another type (written by other means) drops the records, never
   -- fails the call after its outcomes were applied.
-  if (logcap > 0 and used + #payload > logcap)
-      or redis.pcall('XADD', K_LOG, '*', 'r', payload).err then
+  if (logcap > 0 and used + size > logcap)
+      or redis.pcall('XADD', K_LOG, '*', 'r', payload, unpack(logbodies)).err then
     redis.call('HINCRBY', K_STATS, 'log_dropped', #lines)
   else
-    redis.call('HINCRBY', K_STATS, 'log_bytes', #payload)
+    redis.call('HINCRBY', K_STATS, 'log_bytes', size)
   end
 end
 if counts.D > 0 then redis.call('HINCRBY', K_STATS, 'delivered', counts.D) end

@@ -1,13 +1,14 @@
 //! Admin endpoints of the delivery log ([`crate::log`]): `GET /admin/log/{tenant}/hooks`
-//! (search), `GET /admin/log/{tenant}/hooks/{hook}/attempts` and `POST
-//! /admin/log/{tenant}/erase`. Their access: [`super::access`] (a tenant token with `read`
+//! (search), `GET /admin/log/{tenant}/hooks/{hook}/attempts`, `POST
+//! /admin/log/{tenant}/resend` (by time range) and `POST /admin/log/{tenant}/erase`. Their access: [`super::access`] (a tenant token with `read`
 //! reads its own tenant's log; erasure is the operator's).
 
 use super::{AdminState, ApiError, ErrorBody};
 use crate::error::Error;
-use crate::log::{HookState, LogStore, Search, SearchPage};
+use crate::log::{Erasure, HookState, LogStore, Search, SearchPage};
 use crate::model::check_id;
 use crate::store::AttemptRecord;
+use crate::visibility::{resend_range, RangeResent, ResendRange};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -22,6 +23,7 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(log_search))
         .routes(routes!(log_attempts))
         .routes(routes!(log_erase))
+        .routes(routes!(log_resend))
 }
 
 /// The worker's log store, or a 400 saying how to configure one.
@@ -70,12 +72,7 @@ async fn log_search(
 ) -> Result<Json<SearchPage>, ApiError> {
     let Query(q) = q?;
     check_id("tenant", &tenant).map_err(Error::from)?;
-    let state = match q.state.as_deref() {
-        None => None,
-        Some(s) => Some(HookState::parse(s).ok_or_else(|| {
-            Error::BadRequest(format!("state {s:?}: expected delivered or dead_lettered"))
-        })?),
-    };
+    let state = q.state.as_deref().map(parse_state).transpose()?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(Error::BadRequest("limit must be in 1..=1000".into()).into());
@@ -108,6 +105,76 @@ async fn log_search(
     Ok(Json(page))
 }
 
+/// `state` as a hook state, or a 400 naming the two there are.
+fn parse_state(s: &str) -> Result<HookState, Error> {
+    HookState::parse(s).ok_or_else(|| {
+        Error::BadRequest(format!("state {s:?}: expected delivered or dead_lettered"))
+    })
+}
+
+/// Body of `POST /admin/log/{tenant}/resend`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct ResendBody {
+    /// Ended at or after: ms since the epoch, an RFC 3339 time or a duration ago (`2h`).
+    /// Required.
+    pub since: Option<String>,
+    /// Ended before, as `since`. Default: now.
+    pub until: Option<String>,
+    /// Only hooks that ended so: `delivered` or `dead_lettered`.
+    pub state: Option<String>,
+    /// Only this event type.
+    pub event_type: Option<String>,
+    /// Only this source.
+    pub source: Option<String>,
+    /// Only this sink entry (index); all of them when absent.
+    pub sink: Option<u32>,
+    /// Count and list the hooks; resend nothing.
+    pub dry_run: bool,
+    /// Pacing, as for a dead-letter replay.
+    pub options: crate::dlq::ReplayOptions,
+}
+
+/// Resend every hook of a tenant the delivery log says ended in a time range (oldest first,
+/// each as a new hook from the body the log kept), paced like a dead-letter replay; a hook
+/// that cannot be resent is listed in `failed` and the rest go on. At most 100 000 hooks.
+#[utoipa::path(post, path = "/admin/log/{tenant}/resend", tag = "visibility",
+    params(("tenant" = String, Path)), request_body = ResendBody,
+    responses((status = 200, body = RangeResent), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = ["replay"])))]
+async fn log_resend(
+    State(st): State<AdminState>,
+    Path(tenant): Path<String>,
+    body: Result<Json<ResendBody>, JsonRejection>,
+) -> Result<Json<RangeResent>, ApiError> {
+    let Json(b) = body?;
+    check_id("tenant", &tenant).map_err(Error::from)?;
+    let log = log_store(&st)?;
+    let store = st.worker.store();
+    let now = store.now_ms().await.map_err(Error::from)?;
+    let since = b
+        .since
+        .as_deref()
+        .ok_or_else(|| Error::BadRequest("since is required: where the range starts".into()))?;
+    let range = ResendRange {
+        since_ms: crate::dlq::parse_time(since, now)?,
+        until_ms: match &b.until {
+            Some(u) => crate::dlq::parse_time(u, now)?,
+            None => now,
+        },
+        state: b.state.as_deref().map(parse_state).transpose()?,
+        event_type: b.event_type,
+        source: b.source,
+        sink: b.sink,
+        dry_run: b.dry_run,
+    };
+    let max = st.worker.config().commit.max_hook_bytes;
+    Ok(Json(
+        resend_range(store, log, &tenant, &range, max, &b.options, |_| {}).await?,
+    ))
+}
+
 /// Every attempt of a tenant's hook in the delivery log, oldest first.
 #[utoipa::path(get, path = "/admin/log/{tenant}/hooks/{hook}/attempts", tag = "visibility",
     params(("tenant" = String, Path), ("hook" = u64, Path)),
@@ -135,27 +202,20 @@ pub(super) struct EraseBody {
     pub all: bool,
 }
 
-/// What an erasure removed.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct Erased {
-    /// Tenant id.
-    pub tenant: String,
-    /// Records removed (attempts and ended hooks).
-    pub records_erased: u64,
-}
-
-/// Remove a tenant's records (`all`) or some hooks' from the delivery log; the erasure is
-/// audited (who, when, how many), never the data.
+/// Remove a tenant's records (`all`) or some hooks' from the delivery log, with the bodies
+/// it kept; the records still waiting in Redis are archived first so none arrives after.
+/// `all` also deletes the tenant's dead letters. The erasure is audited (who, when, how
+/// many), never the data.
 #[utoipa::path(post, path = "/admin/log/{tenant}/erase", tag = "visibility",
     params(("tenant" = String, Path)), request_body = EraseBody,
-    responses((status = 200, body = Erased), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, body = Erasure), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)),
     security(("bearer" = ["operator"])))]
 async fn log_erase(
     State(st): State<AdminState>,
     Path(tenant): Path<String>,
     body: Result<Json<EraseBody>, JsonRejection>,
-) -> Result<Json<Erased>, ApiError> {
+) -> Result<Json<Erasure>, ApiError> {
     let Json(b) = body?;
     check_id("tenant", &tenant).map_err(Error::from)?;
     let hooks = match (b.all, b.hooks.is_empty()) {
@@ -172,12 +232,16 @@ async fn log_erase(
         }
     };
     let log = log_store(&st)?;
-    let n = log
-        .erase("admin-api:operator", &tenant, hooks.as_deref())
-        .await
-        .map_err(Error::from)?;
-    Ok(Json(Erased {
-        tenant,
-        records_erased: n,
-    }))
+    let batch = st.worker.config().log.batch_entries;
+    Ok(Json(
+        crate::log::erase(
+            st.worker.store(),
+            log,
+            batch,
+            "admin-api:operator",
+            &tenant,
+            hooks.as_deref(),
+        )
+        .await?,
+    ))
 }

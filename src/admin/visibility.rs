@@ -71,7 +71,15 @@ async fn hook_resend(
     let Query(q) = q?;
     let max = st.worker.config().commit.max_hook_bytes;
     Ok(Json(
-        visibility::resend(st.worker.store(), &tenant, hook, q.sink, max).await?,
+        visibility::resend_logged(
+            st.worker.store(),
+            st.worker.log_store(),
+            &tenant,
+            hook,
+            q.sink,
+            max,
+        )
+        .await?,
     ))
 }
 

@@ -53,6 +53,30 @@ pub struct SearchArgs {
     pub after: Option<String>,
 }
 
+/// `ankusa hooks resend --since …`: which ended hooks to resend by time.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RangeArgs {
+    /// Resend every hook that ended at or after this (from the delivery log), instead of
+    /// ids: an RFC 3339 time, ms since the epoch, or a duration ago (15m, 2h, 7d).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// With `--since`: ended before this, as `--since`. Default: now.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// With `--since`: only hooks that ended so, `delivered` or `dead_lettered`.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// With `--since`: only this event type.
+    #[arg(long)]
+    pub event_type: Option<String>,
+    /// With `--since`: only this source.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// With `--since`: count and list the hooks; resend nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 /// The log store of `cfg`, or why there is none.
 pub fn log_store(cfg: &Config) -> Result<LogStore, Error> {
     if cfg.log.url.is_none() {
@@ -152,14 +176,7 @@ pub async fn log(store: &Store, cfg: &Config, cmd: &LogCmd, json: bool) -> Resul
 /// `ankusa hooks search`.
 pub async fn search(store: &Store, cfg: &Config, a: &SearchArgs, json: bool) -> Result<(), Error> {
     ankusa::model::check_id("tenant", &a.tenant)?;
-    let state = match a.state.as_deref() {
-        None => None,
-        Some(s) => Some(HookState::parse(s).ok_or_else(|| {
-            Error::BadRequest(format!(
-                "--state {s:?}: expected delivered or dead_lettered"
-            ))
-        })?),
-    };
+    let state = a.state.as_deref().map(parse_state).transpose()?;
     if !(1..=1000).contains(&a.limit) {
         return Err(Error::BadRequest("--limit must be in 1..=1000".into()));
     }
@@ -225,8 +242,109 @@ pub async fn search(store: &Store, cfg: &Config, a: &SearchArgs, json: bool) -> 
     Ok(())
 }
 
+/// `--state S` as a hook state, or a clear error.
+fn parse_state(s: &str) -> Result<HookState, Error> {
+    HookState::parse(s).ok_or_else(|| {
+        Error::BadRequest(format!(
+            "--state {:?}: expected delivered or dead_lettered",
+            human::esc(s)
+        ))
+    })
+}
+
+/// `ankusa hooks resend TENANT --since …`: resend what the log says ended in the range,
+/// paced, with a progress bar; exit 1 when any hook was not resent.
+pub async fn resend_range(
+    store: &Store,
+    cfg: &Config,
+    tenant: &str,
+    sink: Option<u32>,
+    a: &RangeArgs,
+    pace: &ankusa::dlq::ReplayOptions,
+    json: bool,
+) -> Result<(), Error> {
+    ankusa::model::check_id("tenant", tenant)?;
+    let log = log_store(cfg)?;
+    let now = store.now_ms().await?;
+    let since = match &a.since {
+        Some(s) => ankusa::dlq::parse_time(s, now)?,
+        None => now - 86_400_000,
+    };
+    let until = match &a.until {
+        Some(u) => ankusa::dlq::parse_time(u, now)?,
+        None => now,
+    };
+    let range = ankusa::visibility::ResendRange {
+        since_ms: since,
+        until_ms: until,
+        state: a.state.as_deref().map(parse_state).transpose()?,
+        event_type: a.event_type.clone(),
+        source: a.source.clone(),
+        sink,
+        dry_run: a.dry_run,
+    };
+    let bar = super::ops::paced_bar(json || a.dry_run, "resend");
+    let r = ankusa::visibility::resend_range(
+        store,
+        &log,
+        tenant,
+        &range,
+        cfg.commit.max_hook_bytes,
+        pace,
+        |p| super::ops::show_pace(&bar, p),
+    )
+    .await;
+    bar.finish_and_clear();
+    let r = r?;
+    let failed = !r.report.failed.is_empty();
+    if json {
+        print_json(&r)?;
+        if failed {
+            // The report is the one JSON document; the exit code says it is partial.
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+    let span = format!(
+        "ended {} .. {}",
+        human::rfc3339(since),
+        human::rfc3339(until)
+    );
+    if r.dry_run {
+        outln!(
+            "would resend {} of tenant {} ({span}; nothing sent)",
+            human::count(r.matched, "hook", "hooks"),
+            human::esc(tenant)
+        );
+        for chunk in r.hooks.chunks(20) {
+            let ids: Vec<String> = chunk.iter().map(u64::to_string).collect();
+            outln!("  {}", ids.join(" "));
+        }
+        return Ok(());
+    }
+    for f in &r.report.failed {
+        outln!("hook {} not resent: {}", f.hook, human::esc(&f.error));
+    }
+    outln!(
+        "resent {} of {} ({span}); paused {}, {}",
+        r.report.resent.len(),
+        human::count(r.matched, "hook", "hooks"),
+        human::count(r.report.pauses, "time", "times"),
+        human::span(r.report.paused_ms)
+    );
+    if failed {
+        return Err(Error::Other(format!(
+            "{} of {} hooks not resent",
+            r.report.failed.len(),
+            r.matched
+        )));
+    }
+    Ok(())
+}
+
 /// `ankusa hooks erase` (`hooks` given) and `ankusa tenants erase` (none).
 pub async fn erase(
+    store: &Store,
     cfg: &Config,
     tenant: &str,
     hooks: Option<&[u64]>,
@@ -235,20 +353,21 @@ pub async fn erase(
     ankusa::model::check_id("tenant", tenant)?;
     let log = log_store(cfg)?;
     let actor = format!("cli:{}", whoami());
-    let n = log.erase(&actor, tenant, hooks).await?;
+    let e = ankusa::log::erase(store, &log, cfg.log.batch_entries, &actor, tenant, hooks).await?;
     if json {
-        return print_json(&serde_json::json!({"tenant": tenant, "records_erased": n}));
+        return print_json(&e);
     }
     match hooks {
         Some(h) => outln!(
             "erased {} of {} from the delivery log",
-            human::count(n, "record", "records"),
+            human::count(e.records_erased, "record", "records"),
             human::count(h.len() as u64, "hook", "hooks")
         ),
         None => outln!(
-            "erased {} of tenant {} from the delivery log",
-            human::count(n, "record", "records"),
-            human::esc(tenant)
+            "erased {} of tenant {} from the delivery log, and {}",
+            human::count(e.records_erased, "record", "records"),
+            human::esc(tenant),
+            human::count(e.dead_letters_purged, "dead letter", "dead letters")
         ),
     }
     Ok(())

@@ -24,15 +24,21 @@ pub enum HooksCmd {
     /// Several hooks are resent one by one, paced like `dlq replay` (the pipeline's pressure);
     /// a hook that is gone or still being delivered is reported and the others go on (exit 1
     /// at the end when any was not resent).
+    ///
+    /// With `--since` (and a delivery log store) instead of ids: every hook the log says
+    /// ended in the range, oldest first, from the bodies it kept (`log.keep_bodies`);
+    /// `--dry-run` counts and lists them.
     Resend {
         /// Tenant id.
         tenant: String,
-        /// Hook ids (one or more).
-        #[arg(required = true, num_args = 1..)]
+        /// Hook ids (one or more), or none with `--since`.
+        #[arg(required_unless_present = "since", num_args = 0..)]
         hook: Vec<u64>,
         /// Only this sink entry (index).
-        #[arg(long)]
+        #[arg(long, visible_alias = "entry")]
         sink: Option<u32>,
+        #[command(flatten)]
+        range: super::log::RangeArgs,
         /// With several hooks: pause while the oldest due row is more than this late, ms.
         #[arg(long, default_value_t = 5_000)]
         max_lag_ms: u64,
@@ -242,7 +248,9 @@ fn resent_line(r: &visibility::Resent) -> String {
 pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> Result<(), Error> {
     match cmd {
         HooksCmd::Search(a) => super::log::search(store, cfg, a, json).await,
-        HooksCmd::Erase { tenant, hook } => super::log::erase(cfg, tenant, Some(hook), json).await,
+        HooksCmd::Erase { tenant, hook } => {
+            super::log::erase(store, cfg, tenant, Some(hook), json).await
+        }
         HooksCmd::Show { tenant, hook } => {
             let log = match cfg.log.url {
                 Some(_) => Some(super::log::log_store(cfg)?),
@@ -311,26 +319,60 @@ pub async fn hooks(store: &Store, cfg: &Config, cmd: &HooksCmd, json: bool) -> R
             max_lag_ms,
             max_pause_ms,
             no_pace,
+            range,
         } => {
             let max = cfg.commit.max_hook_bytes;
-            if let [one] = hook.as_slice() {
-                let r = visibility::resend(store, tenant, *one, *sink, max).await?;
-                if json {
-                    return print_json(&r);
-                }
-                outln!("{}", resent_line(&r));
-                return Ok(());
-            }
+            let log = match cfg.log.url {
+                Some(_) => Some(super::log::log_store(cfg)?),
+                None => None,
+            };
             let pace = ankusa::dlq::ReplayOptions {
                 max_lag_ms: *max_lag_ms,
                 max_pause_ms: *max_pause_ms,
                 pace: !*no_pace,
                 ..Default::default()
             };
+            if range.since.is_some() {
+                if !hook.is_empty() {
+                    return Err(Error::BadRequest(
+                        "give hook ids or --since, not both".into(),
+                    ));
+                }
+                return super::log::resend_range(store, cfg, tenant, *sink, range, &pace, json)
+                    .await;
+            }
+            if range.until.is_some()
+                || range.state.is_some()
+                || range.event_type.is_some()
+                || range.source.is_some()
+                || range.dry_run
+            {
+                return Err(Error::BadRequest(
+                    "--until, --state, --event-type, --source and --dry-run select by time: \
+                     give --since too"
+                        .into(),
+                ));
+            }
+            if let [one] = hook.as_slice() {
+                let r = visibility::resend_logged(store, log.as_ref(), tenant, *one, *sink, max)
+                    .await?;
+                if json {
+                    return print_json(&r);
+                }
+                outln!("{}", resent_line(&r));
+                return Ok(());
+            }
             let bar = super::ops::paced_bar(json, "resend");
-            let r = visibility::resend_many(store, tenant, hook, *sink, max, &pace, |p| {
-                super::ops::show_pace(&bar, p)
-            })
+            let r = visibility::resend_many(
+                store,
+                log.as_ref(),
+                tenant,
+                hook,
+                *sink,
+                max,
+                &pace,
+                |p| super::ops::show_pace(&bar, p),
+            )
             .await;
             bar.finish_and_clear();
             let r = r?;
@@ -414,7 +456,7 @@ pub async fn tenants(
                     human::esc(tenant)
                 )));
             }
-            return super::log::erase(cfg, tenant, None, json).await;
+            return super::log::erase(store, cfg, tenant, None, json).await;
         }
     };
     let by = match by {

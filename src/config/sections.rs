@@ -344,6 +344,11 @@ pub struct LogConfig {
     pub batch_entries: u64,
     /// Connections of the worker's pool to PostgreSQL; 1..=64. Default 4.
     pub pool_size: usize,
+    /// Most bytes of a hook's body (and its producer headers) kept in the log store when it
+    /// ends, so it can be shown and resent after Redis has let it go (`hooks resend --since`);
+    /// a larger body, or one held by claim check, is not kept. 0 keeps none; at most 10 MiB.
+    /// Default 65536 (64 KiB).
+    pub keep_bodies: u64,
 }
 
 impl Default for LogConfig {
@@ -355,6 +360,7 @@ impl Default for LogConfig {
             stream_max_bytes: 256 << 20,
             batch_entries: 200,
             pool_size: 4,
+            keep_bodies: 64 << 10,
         }
     }
 }

@@ -259,6 +259,11 @@ fn log(l: &LogConfig, p: &mut Problems) {
         "log.pool_size",
         "must be in 1..=64",
     );
+    p.check(
+        l.keep_bodies <= 10 << 20,
+        "log.keep_bodies",
+        "must be at most 10485760 (10 MiB)",
+    );
 }
 
 /// `[operator]`: the operator event stream.

@@ -27,6 +27,7 @@ impl Session {
         let history = match &self.cfg.log.url {
             Some(_) => Some(crate::store::log_arg(
                 self.cfg.log.stream_max_bytes,
+                self.cfg.log.keep_bodies,
                 records,
             )),
             None => crate::store::history_arg(&self.cfg.history, records),

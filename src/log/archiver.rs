@@ -48,23 +48,10 @@ pub async fn archive_pass(store: &Store, log: &LogStore, batch: u64) -> Result<P
             break;
         }
         let full = entries.len() as u64 >= batch;
-        let bytes: u64 = entries
-            .iter()
-            .map(|e| e.fields.get("r").map_or(0, |r| r.len() as u64))
-            .sum();
+        let bytes: u64 = entries.iter().map(|e| e.bytes).sum();
         let parsed: Vec<(String, record::Parsed)> = entries
-            .into_iter()
-            .map(|e| {
-                let p = match e.fields.get("r") {
-                    Some(r) if !r.is_empty() => record::parse_entry(r),
-                    // An entry without records (written by other means): counted, left out.
-                    _ => record::Parsed {
-                        malformed: 1,
-                        ..Default::default()
-                    },
-                };
-                (e.id, p)
-            })
+            .iter()
+            .map(|e| (e.id.clone(), record::parse_log_entry(e)))
             .collect();
         let a = log.archive(partition, &parsed).await?;
         // What was read is in the log store now (written here, or by another leader a

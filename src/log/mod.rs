@@ -13,15 +13,21 @@
 //! | `record.rs` | the stream's lines parsed into typed records (pure) |
 //! | `schema.rs` | embedded migrations, day partitions (pure SQL text and dates) |
 //! | `pg.rs` | the PostgreSQL store: archive, search, attempts, erase, retention |
+//! | `bodies.rs` | ended hooks' bodies kept for show and resend (`log.keep_bodies`) |
+//! | `erase.rs` | erasure everywhere: the stream drained first, the store, dead letters |
 //! | `archiver.rs` | the leader's task: stream → store → trim, retention |
 
 pub mod archiver;
+mod bodies;
+mod erase;
 mod pg;
 pub mod record;
 mod schema;
 
+pub use bodies::LoggedBody;
+pub use erase::{erase, Erasure};
 pub use pg::{Archived, CursorState, LogStore, LoggedHook, Search, SearchPage};
-pub use record::{HookEnded, HookState, LogRecord, Parsed};
+pub use record::{HookEnded, HookState, KeptBody, LogRecord, Parsed};
 
 /// Errors of the log store.
 #[derive(Debug, thiserror::Error)]

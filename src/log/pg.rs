@@ -119,7 +119,7 @@ pub struct CursorState {
 
 /// Text as PostgreSQL stores it: a NUL (which `text` refuses) becomes U+FFFD, so one odd
 /// error text never stops the archiver.
-fn pg_text(s: &str) -> String {
+pub(super) fn pg_text(s: &str) -> String {
     if s.contains('\0') {
         s.replace('\0', "\u{FFFD}")
     } else {
@@ -134,11 +134,11 @@ fn stream_id(id: &str) -> Option<(u64, u64)> {
 }
 
 /// Ms clamped into what PostgreSQL's timestamps and our partitions take (year 1970..9999).
-fn clamp_ms(ms: i64) -> i64 {
+pub(super) fn clamp_ms(ms: i64) -> i64 {
     ms.clamp(0, 253_402_300_799_000)
 }
 
-async fn timed<T, E: Into<LogError>>(
+pub(super) async fn timed<T, E: Into<LogError>>(
     what: &'static str,
     f: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, LogError> {
@@ -185,7 +185,7 @@ impl LogStore {
         })
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, LogError> {
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Object, LogError> {
         self.pool.get().await.map_err(LogError::from)
     }
 
@@ -466,6 +466,7 @@ impl LogStore {
                     )
                     .await?;
             }
+            super::bodies::insert(&tx, part, &fresh).await?;
             tx.execute(
                 "UPDATE ankusa_log_cursor SET last_id = $3, records = records + $4,
                      updated_at = now()
@@ -617,7 +618,8 @@ impl LogStore {
             let tx = c.transaction().await?;
             let mut n = 0;
             for table in DAILY {
-                n += tx
+                // A kept body goes with its hook; the count is of records (attempts, ends).
+                let removed = tx
                     .execute(
                         &format!(
                             "DELETE FROM {table} WHERE tenant = $1 AND ($2::int8[] IS NULL OR hook = ANY($2))"
@@ -625,6 +627,9 @@ impl LogStore {
                         &[&tenant, &ids],
                     )
                     .await?;
+                if table != "ankusa_bodies" {
+                    n += removed;
+                }
             }
             let (action, detail) = match &ids {
                 None => ("erase_tenant", format!("{n} records")),

@@ -70,6 +70,21 @@ pub enum LogRecord {
     Ended(HookEnded),
 }
 
+/// The body of a hook that ended, kept in the log (`log.keep_bodies`) for show and resend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptBody {
+    /// Tenant id.
+    pub tenant: String,
+    /// Hook id.
+    pub hook: u64,
+    /// When the hook ended, ms (the day partition it goes to).
+    pub ended_ms: i64,
+    /// The producer headers as Redis held them (the commit's encoding).
+    pub headers: String,
+    /// The body's bytes.
+    pub body: Vec<u8>,
+}
+
 /// The records of one stream entry, and how many of its lines were not records (left out
 /// and counted, never a stop of the archiver).
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -78,6 +93,35 @@ pub struct Parsed {
     pub records: Vec<LogRecord>,
     /// Lines that were not a record of this version.
     pub malformed: usize,
+    /// The bodies kept of the hooks this entry ended.
+    pub bodies: Vec<KeptBody>,
+}
+
+/// The records of a stream entry and the bodies it carries: a body is taken for a hook this
+/// entry ended (a body without its ended record is left out).
+pub fn parse_log_entry(entry: &crate::store::LogEntry) -> Parsed {
+    if entry.records.is_empty() {
+        // An entry without records (written by other means): counted, left out.
+        return Parsed {
+            malformed: 1,
+            ..Parsed::default()
+        };
+    }
+    let mut p = parse_entry(&entry.records);
+    for r in &p.records {
+        if let LogRecord::Ended(e) = r {
+            if let Some((headers, body)) = entry.bodies.get(&e.hook) {
+                p.bodies.push(KeptBody {
+                    tenant: e.tenant.clone(),
+                    hook: e.hook,
+                    ended_ms: e.ended_ms,
+                    headers: headers.clone(),
+                    body: body.clone(),
+                });
+            }
+        }
+    }
+    p
 }
 
 #[derive(Deserialize)]
@@ -173,5 +217,34 @@ mod tests {
                 ended_ms: 1005,
             })
         );
+        assert!(p.bodies.is_empty());
+    }
+
+    #[test]
+    fn a_body_is_taken_for_the_hook_the_entry_ended_and_only_for_it() {
+        let mut entry = crate::store::LogEntry {
+            id: "1-0".into(),
+            records: r#"{"t":"acme","h":7,"e":"delivered","s":"orders","c":990,"d":0,"at":1005}"#
+                .into(),
+            ..Default::default()
+        };
+        entry
+            .bodies
+            .insert(7, ("{\"x-a\":\"1\"}".into(), vec![0xff, b'{', b'}']));
+        entry.bodies.insert(8, (String::new(), b"stray".to_vec()));
+        let p = parse_log_entry(&entry);
+        assert_eq!(p.records.len(), 1);
+        assert_eq!(
+            p.bodies,
+            [KeptBody {
+                tenant: "acme".into(),
+                hook: 7,
+                ended_ms: 1005,
+                headers: "{\"x-a\":\"1\"}".into(),
+                body: vec![0xff, b'{', b'}'],
+            }]
+        );
+        let empty = crate::store::LogEntry::default();
+        assert_eq!(parse_log_entry(&empty).malformed, 1);
     }
 }

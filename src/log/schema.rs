@@ -3,7 +3,8 @@
 
 /// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`. Never edit one that has
 /// shipped; add the next.
-pub(super) const MIGRATIONS: &[&str] = &[r#"
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE ankusa_attempts (
     tenant          text        NOT NULL,
     partition       integer     NOT NULL,
@@ -50,7 +51,20 @@ CREATE TABLE ankusa_audit (
     tenant text,
     detail text        NOT NULL
 );
-"#];
+"#,
+    r#"
+CREATE TABLE ankusa_bodies (
+    tenant    text        NOT NULL,
+    partition integer     NOT NULL,
+    hook      bigint      NOT NULL,
+    ended_at  timestamptz NOT NULL,
+    headers   text        NOT NULL,
+    body      bytea       NOT NULL,
+    PRIMARY KEY (partition, hook, ended_at)
+) PARTITION BY RANGE (ended_at);
+CREATE INDEX ankusa_bodies_by_id ON ankusa_bodies (tenant, hook);
+"#,
+];
 
 /// The advisory lock key every migration run holds (any constant; ours).
 pub(super) const MIGRATION_LOCK: i64 = 0x616e_6b75_7361_0001;
@@ -58,7 +72,7 @@ pub(super) const MIGRATION_LOCK: i64 = 0x616e_6b75_7361_0001;
 pub(super) const PARTITION_LOCK: i64 = 0x616e_6b75_7361_0002;
 
 /// The tables partitioned by day, and the column each is partitioned on.
-pub(super) const DAILY: [&str; 2] = ["ankusa_attempts", "ankusa_hooks"];
+pub(super) const DAILY: [&str; 3] = ["ankusa_attempts", "ankusa_hooks", "ankusa_bodies"];
 
 /// Milliseconds in a day.
 pub(super) const DAY_MS: i64 = 86_400_000;

@@ -87,10 +87,14 @@ pub fn history_arg<'a>(
 /// go to the partition's `log` stream (at most `max_entries` entries) and nothing is kept per
 /// hook in Redis. `records` as for [`history_arg`].
 pub fn log_arg<'a>(
-    max_entries: u64,
+    max_bytes: u64,
+    keep_bodies: u64,
     records: impl Iterator<Item = (usize, u64, &'a AttemptRecord)>,
 ) -> String {
-    push_records(format!(r#"{{"log":{max_entries},"rec":["#), records)
+    push_records(
+        format!(r#"{{"log":{max_bytes},"kb":{keep_bodies},"rec":["#),
+        records,
+    )
 }
 
 /// `records` written into `out` as `[index,hook,"record JSON text"]` items, and the argument

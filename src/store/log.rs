@@ -2,11 +2,66 @@
 //! in order by the partition's archiver, trimmed once archived.
 
 use super::*;
+use std::collections::BTreeMap;
+
+/// One entry of the `log` stream as `settle.lua` writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The entry id.
+    pub id: String,
+    /// Field `r`: the records, one JSON object per line (read lossily if not UTF-8).
+    pub records: String,
+    /// Fields `b:<hook>` and `h:<hook>`: hook → (producer headers, body bytes) kept.
+    pub bodies: BTreeMap<u64, (String, Vec<u8>)>,
+    /// Bytes of every field's value: what the entry holds of the stream's budget.
+    pub bytes: u64,
+}
+
+/// The entries of an `XRANGE` answer; an entry of another shape is skipped.
+fn log_entries(v: Value) -> Vec<LogEntry> {
+    let mut out = Vec::new();
+    let Value::Array(entries) = v else { return out };
+    for e in entries {
+        let Value::Array(pair) = e else { continue };
+        let mut it = pair.into_iter();
+        let (Some(id), Some(Value::Array(kv))) = (it.next(), it.next()) else {
+            continue;
+        };
+        let mut entry = LogEntry {
+            id: id.as_string().unwrap_or_default(),
+            ..LogEntry::default()
+        };
+        let mut headers: BTreeMap<u64, String> = BTreeMap::new();
+        for c in kv.chunks_exact(2) {
+            let name = c[0].as_string().unwrap_or_default();
+            let value: Vec<u8> = match &c[1] {
+                Value::Bytes(b) => b.to_vec(),
+                Value::String(s) => s.as_bytes().to_vec(),
+                other => other.as_string().unwrap_or_default().into_bytes(),
+            };
+            entry.bytes += value.len() as u64;
+            if name == "r" {
+                entry.records = String::from_utf8_lossy(&value).into_owned();
+            } else if let Some(h) = name.strip_prefix("b:").and_then(|h| h.parse().ok()) {
+                entry.bodies.entry(h).or_default().1 = value;
+            } else if let Some(h) = name.strip_prefix("h:").and_then(|h| h.parse().ok()) {
+                headers.insert(h, String::from_utf8_lossy(&value).into_owned());
+            }
+        }
+        for (h, hd) in headers {
+            if let Some(b) = entry.bodies.get_mut(&h) {
+                b.0 = hd;
+            }
+        }
+        out.push(entry);
+    }
+    out
+}
 
 impl Store {
     /// Up to `count` entries of this partition's `log` stream after entry id `after` (`""`:
     /// from the first), oldest first.
-    pub async fn log_read(&self, after: &str, count: u64) -> Result<Vec<StreamEntry>, StoreError> {
+    pub async fn log_read(&self, after: &str, count: u64) -> Result<Vec<LogEntry>, StoreError> {
         let start = if after.is_empty() {
             "-".to_string()
         } else {
@@ -16,7 +71,7 @@ impl Store {
             .client()
             .xrange(self.ks.log(), start, "+", Some(count))
             .await?;
-        Ok(views::stream_entries(v))
+        Ok(log_entries(v))
     }
 
     /// Remove the entries up to and including `through` (an entry id) from the `log` stream:

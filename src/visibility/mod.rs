@@ -10,7 +10,8 @@
 //!   tenant's due, retrying, parked and claimed rows with their last error and next attempt),
 //!   [`tenants_top`] (due rows, claimed, oldest lag, failing sinks per tenant).
 //! - **Resend**: [`resend`] commits a delivered or dead-lettered hook again, as a new hook,
-//!   for one or all sink entries.
+//!   for one or all sink entries; with a delivery log store, from the body the log kept, and
+//!   [`resend_range`] resends what ended in a time range.
 //! - **Cancel**: [`cancel`] cancels a scheduled hook before any of its rows is claimed.
 //!
 //! Everything is read from Redis, so any node (leader or not) and the CLI answer alike.
@@ -40,6 +41,9 @@ pub use health::*;
 
 mod rows;
 pub use rows::*;
+
+mod resend;
+pub use resend::*;
 
 /// Rows of a tenant's due set that [`list_rows`] and [`tenants_top`] read at most.
 pub const SCAN_ROWS: i64 = 10_000;
@@ -142,8 +146,9 @@ pub struct HookView {
     /// delivered as the `ankusa-event-type` header or message attribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_type: Option<String>,
-    /// `live` (rows or dead letters need it), `kept` (delivered, kept for resend) or `gone`
-    /// (only its history is left).
+    /// `live` (rows or dead letters need it), `kept` (delivered, kept for resend in Redis),
+    /// `logged` (ended; its body kept in the delivery log) or `gone` (only its history is
+    /// left).
     pub stored: String,
     /// Body size, bytes.
     pub body_bytes: u64,
@@ -241,15 +246,18 @@ pub async fn show_hook_logged(
             }
             let routed = store.for_tenant(tenant);
             let rows = hook_rows(&routed, tenant, hook, None, &attempts).await?;
+            let kept = log.body(tenant, hook).await?;
             Ok(HookView {
                 tenant: tenant.into(),
                 hook,
                 source: ended.as_ref().map(|e| e.source.clone()).unwrap_or_default(),
                 committed_at_ms: ended.as_ref().map_or(0, |e| e.committed_ms),
                 event_type: ended.and_then(|e| e.event_type),
-                stored: "gone".into(),
-                body_bytes: 0,
-                headers: BTreeMap::new(),
+                stored: if kept.is_some() { "logged" } else { "gone" }.into(),
+                body_bytes: kept.as_ref().map_or(0, |k| k.body.len() as u64),
+                headers: kept
+                    .and_then(|k| serde_json::from_str(&k.headers).ok())
+                    .unwrap_or_default(),
                 rows,
                 attempts,
             })
@@ -429,198 +437,6 @@ pub struct RowsPage {
     pub rows: Vec<RowView>,
     /// More rows matched than `limit`.
     pub more: bool,
-}
-
-/// What [`resend`] committed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Resent {
-    /// The hook resent.
-    pub hook: u64,
-    /// The new hook (same body and headers, same source as it is now).
-    pub new_hook: u64,
-    /// Rows made: one per sink entry, or 1 with `sink`.
-    pub rows: u32,
-    /// The dead letters of the resent rows, deleted: the new hook delivers them, so a later
-    /// `dlq replay` does not send them twice.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub settled_dead_letters: Vec<String>,
-}
-
-/// `ankusa hooks resend` / `POST /admin/hooks/{tenant}/{hook}/resend`: commit a delivered
-/// (kept) or dead-lettered hook again as a new hook of its source, for sink entry `sink` or
-/// all of them; the resent rows' dead letters are deleted ([`Resent::settled_dead_letters`]). Errors: `not_found` (the hook is gone: delivered longer ago than
-/// `history.max_age_ms`, trimmed, or history off), `bad_request` (a chosen row is still
-/// due, claimed or in its lane: it will be delivered anyway; no such sink entry; or the
-/// entry `sink`'s filter does not take the hook's event type), `unknown_source`.
-pub async fn resend(
-    store: &Store,
-    tenant: &str,
-    hook: u64,
-    sink: Option<u32>,
-    max_hook_bytes: usize,
-) -> Result<Resent, Error> {
-    // The tenant's partition holds its hooks and rows.
-    let routed = store.for_tenant(tenant);
-    let store = &*routed;
-    check_id("tenant", tenant)?;
-    let h = read_hook(store, hook)
-        .await?
-        .filter(|h| h.tenant == tenant)
-        .ok_or_else(|| {
-            Error::NotFound(format!(
-                "hook {hook} of tenant {tenant} (a delivered hook is kept for history.max_age_ms)"
-            ))
-        })?;
-    let view = show_hook(store, tenant, hook).await?;
-    for r in &view.rows {
-        let chosen = sink.map_or(true, |s| s == r.sink);
-        let pending = matches!(
-            r.state,
-            RowState::Due
-                | RowState::Scheduled
-                | RowState::Retrying
-                | RowState::Parked
-                | RowState::Claimed
-                | RowState::InLane
-        );
-        if chosen && pending {
-            return Err(Error::BadRequest(format!(
-                "row {} is {}: it is still being delivered",
-                r.row,
-                r.state.as_str()
-            )));
-        }
-    }
-    // A resend to one entry whose filter refuses the hook would make a row the binding
-    // drops (filters apply as they are now): say so instead.
-    if let Some(s) = sink {
-        let entry = store
-            .get_source(tenant, &h.source)
-            .await?
-            .and_then(|spec| spec.sinks.get(s as usize).cloned());
-        if let Some(filter) = entry.and_then(|e| e.filter) {
-            let body = h.body.as_deref().unwrap_or_default();
-            if !filter.matches_hook(h.event_type.as_deref(), body, &h.headers) {
-                return Err(Error::BadRequest(format!(
-                    "sink entry {s} of {tenant}/{} does not take this hook (event type {:?}; \
-                     its filter: {}); change the filter to resend this hook to it",
-                    h.source,
-                    h.event_type.as_deref().unwrap_or(""),
-                    serde_json::to_string(&filter).unwrap_or_default()
-                )));
-            }
-        }
-    }
-    // The same event type, so the entries' filters take the resent hook as they took it.
-    let opts = CommitOptions {
-        only_sink: sink,
-        event_types: h
-            .event_type
-            .clone()
-            .map(|e| vec![Some(e)])
-            .unwrap_or_default(),
-        ..CommitOptions::default()
-    };
-    let (receipt, ids) = store
-        .commit_with(
-            tenant,
-            &h.source,
-            &[(h.body.clone().unwrap_or_default(), h.headers.clone())],
-            max_hook_bytes,
-            &opts,
-        )
-        .await?;
-    // The resent rows' dead letters are settled by the new hook: deleted (with the old hook's
-    // body once nothing else needs it), so a later replay cannot deliver them a second time.
-    let settled: Vec<String> = view
-        .rows
-        .iter()
-        .filter(|r| sink.map_or(true, |s| s == r.sink))
-        .filter_map(|r| r.dead_letter.as_ref().map(|d| d.id.clone()))
-        .collect();
-    if !settled.is_empty() {
-        store
-            .dlq_purge(tenant, crate::store::DlqPurge::Ids(&settled))
-            .await?;
-    }
-    Ok(Resent {
-        hook,
-        new_hook: ids.first().copied().unwrap_or(receipt.first_hook),
-        rows: receipt.rows_per_hook,
-        settled_dead_letters: settled,
-    })
-}
-
-/// A hook [`resend_many`] did not resend, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct ResendFailure {
-    /// The hook.
-    pub hook: u64,
-    /// Why, as [`resend`] said it (`not found: …`, `bad request: … still being delivered`).
-    pub error: String,
-}
-
-/// What [`resend_many`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct ResendReport {
-    /// The hooks resent, in the order asked.
-    pub resent: Vec<Resent>,
-    /// The hooks not resent (gone, or a row still being delivered).
-    pub failed: Vec<ResendFailure>,
-    /// Times the resend paused for pressure.
-    pub pauses: u64,
-    /// Time spent paused, ms.
-    pub paused_ms: u64,
-}
-
-/// `ankusa hooks resend TENANT HOOK…`: [`resend`] each hook in turn, paced like a dead-letter
-/// replay: before each hook after the first it waits for [`crate::ops::pressure`] to
-/// show room (window not full, lag at most `pace.max_lag_ms`, a live leader), unless
-/// `pace.pace` is false. A hook that is gone or still being delivered is reported in
-/// [`ResendReport::failed`] and the others go on. Errors: a bad tenant id;
-/// [`Error::Unavailable`] after pausing `pace.max_pause_ms` in one stretch, or when Redis
-/// cannot answer (what was resent stays resent).
-pub async fn resend_many(
-    store: &Store,
-    tenant: &str,
-    hooks: &[u64],
-    sink: Option<u32>,
-    max_hook_bytes: usize,
-    pace: &crate::dlq::ReplayOptions,
-    mut progress: impl FnMut(crate::dlq::ReplayProgress),
-) -> Result<ResendReport, Error> {
-    // The tenant's partition holds its hooks and rows.
-    let routed = store.for_tenant(tenant);
-    let store = &*routed;
-    check_id("tenant", tenant)?;
-    let total = hooks.len() as u64;
-    progress(crate::dlq::ReplayProgress::Matched { total });
-    let mut report = ResendReport::default();
-    let mut paced = crate::dlq::ReplayReport::default();
-    for (i, &hook) in hooks.iter().enumerate() {
-        if pace.pace && i > 0 {
-            crate::dlq::wait_for_room(store, pace, &mut paced, &mut progress, i as u64, total)
-                .await?;
-        }
-        match resend(store, tenant, hook, sink, max_hook_bytes).await {
-            Ok(r) => report.resent.push(r),
-            Err(e @ (Error::NotFound(_) | Error::BadRequest(_))) => {
-                report.failed.push(ResendFailure {
-                    hook,
-                    error: e.to_string(),
-                })
-            }
-            Err(e) => return Err(e),
-        }
-        progress(crate::dlq::ReplayProgress::Step {
-            done: i as u64 + 1,
-            replayed: report.resent.len() as u64,
-            total,
-        });
-    }
-    report.pauses = paced.pauses;
-    report.paused_ms = paced.paused_ms;
-    Ok(report)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 mod access;
 mod archive;
+mod bodies;
 mod faults;
 mod retention;
 

@@ -23,6 +23,16 @@ async fn all_rows(pg: &tokio_postgres::Client) -> String {
             .unwrap();
         all.push_str(&r.get::<_, String>(0));
     }
+    // Bodies as their bytes (a row's text would show them in hex).
+    let r = pg
+        .query_one(
+            "SELECT coalesce(string_agg(tenant || headers || encode(body, 'escape'), '|'), '') \
+             FROM ankusa_bodies",
+            &[],
+        )
+        .await
+        .unwrap();
+    all.push_str(&r.get::<_, String>(0));
     all
 }
 
@@ -34,7 +44,10 @@ async fn erasure_leaves_no_byte_of_a_tenant_and_is_audited_without_the_data() {
     env.http_source("other", "orders", &["ok"]).await;
     let worker = env.worker().await;
     let secret: Vec<Hook> = (0..5)
-        .map(|i| Hook::new(format!("{{\"i\":{i}}}")).event_type("acme-secret-7781"))
+        .map(|i| {
+            Hook::new(format!("{{\"i\":{i},\"m\":\"acme-secret-7781\"}}"))
+                .event_type("acme-secret-7781")
+        })
         .collect();
     let r = env
         .producer
@@ -114,7 +127,7 @@ async fn retention_drops_whole_days_past_it_and_keeps_the_rest() {
         ..Default::default()
     };
     let log = LogStore::connect(&cfg, "retention").unwrap();
-    assert_eq!(log.migrate().await.unwrap(), [1]);
+    assert_eq!(log.migrate().await.unwrap(), [1, 2]);
     assert!(
         log.migrate().await.unwrap().is_empty(),
         "migrations apply once"
@@ -145,7 +158,7 @@ async fn retention_drops_whole_days_past_it_and_keeps_the_rest() {
     );
 
     let dropped = log.drop_expired(30, now).await.unwrap();
-    assert_eq!(dropped.len(), 4, "two days of two tables: {dropped:?}");
+    assert_eq!(dropped.len(), 6, "two days of three tables: {dropped:?}");
     let search = |since| Search {
         tenant: "acme".into(),
         since_ms: Some(since),
