@@ -33,6 +33,10 @@ struct HealthInner {
     /// since this process works on (it drains the backlog) and a restart would not help.
     /// Per partition (its index) whose Redis refuses them.
     commits_refused: std::collections::BTreeMap<u32, String>,
+    /// The delivery log's archiving, per partition led here that is not keeping up (its
+    /// store away, behind, or records dropped at the stream's bound), and how: a detail of
+    /// readiness, never a reason for it (delivery goes on).
+    log_lagging: std::collections::BTreeMap<u32, String>,
 }
 
 impl Health {
@@ -105,6 +109,26 @@ impl Health {
             }
             _ => h.write_error = None,
         }
+    }
+
+    /// Record partition `partition`'s archiving: `Some(how)` while it is not keeping up,
+    /// `None` once it is.
+    pub fn set_log_state(&self, partition: u32, how: Option<String>) {
+        let mut h = self.lock();
+        match how {
+            Some(how) => h.log_lagging.insert(partition, how),
+            None => h.log_lagging.remove(&partition),
+        };
+    }
+
+    /// The delivery log's archiving where it is not keeping up, per partition led here:
+    /// `partition N: how` lines (empty when all is well).
+    pub fn log_state(&self) -> Vec<String> {
+        self.lock()
+            .log_lagging
+            .iter()
+            .map(|(p, how)| format!("partition {p}: {how}"))
+            .collect()
     }
 
     /// Whether a graceful shutdown has begun.

@@ -89,7 +89,7 @@ impl Worker {
             let tenants = gauged_tenants(&store, pstore, &config);
             tasks.push(campaign.tenant_gauges(tenants));
             if let Some(log) = &log {
-                tasks.push(campaign.archive_log(log.clone(), config.log.clone()));
+                tasks.push(campaign.archive_log(log.clone(), config.log.clone(), health.clone()));
             }
             tasks.push(campaign.watch_memory(
                 health.clone(),
@@ -575,11 +575,17 @@ impl Campaign<'_> {
         &self,
         log: crate::log::LogStore,
         cfg: crate::config::LogConfig,
+        health: Arc<Health>,
     ) -> JoinHandle<()> {
         let archiver = Arc::new(crate::log::archiver::Archiver::default());
+        let partition = self.store.partition_index();
         self.every_while_leading(Duration::from_millis(250), move |store| {
-            let (archiver, log, cfg) = (archiver.clone(), log.clone(), cfg.clone());
-            async move { archiver.tick(store, log, cfg).await }
+            let (archiver, log, cfg, health) =
+                (archiver.clone(), log.clone(), cfg.clone(), health.clone());
+            async move {
+                let how = archiver.tick(store, log, cfg).await;
+                health.set_log_state(partition, how);
+            }
         })
     }
 

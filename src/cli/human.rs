@@ -79,8 +79,9 @@ pub fn when(ms: i64, now_ms: i64) -> String {
 }
 
 /// A time (ms since the epoch) as RFC 3339 in UTC to the second.
+/// Times past 9999-12-31 (which RFC 3339 cannot write) show as its last second.
 pub fn rfc3339(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, 253_402_300_799_000) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 

@@ -113,8 +113,7 @@ fn print_table(tokens: &[TokenInfo]) {
 
 /// `ms` since the epoch as RFC 3339 (UTC, seconds).
 fn when(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(at).to_string()
+    super::human::rfc3339(ms)
 }
 
 /// `ankusa portal-link`: a signed link of `tenant`'s portal, minted from the config's

@@ -11,6 +11,10 @@ use tracing::{info, warn};
 
 /// Batches written per pass at most, so one pass never holds the task for long.
 const ROUNDS_PER_PASS: usize = 50;
+/// Bytes of stream entries read and written per transaction, about: entries carry bodies
+/// (up to `log.keep_bodies` each, a thousand a settle call), so a batch is bounded by bytes
+/// as well as by `log.batch_entries`.
+const BATCH_BYTES: u64 = 8 << 20;
 /// How often the retention is applied (partition 0's leader), ms.
 const RETENTION_EVERY_MS: i64 = 3_600_000;
 
@@ -42,13 +46,18 @@ pub async fn archive_pass(store: &Store, log: &LogStore, batch: u64) -> Result<P
         store.log_trim(&cursor).await?;
     }
     let mut pass = Pass::default();
+    // Entries per read: as many as fit BATCH_BYTES at the stream's mean entry size (then at
+    // the last read's), at most `batch`.
+    let (len, used) = store.log_usage().await?;
+    let mut count = entries_for(used, len, batch);
     for _ in 0..ROUNDS_PER_PASS {
-        let entries = store.log_read(&cursor, batch).await?;
+        let entries = store.log_read(&cursor, count).await?;
         if entries.is_empty() {
             break;
         }
-        let full = entries.len() as u64 >= batch;
+        let full = entries.len() as u64 >= count;
         let bytes: u64 = entries.iter().map(|e| e.bytes).sum();
+        count = entries_for(bytes, entries.len() as u64, batch);
         let parsed: Vec<(String, record::Parsed)> = entries
             .iter()
             .map(|e| (e.id.clone(), record::parse_log_entry(e)))
@@ -89,21 +98,49 @@ pub async fn archive_pass(store: &Store, log: &LogStore, batch: u64) -> Result<P
     Ok(pass)
 }
 
+/// `bytes` in MiB, to one decimal.
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// Entries of `bytes / entries` mean size that fit [`BATCH_BYTES`], in `1..=batch`.
+fn entries_for(bytes: u64, entries: u64, batch: u64) -> u64 {
+    let mean = bytes.checked_div(entries).unwrap_or(0);
+    (BATCH_BYTES / mean.max(1)).clamp(1, batch.max(1))
+}
+
 /// The archiver's state across passes of one partition: whether the schema is known good,
 /// whether the store was failing (so each failure and recovery is logged once), when the
 /// retention last ran.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Archiver {
     schema_ok: AtomicBool,
     failing: AtomicBool,
     retention_at: AtomicI64,
+    /// Records dropped in all as of the last tick (`-1`: none seen yet).
+    dropped_seen: AtomicI64,
 }
+
+impl Default for Archiver {
+    fn default() -> Self {
+        Archiver {
+            schema_ok: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
+            retention_at: AtomicI64::new(0),
+            dropped_seen: AtomicI64::new(-1),
+        }
+    }
+}
+
+/// Lag past which the archiving is reported behind (readiness detail), ms.
+const BEHIND_MS: i64 = 60_000;
 
 impl Archiver {
     /// One tick of the leader's task: the schema checked (or migrated) once, a pass, its
     /// metrics; the retention on partition 0 every hour. Errors are logged, never raised:
-    /// the next tick tries again.
-    pub async fn tick(&self, store: Store, log: LogStore, cfg: LogConfig) {
+    /// the next tick tries again. Returns how the archiving is not keeping up (the store
+    /// away, over a minute behind, or records dropped since the last tick), if it is not.
+    pub async fn tick(&self, store: Store, log: LogStore, cfg: LogConfig) -> Option<String> {
         let partition = store.partition_index().to_string();
         match self.pass(&store, &log, &cfg).await {
             Ok(p) => {
@@ -125,12 +162,43 @@ impl Archiver {
                 metrics::gauge!("ankusa_log_archive_lag_seconds", &labels)
                     .set(p.lag_ms as f64 / 1000.0);
                 metrics::counter!("ankusa_log_records_dropped_total", &labels).absolute(p.dropped);
+                let dropped = p.dropped.min(i64::MAX as u64) as i64;
+                let before = self.dropped_seen.swap(dropped, Ordering::Relaxed);
+                if before >= 0 && dropped > before {
+                    warn!(
+                        partition,
+                        records = dropped - before,
+                        "log stream at log.stream_max_bytes: records dropped"
+                    );
+                    Some(format!(
+                        "{} delivery log records dropped at the stream's bound \
+                         (log.stream_max_bytes); delivery goes on",
+                        dropped - before
+                    ))
+                } else if p.lag_ms > BEHIND_MS {
+                    Some(format!(
+                        "delivery log archiving {} s behind ({} stream entries waiting)",
+                        p.lag_ms / 1000,
+                        p.backlog
+                    ))
+                } else {
+                    None
+                }
             }
             Err(e) => {
                 metrics::counter!("ankusa_log_archive_errors_total").increment(1);
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     warn!(partition, error = %e, "log store unavailable; records wait in the log stream (bounded by log.stream_max_bytes) and are archived when it answers");
                 }
+                let waiting = match store.log_usage().await {
+                    Ok((entries, bytes)) => format!(
+                        "; {entries} stream entries ({} of {} MiB) waiting",
+                        mib(bytes),
+                        mib(cfg.stream_max_bytes)
+                    ),
+                    Err(_) => String::new(),
+                };
+                Some(format!("delivery log store unavailable: {e}{waiting}"))
             }
         }
     }
@@ -162,5 +230,23 @@ impl Archiver {
             }
         }
         Ok(pass)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_takes_as_many_entries_as_fit_the_byte_bound() {
+        // Small entries (records only): the configured batch.
+        assert_eq!(entries_for(200 * 2_000, 200, 200), 200);
+        // Nothing known yet: the batch.
+        assert_eq!(entries_for(0, 0, 200), 200);
+        // Entries of 1 MiB (a thousand 1 KiB bodies): 8 a read.
+        assert_eq!(entries_for(10 << 20, 10, 200), 8);
+        // One entry larger than the bound: still one at a time, never none.
+        assert_eq!(entries_for(64 << 20, 1, 200), 1);
+        assert_eq!(entries_for(5, 1, 0), 1);
     }
 }

@@ -500,7 +500,7 @@ impl LogStore {
             })?),
         };
         let (a_ms, a_part, a_hook) = match after {
-            Some((m, p, h)) => (Some(m), Some(p), Some(h)),
+            Some((m, p, h)) => (Some(clamp_ms(m)), Some(p), Some(h)),
             None => (None, None, None),
         };
         let state = q.state.map(|s| s.as_str().to_string());
@@ -526,8 +526,8 @@ impl LogStore {
                  LIMIT $11",
                 &[
                     &q.tenant,
-                    &q.since_ms,
-                    &q.until_ms,
+                    &q.since_ms.map(clamp_ms),
+                    &q.until_ms.map(clamp_ms),
                     &state,
                     &q.event_type,
                     &q.source,

@@ -110,6 +110,14 @@ impl Store {
         Ok(())
     }
 
+    /// Entries in this partition's `log` stream and the bytes of records they hold (as
+    /// `settle.lua` counted them, less what the archiver released).
+    pub async fn log_usage(&self) -> Result<(u64, u64), StoreError> {
+        let len: u64 = self.client().xlen(self.ks.log()).await?;
+        let used: Option<String> = self.client().hget(self.ks.stats(), "log_bytes").await?;
+        Ok((len, used.and_then(|u| u.parse().ok()).unwrap_or(0)))
+    }
+
     /// Entries in this partition's `log` stream, and the records `settle.lua` dropped since
     /// the stream was at its most entries (`stats` field `log_dropped`).
     pub async fn log_backlog(&self) -> Result<(u64, u64), StoreError> {

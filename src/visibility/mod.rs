@@ -222,7 +222,16 @@ pub async fn show_hook_logged(
     match show_hook(store, tenant, hook).await {
         Ok(mut v) => {
             if v.attempts.is_empty() {
-                v.attempts = log.attempts(tenant, hook).await?;
+                // A hook Redis holds is shown with or without its attempts: the log store
+                // away costs the attempts, never the answer.
+                match log.attempts(tenant, hook).await {
+                    Ok(a) => v.attempts = a,
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        hook,
+                        "delivery log store unavailable; hook shown without its attempts"
+                    ),
+                }
             }
             Ok(v)
         }

@@ -154,7 +154,9 @@ pub(crate) fn time(ms: i64) -> Markup {
     if ms <= 0 {
         return html! { "—" };
     }
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
+    // RFC 3339 ends at 9999-12-31: a later time shows as its last second.
+    let ms = ms.min(253_402_300_799_000) as u64;
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     let text = humantime::format_rfc3339_millis(t).to_string();
     html! { time datetime=(text) { (text) } }
 }

@@ -148,5 +148,14 @@ async fn every_attempt_and_how_each_hook_ended_reach_postgresql_once_and_redis_k
         .await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("expected delivered or dead_lettered"), "{err}");
+    // A time past what PostgreSQL's timestamps hold finds nothing; it is not an outage.
+    let (code, out, err) = env
+        .cli_with(
+            None,
+            &["hooks", "search", "acme", "--since", "9000000000000000000"],
+        )
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no hook of tenant acme ended"), "{out}");
     worker.shutdown().await;
 }

@@ -102,5 +102,17 @@ async fn a_full_log_stream_drops_and_counts_records_and_delivery_goes_on() {
         .parse()
         .expect("dropped records are counted");
     assert!(dropped >= 2, "{dropped} records dropped");
+    // Readiness says how the archiving stands (a detail: delivery went on).
+    let deadline = std::time::Instant::now() + LIVENESS;
+    loop {
+        let state = worker.health().log_state();
+        if state.iter().any(|l| {
+            l.starts_with("partition 0: delivery log store unavailable") && l.contains("waiting")
+        }) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{state:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     worker.shutdown().await;
 }
