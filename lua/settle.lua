@@ -98,12 +98,11 @@ local function log_end(tenant, hook, state, h, dead)
   -- At most 1000 bodies a call (the XADD's arguments stay well inside what unpack takes).
   if logkb > 0 and size and size <= logkb and (h[6] or '') == '' and #logbodies < 4000 then
     local b = redis.pcall('GET', k_body(hook))
-    local hd = redis.pcall('HGET', k_hook(hook), 'h')
     if type(b) == 'string' then
       logbodies[#logbodies + 1] = 'b:' .. hook
       logbodies[#logbodies + 1] = b
       logbodies[#logbodies + 1] = 'h:' .. hook
-      logbodies[#logbodies + 1] = type(hd) == 'string' and hd or ''
+      logbodies[#logbodies + 1] = type(h[10]) == 'string' and h[10] or ''
     end
   end
   local et = ''
@@ -197,7 +196,7 @@ local function body_prefix(hook, hk)
 end
 local function finish_row(hook, idx, tenant, row, dead)
   local hk = k_hook(hook)
-  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z', 'et', 't')
+  local h = redis.pcall('HMGET', hk, 'n', 'd', 'L' .. idx, 's', 'k', 'cc', 'z', 'et', 't', 'h')
   if malformed(h) or not h[1] then
     release_lane(row, nil, tenant)
     return '', ''

@@ -20,7 +20,8 @@
 #   LOG_URL=postgres://…  the delivery log's database for system `logged`: ankusa at CONC
 #                      with [log] url (history kept in PostgreSQL, not Redis); its run also
 #                      reports log_tail_s, how long after the drain the archiver emptied
-#                      the log stream
+#                      the log stream. System `logged0`: the same with log.keep_bodies = 0
+#                      (no bodies kept for resend), to price the bodies
 #   SYSTEMS="bullmq ankusa ankusa2"   which systems, in the order they alternate
 #   OUT=bench/peers/results/<date>.csv
 #   PERF=1             also `perf record -g` the ankusa worker of run 1 (perf-<system>.data)
@@ -148,8 +149,11 @@ allow_cidrs = ["127.0.0.0/8"]
 [history]
 enabled = $HISTORY
 EOF
-  if [[ "${2:-}" == log ]]; then
+  if [[ "${2:-}" == log* ]]; then
     printf '[log]\nurl = "%s"\n' "${LOG_URL:?system logged needs LOG_URL}" >>"$f"
+  fi
+  if [[ "${2:-}" == log0 ]]; then
+    printf 'keep_bodies = 0\n' >>"$f"
   fi
   echo "$f"
 }
@@ -166,6 +170,7 @@ run_one() {
     ankusa2) conc="$ANKUSA_CONC2" ;;
     base) conc="$CONC" ;;
     logged) conc="$CONC" ;;
+    logged0) conc="$CONC" ;;
     base2) conc="$ANKUSA_CONC2" ;;
     *) die "unknown system $system" ;;
   esac
@@ -182,7 +187,10 @@ run_one() {
   if [[ "$system" == bullmq ]]; then
     node "$here/produce.js" "$rport" "$N" "$tmp/body.json"
   else
-    cfg="$(ankusa_config "$conc" "$([[ "$system" == logged ]] && echo log)")"
+    local logmode=""
+    [[ "$system" == logged ]] && logmode=log
+    [[ "$system" == logged0 ]] && logmode=log0
+    cfg="$(ankusa_config "$conc" "$logmode")"
     local entries="" k
     for ((k = 0; k < SINKS; k++)); do
       entries+="${entries:+, }{\"module\": \"http\", \"opts\": {\"url\": \"$sink\"}}"
@@ -225,7 +233,7 @@ run_one() {
   w="$(proc_cpu_ticks "$wpid")"
   c1="$(redis_cpu)"; k1="$(redis_calls)"
   local tail_s=""
-  if [[ "$system" == logged ]]; then
+  if [[ "$system" == logged* ]]; then
     local t_drained=$SECONDS
     while [[ "$(rc xlen "ankusa:{peers.p0}:log")" -gt 0 ]]; do
       (( SECONDS < deadline )) || die "the archiver did not empty the log stream"

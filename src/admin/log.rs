@@ -24,6 +24,7 @@ pub(super) fn routes() -> OpenApiRouter<AdminState> {
         .routes(routes!(log_attempts))
         .routes(routes!(log_erase))
         .routes(routes!(log_resend))
+        .routes(routes!(log_body))
 }
 
 /// The worker's log store, or a 400 saying how to configure one.
@@ -173,6 +174,68 @@ async fn log_resend(
     Ok(Json(
         resend_range(store, log, &tenant, &range, max, &b.options, |_| {}).await?,
     ))
+}
+
+/// An ended hook's body as the delivery log kept it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct LoggedBodyView {
+    /// Source id.
+    pub source: String,
+    /// The producer's event type, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+    /// How the hook ended: `delivered` or `dead_lettered`.
+    pub state: String,
+    /// Producer headers.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Body size in bytes.
+    pub size: u64,
+    /// The body, when it is UTF-8.
+    pub body: Option<String>,
+    /// The body in standard base64, when it is not UTF-8.
+    pub body_base64: Option<String>,
+}
+
+/// The body (and producer headers) the delivery log kept of a tenant's ended hook
+/// (`log.keep_bodies`); 404 when it kept none.
+#[utoipa::path(get, path = "/admin/log/{tenant}/hooks/{hook}/body", tag = "visibility",
+    params(("tenant" = String, Path), ("hook" = u64, Path)),
+    responses((status = 200, body = LoggedBodyView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = ["read"])))]
+async fn log_body(
+    State(st): State<AdminState>,
+    Path((tenant, hook)): Path<(String, u64)>,
+) -> Result<Json<LoggedBodyView>, ApiError> {
+    check_id("tenant", &tenant).map_err(Error::from)?;
+    let log = log_store(&st)?;
+    let b = log
+        .body(&tenant, hook)
+        .await
+        .map_err(Error::from)?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "no body of hook {hook} of tenant {tenant} in the delivery log"
+            ))
+        })?;
+    let size = b.body.len() as u64;
+    let (body, body_base64) = match String::from_utf8(b.body) {
+        Ok(text) => (Some(text), None),
+        Err(e) => {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(e.into_bytes());
+            (None, Some(b64))
+        }
+    };
+    Ok(Json(LoggedBodyView {
+        source: b.source,
+        event_type: b.event_type,
+        state: b.state,
+        headers: serde_json::from_str(&b.headers).unwrap_or_default(),
+        size,
+        body,
+        body_base64,
+    }))
 }
 
 /// Every attempt of a tenant's hook in the delivery log, oldest first.

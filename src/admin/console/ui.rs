@@ -491,7 +491,18 @@ async fn deliveries(UiCtx(ctx): UiCtx, Path(t): Path<String>, Query(q): Q) -> Pa
     ui(&ctx, &format!("Deliveries of {t}"), main)
 }
 
-/// The hook and, when one of its rows is dead-lettered, its body from the dead letter.
+/// The bytes of an answer's `body` (text) or `body_base64`.
+fn body_of(v: &Value) -> Option<Vec<u8>> {
+    if let Some(t) = v["body"].as_str() {
+        return Some(t.as_bytes().to_vec());
+    }
+    use base64::Engine;
+    let b = v["body_base64"].as_str()?;
+    base64::engine::general_purpose::STANDARD.decode(b).ok()
+}
+
+/// The hook and its body: from the dead letter when one of its rows is dead-lettered, from
+/// the delivery log when it ended and the log kept it.
 pub(crate) async fn hook_with_body(
     ctx: &Ctx,
     tenant: &str,
@@ -508,19 +519,23 @@ pub(crate) async fn hook_with_body(
         .flatten()
         .find_map(|r| r["dead_letter"]["id"].as_str().map(str::to_string));
     let mut body = None;
+    if dead.is_none() && h["stored"] == "logged" {
+        // Ended, and its body kept in the delivery log.
+        if let Ok(b) = ctx
+            .api
+            .get(&ctx.who, &format!("/admin/log/{et}/hooks/{hook}/body"))
+            .await
+        {
+            body = body_of(&b);
+        }
+    }
     if let Some(id) = dead {
         if let Ok(d) = ctx
             .api
             .get(&ctx.who, &format!("/admin/dlq/{et}/{}", enc(&id)))
             .await
         {
-            let hb = &d["hook_body"];
-            if let Some(t) = hb["body"].as_str() {
-                body = Some(t.as_bytes().to_vec());
-            } else if let Some(b) = hb["body_base64"].as_str() {
-                use base64::Engine;
-                body = base64::engine::general_purpose::STANDARD.decode(b).ok();
-            }
+            body = body_of(&d["hook_body"]);
         }
     }
     Ok((h, body))

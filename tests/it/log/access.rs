@@ -42,6 +42,14 @@ async fn a_tenant_token_reads_only_its_own_log_and_only_the_operator_erases() {
     let attempts = format!("{}/admin/log/{B}/hooks/{hook}/attempts", w.base());
     let (status, _) = call("GET", &attempts, Some(&read_a), &[], None).await;
     assert_eq!(status, 404);
+    // The body the log kept: the tenant's own, never another's.
+    let body = |t: &str, h: u64| format!("{}/admin/log/{t}/hooks/{h}/body", w.base());
+    let (status, kept) = call("GET", &body(A, w.owned[A].hook), Some(&read_a), &[], None).await;
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(kept["body"], format!("{{\"tenant\":\"{A}\"}}"), "{kept}");
+    assert_eq!(kept["state"], "delivered");
+    let (status, _) = call("GET", &body(B, hook), Some(&read_a), &[], None).await;
+    assert_eq!(status, 404);
     let (status, _) = call("GET", &search(A), None, &[], None).await;
     assert_eq!(status, 401);
 
@@ -181,5 +189,9 @@ async fn the_console_lists_delivered_hooks_from_the_log() {
     assert!(
         text.contains("logged") && text.contains("delivered"),
         "its body is kept in the log: {text}"
+    );
+    assert!(
+        !text.contains("this hook has none"),
+        "the page shows the body the log kept: {text}"
     );
 }
