@@ -89,7 +89,17 @@ impl Worker {
             let tenants = gauged_tenants(&store, pstore, &config);
             tasks.push(campaign.tenant_gauges(tenants));
             if let Some(log) = &log {
-                tasks.push(campaign.archive_log(log.clone(), config.log.clone(), health.clone()));
+                let tenant_days = config
+                    .tenants
+                    .iter()
+                    .filter_map(|(t, c)| c.log_retention_days.map(|d| (t.clone(), d)))
+                    .collect();
+                tasks.push(campaign.archive_log(
+                    log.clone(),
+                    config.log.clone(),
+                    tenant_days,
+                    health.clone(),
+                ));
             }
             tasks.push(campaign.watch_memory(
                 health.clone(),
@@ -575,9 +585,12 @@ impl Campaign<'_> {
         &self,
         log: crate::log::LogStore,
         cfg: crate::config::LogConfig,
+        tenant_days: Vec<(String, u32)>,
         health: Arc<Health>,
     ) -> JoinHandle<()> {
-        let archiver = Arc::new(crate::log::archiver::Archiver::default());
+        let archiver = Arc::new(crate::log::archiver::Archiver::with_tenant_retention(
+            tenant_days,
+        ));
         let partition = self.store.partition_index();
         self.every_while_leading(Duration::from_millis(250), move |store| {
             let (archiver, log, cfg, health) =

@@ -176,6 +176,11 @@ pub struct TenantConfig {
     /// to `events_url`. Default unset: unsigned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events_signing_secret: Option<String>,
+    /// Days of this tenant's delivery log kept (attempts, ended hooks, kept bodies), fewer
+    /// than `log.retention_days`, which bounds it (a contract with a shorter retention, a
+    /// tenant's own request); 1..=`log.retention_days`. Default unset: `log.retention_days`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_retention_days: Option<u32>,
 }
 
 /// One bound on sources with the config key that sets it, so a refusal can name both.

@@ -196,6 +196,21 @@ fn a_zero_tenant_limit_names_the_tenant_key() {
 }
 
 #[test]
+fn a_tenants_log_retention_is_bounded_by_the_instances() {
+    let found = problems(
+        "[log]\nretention_days = 30\n[tenants.acme]\nlog_retention_days = 31\n\
+         [tenants.beta]\nlog_retention_days = 0\n[tenants.gamma]\nlog_retention_days = 7\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "tenants.acme.log_retention_days: must be in 1..=30 (log.retention_days bounds it)",
+            "tenants.beta.log_retention_days: must be in 1..=30 (log.retention_days bounds it)"
+        ]
+    );
+}
+
+#[test]
 fn a_tenant_id_outside_the_allowed_characters_is_rejected() {
     let found = problems("[dispatch.tenants.\"a b\"]\nconcurrency = 1\n");
     assert_eq!(

@@ -58,6 +58,18 @@ impl Config {
         secrets(&self.secrets, &mut p);
         limits(&self.limits, &mut p);
         tenants(&self.tenants, &self.secrets, &mut p);
+        for (id, t) in &self.tenants {
+            if let Some(days) = t.log_retention_days {
+                p.check(
+                    (1..=self.log.retention_days).contains(&days),
+                    format!("tenants.{id}.log_retention_days"),
+                    format!(
+                        "must be in 1..={} (log.retention_days bounds it)",
+                        self.log.retention_days
+                    ),
+                );
+            }
+        }
         connections(&self.connections, &mut p);
         p.0.extend(check(self));
         match p.0.is_empty() {

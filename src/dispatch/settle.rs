@@ -128,6 +128,29 @@ impl Session {
             metrics::counter!("ankusa_rows_dead_lettered_total", "reason" => kind).increment(1);
             metrics::counter!("ankusa_dead_letters_total", "reason" => kind).increment(1);
         }
+        // A row its entry's filter no longer takes ends without an attempt: its record says
+        // so, so the hook never reads as delivered.
+        let record = match (&op, crate::model::RowId::parse(&row)) {
+            (SettleOp::Unmatched, Some(id)) => Some((
+                id.hook,
+                crate::store::AttemptRecord {
+                    row: row.clone(),
+                    sink: id.sink,
+                    attempt: attempts,
+                    started_ms: first_attempt_ms,
+                    duration_ms: 0,
+                    outcome: "dropped".into(),
+                    status: None,
+                    error_kind: None,
+                    error: None,
+                    next_attempt_ms: None,
+                    reason: Some(
+                        "filter: the sink entry's filter no longer takes this hook".into(),
+                    ),
+                },
+            )),
+            _ => None,
+        };
         self.pending.push(Pending {
             outcome: Outcome {
                 tenant,
@@ -138,7 +161,7 @@ impl Session {
                 op,
             },
             bytes,
-            record: None,
+            record,
         });
     }
 

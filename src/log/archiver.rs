@@ -119,6 +119,8 @@ pub struct Archiver {
     retention_at: AtomicI64,
     /// Records dropped in all as of the last tick (`-1`: none seen yet).
     dropped_seen: AtomicI64,
+    /// Tenants kept fewer days than `log.retention_days`, and how many.
+    tenant_days: Vec<(String, u32)>,
 }
 
 impl Default for Archiver {
@@ -128,6 +130,18 @@ impl Default for Archiver {
             failing: AtomicBool::new(false),
             retention_at: AtomicI64::new(0),
             dropped_seen: AtomicI64::new(-1),
+            tenant_days: Vec::new(),
+        }
+    }
+}
+
+impl Archiver {
+    /// An archiver that also applies each `(tenant, days)` retention shorter than
+    /// `log.retention_days` (partition 0's leader, hourly).
+    pub fn with_tenant_retention(tenant_days: Vec<(String, u32)>) -> Archiver {
+        Archiver {
+            tenant_days,
+            ..Archiver::default()
         }
     }
 }
@@ -216,6 +230,7 @@ impl Archiver {
                     return Err(LogError::Schema { have, need });
                 }
             }
+            log.claim_owner().await?;
             self.schema_ok.store(true, Ordering::Relaxed);
         }
         let pass = archive_pass(store, log, cfg.batch_entries).await?;
@@ -225,6 +240,12 @@ impl Archiver {
                 let dropped = log.drop_expired(cfg.retention_days, now).await?;
                 if !dropped.is_empty() {
                     info!(?dropped, "log retention dropped day partitions");
+                }
+                for (tenant, days) in &self.tenant_days {
+                    let n = log.expire_tenant(tenant, *days, now).await?;
+                    if n > 0 {
+                        info!(tenant, days, rows = n, "tenant log retention deleted rows");
+                    }
                 }
                 self.retention_at.store(now, Ordering::Relaxed);
             }

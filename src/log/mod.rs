@@ -14,6 +14,7 @@
 //! | `schema.rs` | embedded migrations, day partitions (pure SQL text and dates) |
 //! | `pg.rs` | the PostgreSQL store: archive, search, attempts, erase, retention |
 //! | `bodies.rs` | ended hooks' bodies kept for show and resend (`log.keep_bodies`) |
+//! | `retention.rs` | a tenant's shorter retention (`tenants.<id>.log_retention_days`) |
 //! | `erase.rs` | erasure everywhere: the stream drained first, the store, dead letters |
 //! | `archiver.rs` | the leader's task: stream → store → trim, retention |
 
@@ -22,6 +23,7 @@ mod bodies;
 mod erase;
 mod pg;
 pub mod record;
+mod retention;
 mod schema;
 
 pub use bodies::LoggedBody;

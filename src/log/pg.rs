@@ -185,6 +185,11 @@ impl LogStore {
         })
     }
 
+    /// The instance whose log this store writes.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     pub(super) async fn client(&self) -> Result<deadpool_postgres::Object, LogError> {
         self.pool.get().await.map_err(LogError::from)
     }

@@ -64,6 +64,12 @@ CREATE TABLE ankusa_bodies (
 ) PARTITION BY RANGE (ended_at);
 CREATE INDEX ankusa_bodies_by_id ON ankusa_bodies (tenant, hook);
 "#,
+    r#"
+CREATE TABLE ankusa_log_owner (
+    one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+    instance text    NOT NULL
+);
+"#,
 ];
 
 /// The advisory lock key every migration run holds (any constant; ours).

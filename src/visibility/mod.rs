@@ -71,6 +71,10 @@ pub enum RowState {
     DeadLettered,
     /// Delivered.
     Delivered,
+    /// Ended without delivery: its sink entry's filter, as it was when the row came due,
+    /// no longer took the hook (a filter edited after the commit). The attempt record says
+    /// so (`outcome` `dropped`, with the reason).
+    Dropped,
     /// Finished with no record left (delivered or dropped before the history kept it).
     Finished,
 }
@@ -87,6 +91,7 @@ impl RowState {
             RowState::InLane => "in_lane",
             RowState::DeadLettered => "dead_lettered",
             RowState::Delivered => "delivered",
+            RowState::Dropped => "dropped",
             RowState::Finished => "finished",
         }
     }
@@ -389,14 +394,15 @@ async fn lane_position(store: &Store, lane: Option<&str>, id: &str) -> Result<Op
     }
 }
 
-/// A row neither pending, in a lane nor dead-lettered: delivered when its last attempt was
-/// (or the hook is kept for resend), else finished.
+/// A row neither pending, in a lane nor dead-lettered: dropped or delivered as its last
+/// record says (a hook kept for resend had its rows delivered unless a record says
+/// otherwise), else finished.
 fn ended_state(id: &str, attempts: &[AttemptRecord], stored: Option<&HookRead>) -> RowState {
-    let delivered = attempts
-        .iter()
-        .rev()
-        .find(|a| a.row == id)
-        .is_some_and(|a| a.outcome == "delivered");
+    let last = attempts.iter().rev().find(|a| a.row == id);
+    if last.is_some_and(|a| a.outcome == "dropped") {
+        return RowState::Dropped;
+    }
+    let delivered = last.is_some_and(|a| a.outcome == "delivered");
     if delivered || stored.is_some_and(|h| h.kept) {
         RowState::Delivered
     } else {

@@ -712,7 +712,12 @@ async fn a_filter_narrowed_after_the_commit_drops_the_waiting_rows_it_no_longer_
         .enumerate()
         .map(|(i, t)| Hook::new(format!("{{\"n\":{i}}}")).event_type(*t))
         .collect();
-    env.producer.commit_many("acme", "s", &hooks).await.unwrap();
+    let first = env
+        .producer
+        .commit_many("acme", "s", &hooks)
+        .await
+        .unwrap()
+        .first_hook;
     assert_eq!(
         due_rows(&env, "acme").len(),
         5,
@@ -745,5 +750,21 @@ async fn a_filter_narrowed_after_the_commit_drops_the_waiting_rows_it_no_longer_
         .iter()
         .all(|r| r.header("ankusa-event-type") == Some("push")));
     assert!(ankusa::dlq::tenants(&env.store).await.unwrap().is_empty());
+    // What a tenant reads of a dropped hook (the second, `issues`): dropped, with the
+    // reason; never delivered.
+    let v = ankusa::visibility::show_hook(&env.store, "acme", first + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        v.rows[0].state,
+        ankusa::visibility::RowState::Dropped,
+        "{v:?}"
+    );
+    let last = v.attempts.last().expect("a record of the drop");
+    assert_eq!(last.outcome, "dropped");
+    assert!(
+        last.reason.as_deref().unwrap_or("").contains("filter"),
+        "{last:?}"
+    );
     worker.shutdown().await;
 }

@@ -127,7 +127,7 @@ async fn retention_drops_whole_days_past_it_and_keeps_the_rest() {
         ..Default::default()
     };
     let log = LogStore::connect(&cfg, "retention").unwrap();
-    assert_eq!(log.migrate().await.unwrap(), [1, 2]);
+    assert_eq!(log.migrate().await.unwrap(), [1, 2, 3]);
     assert!(
         log.migrate().await.unwrap().is_empty(),
         "migrations apply once"
@@ -179,4 +179,46 @@ async fn retention_drops_whole_days_past_it_and_keeps_the_rest() {
         "the days inside the retention stay, newest first"
     );
     assert_eq!(log.days("ankusa_hooks").await.unwrap().len(), 2);
+
+    // A tenant kept fewer days loses its older records; another tenant's stay.
+    let entries: Vec<(String, ankusa::log::Parsed)> = [
+        ("short", 11, now - 3 * day),
+        ("short", 12, now),
+        ("acme", 13, now - 3 * day),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (t, h, at))| (format!("{}-0", 10 + i), parse_entry(&ended(t, *h, *at))))
+    .collect();
+    assert_eq!(log.archive(0, &entries).await.unwrap().records, 3);
+    assert_eq!(log.expire_tenant("short", 2, now).await.unwrap(), 1);
+    let ids = |t: &'static str| {
+        let log = log.clone();
+        async move {
+            log.search(&Search {
+                tenant: t.into(),
+                since_ms: Some(0),
+                limit: 100,
+                ..Search::default()
+            })
+            .await
+            .unwrap()
+            .hooks
+            .iter()
+            .map(|h| h.hook)
+            .collect::<Vec<u64>>()
+        }
+    };
+    assert_eq!(ids("short").await, [12]);
+    assert_eq!(ids("acme").await, [4, 3, 13]);
+
+    // The database is one instance's: another is refused, naming both.
+    log.claim_owner().await.unwrap();
+    log.claim_owner().await.unwrap();
+    let other = LogStore::connect(&cfg, "other").unwrap();
+    let err = other.claim_owner().await.unwrap_err().to_string();
+    assert!(
+        err.contains("\"retention\"") && err.contains("\"other\"") && err.contains("of its own"),
+        "{err}"
+    );
 }
