@@ -21,6 +21,8 @@ const TENANT_ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/admin/hooks/{tenant}/{hook}", "read"),
     ("GET", "/admin/log/{tenant}/hooks", "read"),
     ("GET", "/admin/log/{tenant}/hooks/{hook}/attempts", "read"),
+    ("GET", "/admin/log/{tenant}/hooks/{hook}/body", "read"),
+    ("POST", "/admin/log/{tenant}/resend", "replay"),
     ("POST", "/admin/hooks/{tenant}/{hook}/resend", "replay"),
     ("POST", "/admin/hooks/{tenant}/{hook}/cancel", "ingest"),
     ("GET", "/admin/rows", "read"),
@@ -109,6 +111,9 @@ async fn request_for(
         ("POST", "/admin/tokens") => json_body(json!({"tenant": tenant, "scopes": ["read"]})),
         ("POST", "/admin/portal-links") => json_body(json!({"tenant": tenant, "ttl": "5m"})),
         ("POST", "/admin/log/{tenant}/erase") => json_body(json!({"hooks": [owned.hook]})),
+        ("POST", "/admin/log/{tenant}/resend") => {
+            json_body(json!({"since": "1h", "dry_run": true}))
+        }
         _ => None,
     };
     (format!("{}{filled}{query}", w.base()), body)
