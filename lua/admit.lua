@@ -4,6 +4,8 @@
 -- write; every worker calls it every renew interval to turn readiness red with the reason.
 -- Writes nothing.
 -- KEYS[1]  lease key (routing only)
--- ARGV[1]  prefix
+-- ARGV[1]  prefix   ARGV[2] a payload of a commit's size, unread: a command's arguments
+--          count against `maxmemory` while it is refused or runs, so the probe passes only
+--          when a commit that size fits, not merely a tiny write
 -- Returns  {'ok'}
 return {'ok'}

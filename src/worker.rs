@@ -627,9 +627,11 @@ impl Campaign<'_> {
     }
 }
 
-/// On a full Redis: drop kept hooks (bodies and attempt records), oldest first, in calls of
-/// [`KEPT_TRIM_PAGE`], until commits are admitted again, none is kept, or
-/// [`KEPT_TRIM_CALLS`] calls (the rest next round). Counted in `ankusa_kept_dropped_total`.
+/// On a full Redis: drop every kept hook (bodies and attempt records), oldest first, in
+/// calls of [`KEPT_TRIM_PAGE`], until none is kept or [`KEPT_TRIM_CALLS`] calls (the rest
+/// next round). What is kept for convenience gives way entirely: stopping once one probe fits
+/// would leave Redis at the line, refusing the next real commits. Counted in
+/// `ankusa_kept_dropped_total`.
 async fn make_room(store: &Store, max_age_ms: u64) {
     for _ in 0..KEPT_TRIM_CALLS {
         match store
@@ -655,9 +657,6 @@ async fn make_room(store: &Store, max_age_ms: u64) {
                 warn!(error = %e, "kept hooks not dropped; will try again");
                 return;
             }
-        }
-        if let Ok(None) = store.commits_refused().await {
-            return;
         }
     }
 }

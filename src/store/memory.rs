@@ -27,13 +27,22 @@ pub struct TenantBytes {
     pub kept_bytes: u64,
 }
 
+/// The bytes the memory probe carries: Redis reads as full while a commit this size would
+/// be refused.
+pub(super) const ADMIT_PROBE_BYTES: usize = 64 << 10;
+
 impl Store {
-    /// Whether this partition's Redis admits a commit now (one call of `lua/admit.lua`, which
-    /// a full Redis refuses exactly when it refuses a commit): `Ok(None)` it does;
+    /// Whether this partition's Redis admits a commit of [`ADMIT_PROBE_BYTES`] now (one call
+    /// of `lua/admit.lua`, which a full Redis refuses exactly when it refuses such a commit): `Ok(None)` it does;
     /// `Ok(Some(why))` it refuses commits for memory (Redis' `OOM …` text). Errors: Redis
     /// failing otherwise (unreachable, loading…).
     pub async fn commits_refused(&self) -> Result<Option<String>, StoreError> {
-        match self.call(&self.scripts.admit, vec![self.prefix()]).await {
+        // The probe carries a commit's worth of bytes: a full Redis that still takes a tiny
+        // write but refuses a real commit reads as full.
+        static PAYLOAD: std::sync::LazyLock<Bytes> =
+            std::sync::LazyLock::new(|| Bytes::from(vec![0u8; ADMIT_PROBE_BYTES]));
+        let args = vec![self.prefix(), Value::Bytes(PAYLOAD.clone())];
+        match self.call(&self.scripts.admit, args).await {
             Ok(v) if status(&v) == "ok" => Ok(None),
             Ok(v) => Err(StoreError::protocol(
                 "admit",

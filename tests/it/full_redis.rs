@@ -150,6 +150,12 @@ async fn a_full_redis_turns_readiness_red_with_the_reason_and_green_again_once_t
     .await;
     let (status, body) = ingest(a, "calm", "small", b"{}".to_vec()).await;
     assert_eq!(status, 202, "producers are admitted again: {body}");
+    // Not only tiny ones: the kept bodies gave way entirely, so real commits fit (the probe
+    // behind readiness carries a commit's bytes, and no kept body holds Redis at the line).
+    for i in 0..10 {
+        let (status, body) = ingest(a, "calm", "small", vec![b'x'; BODY]).await;
+        assert_eq!(status, 202, "a {BODY}-byte commit {i} is admitted: {body}");
+    }
     assert_eq!(
         metric(a, "ankusa_redis_full", &["partition=\"0\""]).await,
         Some(0.0)
