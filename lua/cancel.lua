@@ -68,6 +68,7 @@ for _, r in ipairs(found) do
 end
 if f[8] then redis.call('RPUSH', K_BLOB_GC, f[8]) end
 add_bytes(K_TENANT_BYTES, tenant, -(tonumber(f[7]) or 0))
+add_bytes(K_TENANT_HOOKS, tenant, -1)
 redis.call('DEL', hk, k_body(hook))
 if redis.call('ZCARD', due) == 0 then redis.call('ZREM', K_TENANTS, tenant) end
 redis.call('HINCRBY', K_STATS, 'cancelled', 1)

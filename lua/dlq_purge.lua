@@ -32,6 +32,7 @@ local function release(fields)
     local f = redis.call('HMGET', hk, 'cc', 'z')
     if f[1] then redis.call('RPUSH', K_BLOB_GC, f[1]) end
     add_bytes(K_TENANT_BYTES, tenant, -(tonumber(f[2]) or 0))
+    add_bytes(K_TENANT_HOOKS, tenant, -1)
     redis.call('DEL', hk, k_body(hook))
   end
 end

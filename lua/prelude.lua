@@ -60,6 +60,9 @@ local K_CLAIM_FLOOR = P .. 'claim_floor'
 -- `<hook>:<bytes>:<tenant>`), so the oldest give way first: past their age, past the byte
 -- budget, or when Redis is full (kept.lua). Stats field `kept_bytes` is the partition's sum.
 local K_TENANT_BYTES = P .. 'tenant_bytes'
+-- `tenant_hooks` counts, per tenant, its stored hooks (pending or dead-lettered), beside
+-- `tenant_bytes` and changed where it changes: what a commit's quota is checked against.
+local K_TENANT_HOOKS = P .. 'tenant_hooks'
 local K_KEPT_BYTES = P .. 'kept_bytes'
 local K_KEPT_INDEX = P .. 'kept_index'
 

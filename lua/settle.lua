@@ -128,7 +128,7 @@ local function remember(tenant, hook)
   z[#z + 1] = hook
 end
 local kept_members, kept_bytes, kept_total = {}, {}, 0
-local tenant_bytes = {}
+local tenant_bytes, tenant_hooks = {}, {}
 local function sum(t, k, n) t[k] = (t[k] or 0) + n end
 -- One command per key for what was gathered: ZADD/ZREM in chunks of 500 members.
 local function chunked(cmd, key, args, width)
@@ -139,7 +139,8 @@ local function chunked(cmd, key, args, width)
 end
 local function flush_bytes()
   for t, b in pairs(tenant_bytes) do add_bytes(K_TENANT_BYTES, t, b) end
-  tenant_bytes = {}
+  for t, b in pairs(tenant_hooks) do add_bytes(K_TENANT_HOOKS, t, b) end
+  tenant_bytes, tenant_hooks = {}, {}
   chunked('ZADD', K_KEPT_INDEX, kept_members, 2)
   kept_members = {}
   for t, b in pairs(kept_bytes) do add_bytes(K_KEPT_BYTES, t, b) end
@@ -236,6 +237,7 @@ local function finish_row(hook, idx, tenant, row, dead)
     log_end(tenant, hook, 'delivered', h, 0)
     local bytes = tonumber(h[7]) or 0
     sum(tenant_bytes, tenant, -bytes)
+    sum(tenant_hooks, tenant, -1)
     if hist and hist.keep then
       local kk = k_kept(hook)
       redis.call('RENAME', hk, kk)

@@ -47,6 +47,10 @@ pub enum Error {
     /// The thing asked for does not exist (a dead letter, a source).
     #[error("not found: {0}")]
     NotFound(String),
+    /// A tenant's quota refused the operation (a new source past
+    /// `limits.max_sources_per_tenant`); the message names the key.
+    #[error("quota exceeded: {0}")]
+    Quota(String),
     /// Something else (I/O of files, HTTP servers).
     #[error("{0}")]
     Other(String),
@@ -58,6 +62,7 @@ impl From<SourceError> for Error {
             SourceError::BadId(e) => Error::BadId(e),
             SourceError::Invalid(why) => Error::InvalidSource(why),
             SourceError::NotFound(what) => Error::NotFound(what),
+            SourceError::Quota(why) => Error::Quota(why),
             SourceError::Unavailable(why) => Error::Unavailable(why),
             SourceError::Store(e) => Error::Store(e),
         }
@@ -136,6 +141,7 @@ impl Error {
                 | CommitError::TooLate { .. },
             ) => "bad_request",
             Error::Commit(CommitError::TooLarge { .. }) => "too_large",
+            Error::Commit(CommitError::QuotaExceeded { .. }) | Error::Quota(_) => "quota_exceeded",
             Error::Commit(CommitError::UnknownSource { .. }) => "unknown_source",
             Error::NotFound(_) => "not_found",
             Error::Store(StoreError::Redis(_))

@@ -271,6 +271,11 @@ impl Keyspace {
     pub fn tenant_bytes(&self) -> String {
         self.key("tenant_bytes")
     }
+    /// Hash: tenant → how many stored hooks it has (as [`Keyspace::tenant_bytes`] counts
+    /// their bytes): what the commit's quota (`limits.max_pending_hooks`) is checked against.
+    pub fn tenant_hooks(&self) -> String {
+        self.key("tenant_hooks")
+    }
     /// Hash: tenant → body bytes of its delivered hooks kept for resend ([`Keyspace::kept`]).
     pub fn kept_bytes(&self) -> String {
         self.key("kept_bytes")

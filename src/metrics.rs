@@ -719,6 +719,7 @@ pub fn init_series() {
         metrics::counter!("ankusa_redis_errors_total", "kind" => *kind).increment(0);
         metrics::counter!("ankusa_commits_refused_total", "reason" => *kind).increment(0);
     }
+    metrics::counter!("ankusa_commits_refused_total", "reason" => "quota").increment(0);
 }
 
 /// The metrics labelled by `partition` alone: [`init_partition_series`] creates one series

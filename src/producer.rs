@@ -2,7 +2,7 @@
 //! protocol in `docs/commit-protocol.md` (one `EVALSHA` of `lua/commit.lua`).
 
 use crate::error::Error;
-use crate::store::{CommitError, CommitOptions, CommitReceipt, Schedule, Store};
+use crate::store::{CommitError, CommitOptions, CommitReceipt, Quota, Schedule, Store};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -106,6 +106,8 @@ pub struct Producer {
     store: Store,
     max_hook_bytes: usize,
     idempotency_ms: u64,
+    /// Tenants' quotas (`limits.max_pending_*`); `None`: unbounded, the operator's own.
+    quotas: Option<std::sync::Arc<crate::config::SourcePolicy>>,
 }
 
 /// `commit.idempotency_ms`'s default: 24 h.
@@ -121,7 +123,17 @@ impl Producer {
             store,
             max_hook_bytes,
             idempotency_ms: DEFAULT_IDEMPOTENCY_MS,
+            quotas: None,
         }
+    }
+
+    /// Hold each tenant to its quota (`limits.max_pending_bytes`, `max_pending_hooks` under
+    /// its `[tenants.<id>]` overrides): a commit that would take its stored hooks past either
+    /// is refused ([`CommitError::QuotaExceeded`]). Ingest commits with it; a producer of
+    /// the operator's own need not.
+    pub fn with_quotas(mut self, policy: std::sync::Arc<crate::config::SourcePolicy>) -> Producer {
+        self.quotas = Some(policy);
+        self
     }
 
     /// How long an idempotency key answers the first hook's id, ms (`commit.idempotency_ms`;
@@ -197,6 +209,14 @@ impl Producer {
             } else {
                 Vec::new()
             },
+            quota: self.quotas.as_ref().map(|p| {
+                let q = p.quota(tenant);
+                Quota {
+                    max_bytes: q.max_pending_bytes.value,
+                    max_hooks: q.max_pending_hooks.value,
+                    keys: [q.max_pending_bytes.key, q.max_pending_hooks.key],
+                }
+            }),
         };
         let r = self
             .store
@@ -212,8 +232,15 @@ impl Producer {
         }
         // Commits Redis refused (`oom` on a full Redis, `readonly`, `timeout`…): what a
         // producer saw as an error, counted for the alert on a full Redis.
-        if let Err(CommitError::Store(e)) = &r {
-            metrics::counter!("ankusa_commits_refused_total", "reason" => e.kind()).increment(1);
+        match &r {
+            Err(CommitError::Store(e)) => {
+                metrics::counter!("ankusa_commits_refused_total", "reason" => e.kind())
+                    .increment(1);
+            }
+            Err(CommitError::QuotaExceeded { .. }) => {
+                metrics::counter!("ankusa_commits_refused_total", "reason" => "quota").increment(1);
+            }
+            _ => {}
         }
         r
     }

@@ -100,14 +100,16 @@ pub struct Committed {
 /// answers the first hook's id and writes nothing. An `Ankusa-Deliver-At` header (ms since
 /// the epoch, or RFC 3339) or an `Ankusa-Delay` header (ms, or a duration such as `4s`)
 /// schedules the hook: it is delivered then, not before (one beyond `commit.max_delay_ms`
-/// is 400; a time past is delivered now). Bearer: `admin.token`,
+/// is 400; a time past is delivered now). A tenant whose stored hooks (pending or
+/// dead-lettered) would pass `limits.max_pending_bytes` or `max_pending_hooks` is 429
+/// `quota_exceeded` with `Retry-After`, naming the limit. Bearer: `admin.token`,
 /// `admin.ingest_token`, or a tenant token with the `ingest` scope for `tenant`.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 202, body = Committed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
     security(("bearer" = ["ingest"])))]
 async fn ingest(
     State(st): State<AdminState>,

@@ -47,7 +47,7 @@ use crate::store::CommitError;
 use crate::worker::Worker;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
@@ -129,6 +129,8 @@ impl AdminState {
 pub struct ApiError {
     status: StatusCode,
     body: ErrorBody,
+    /// Seconds sent as `Retry-After` (a quota, a Redis not ready to accept commits).
+    retry_after: Option<u32>,
 }
 
 /// The JSON body of every error answer.
@@ -170,6 +172,7 @@ impl ApiError {
                     problems: Vec::new(),
                 },
             },
+            retry_after: None,
         }
     }
 
@@ -202,9 +205,14 @@ impl From<Error> for ApiError {
             "not_found" | "unknown_source" => StatusCode::NOT_FOUND,
             "too_large" => StatusCode::PAYLOAD_TOO_LARGE,
             "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+            "quota_exceeded" => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut err = ApiError::new(status, code, e.to_string());
+        if code == "quota_exceeded" {
+            // Room is made as the tenant's hooks are delivered: a retry soon may pass.
+            err.retry_after = Some(QUOTA_RETRY_AFTER_SECS);
+        }
         if let Error::Config(c) = &e {
             err.body.error.problems = c
                 .problems()
@@ -231,8 +239,19 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
+/// `Retry-After` of a `429 quota_exceeded`, seconds.
+const QUOTA_RETRY_AFTER_SECS: u32 = 30;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let Some(secs) = self.retry_after {
+            return (
+                self.status,
+                [(header::RETRY_AFTER, secs.to_string())],
+                Json(self.body),
+            )
+                .into_response();
+        }
         (self.status, Json(self.body)).into_response()
     }
 }

@@ -266,7 +266,7 @@ pub(super) struct SourcePut {
     params(("tenant" = String, Path), ("source" = String, Path)),
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, body = SourcePut), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
     security(("bearer" = ["sources"])))]
 async fn source_put(
     State(st): State<AdminState>,

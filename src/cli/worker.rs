@@ -42,8 +42,10 @@ pub async fn worker(cli: &Cli, name: Option<&str>, listen: Option<&str>) -> Resu
             return Ok(());
         }
     };
+    // Ingest holds each tenant to its quota.
     let producer = Producer::new(worker.store().clone(), cfg.commit.max_hook_bytes)
-        .with_idempotency_ms(cfg.commit.idempotency_ms);
+        .with_idempotency_ms(cfg.commit.idempotency_ms)
+        .with_quotas(Arc::new(ankusa::config::SourcePolicy::from_config(&cfg)));
     let stop = tokio_util::sync::CancellationToken::new();
     let reload: ankusa::admin::Reload = {
         let (path, instance) = (cli.config.clone(), cfg.instance.clone());

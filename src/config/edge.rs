@@ -119,6 +119,18 @@ pub struct LimitsConfig {
     /// here, so that the config need not know the sinks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modules: Option<Vec<String>>,
+    /// Most sources one tenant may have; a new source past it is refused (an existing one
+    /// may still be replaced); 1..=1000000. Default 100.
+    pub max_sources_per_tenant: usize,
+    /// Most bytes of one source's spec as stored (its JSON); 1024..=10485760. Default 262144.
+    pub max_source_bytes: usize,
+    /// Most body bytes one tenant's hooks may hold in Redis, pending or dead-lettered: a
+    /// commit through ingest past it is refused (`429 quota_exceeded`) until deliveries,
+    /// cancels or a dead-letter purge make room; >= 1. Default 268435456 (256 MiB).
+    pub max_pending_bytes: u64,
+    /// Most hooks one tenant may hold in Redis, pending or dead-lettered (as
+    /// `max_pending_bytes`); >= 1. Default 1000000.
+    pub max_pending_hooks: u64,
 }
 
 impl Default for LimitsConfig {
@@ -128,6 +140,10 @@ impl Default for LimitsConfig {
             max_headers_per_entry: 32,
             max_header_bytes: 8192,
             modules: None,
+            max_sources_per_tenant: 100,
+            max_source_bytes: 256 << 10,
+            max_pending_bytes: 256 << 20,
+            max_pending_hooks: 1_000_000,
         }
     }
 }
@@ -151,6 +167,18 @@ pub struct TenantConfig {
     /// `limits.modules` for this tenant. Default: unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub modules: Option<Vec<String>>,
+    /// `limits.max_sources_per_tenant` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sources_per_tenant: Option<usize>,
+    /// `limits.max_source_bytes` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_source_bytes: Option<usize>,
+    /// `limits.max_pending_bytes` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending_bytes: Option<u64>,
+    /// `limits.max_pending_hooks` for this tenant. Default: unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending_hooks: Option<u64>,
     /// Environment variables this tenant's `${env:…}` may read beyond its own namespace,
     /// granted by the operator (e.g. a secret several tenants share); each a full name under
     /// `secrets.env_prefix`. Default empty.
@@ -204,6 +232,10 @@ pub struct SourceBounds {
     pub max_header_bytes: Bound<usize>,
     /// Sink modules the tenant may use; `None`: every module.
     pub modules: Bound<Option<Vec<String>>>,
+    /// Most sources of the tenant.
+    pub max_sources_per_tenant: Bound<usize>,
+    /// Most bytes of one source's stored spec.
+    pub max_source_bytes: Bound<usize>,
     /// `retry.max_attempts` (0: no limit): an entry's `retry.max_attempts` must be
     /// 1..=this when it is set.
     pub max_attempts: u32,
@@ -242,21 +274,30 @@ impl SourcePolicy {
         }
     }
 
+    /// What `tenant`'s hooks may hold in Redis: `limits.max_pending_bytes` and
+    /// `limits.max_pending_hooks` under its `[tenants.<id>]` overrides.
+    pub fn quota(&self, tenant: &str) -> TenantQuota {
+        let t = self.tenants.get(tenant);
+        let l = &self.limits;
+        TenantQuota {
+            max_pending_bytes: pick(
+                t.and_then(|t| t.max_pending_bytes.as_ref()),
+                &l.max_pending_bytes,
+                tenant,
+                "max_pending_bytes",
+            ),
+            max_pending_hooks: pick(
+                t.and_then(|t| t.max_pending_hooks.as_ref()),
+                &l.max_pending_hooks,
+                tenant,
+                "max_pending_hooks",
+            ),
+        }
+    }
+
     /// The bounds on `tenant`'s sources.
     pub fn bounds(&self, tenant: &str) -> SourceBounds {
         let t = self.tenants.get(tenant);
-        fn pick<T: Clone>(own: Option<&T>, global: &T, tenant: &str, name: &str) -> Bound<T> {
-            match own {
-                Some(v) => Bound {
-                    value: v.clone(),
-                    key: format!("tenants.{tenant}.{name}"),
-                },
-                None => Bound {
-                    value: global.clone(),
-                    key: format!("limits.{name}"),
-                },
-            }
-        }
         let l = &self.limits;
         SourceBounds {
             max_sinks_per_source: pick(
@@ -285,10 +326,47 @@ impl SourcePolicy {
                 tenant,
                 "modules",
             ),
+            max_sources_per_tenant: pick(
+                t.and_then(|t| t.max_sources_per_tenant.as_ref()),
+                &l.max_sources_per_tenant,
+                tenant,
+                "max_sources_per_tenant",
+            ),
+            max_source_bytes: pick(
+                t.and_then(|t| t.max_source_bytes.as_ref()),
+                &l.max_source_bytes,
+                tenant,
+                "max_source_bytes",
+            ),
             max_attempts: self.retry.max_attempts,
             max_elapsed_ms: self.retry.max_elapsed_ms,
         }
     }
+}
+
+/// The value of a bound for `tenant`: its own (`tenants.<id>.<name>`) when set, else the
+/// operator's (`limits.<name>`), with the key it comes from.
+fn pick<T: Clone>(own: Option<&T>, global: &T, tenant: &str, name: &str) -> Bound<T> {
+    match own {
+        Some(v) => Bound {
+            value: v.clone(),
+            key: format!("tenants.{tenant}.{name}"),
+        },
+        None => Bound {
+            value: global.clone(),
+            key: format!("limits.{name}"),
+        },
+    }
+}
+
+/// What one tenant's hooks may hold in Redis ([`SourcePolicy::quota`]), checked by the
+/// commit script in the same call that would store them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantQuota {
+    /// Most body bytes of its hooks, pending or dead-lettered.
+    pub max_pending_bytes: Bound<u64>,
+    /// Most hooks, pending or dead-lettered.
+    pub max_pending_hooks: Bound<u64>,
 }
 
 impl Default for HttpConfig {

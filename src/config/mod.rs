@@ -41,7 +41,7 @@ pub use validate::{no_check, Check};
 pub use duration::parse_ms;
 pub use edge::{
     Bound, ConnectionConfig, HttpConfig, LimitsConfig, SecretsConfig, SourceBounds, SourcePolicy,
-    TenantConfig,
+    TenantConfig, TenantQuota,
 };
 use env::{parse_error, EnvOverrides};
 pub use forms::{frame_origin, split_host, valid_ambient_grant};

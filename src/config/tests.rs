@@ -593,7 +593,9 @@ fn public_hosts_and_forwarded_headers_are_checked_naming_the_entry() {
 fn limits_tenant_sections_and_secret_namespaces_are_checked_naming_the_key() {
     let found = problems(
         "[limits]\nmax_sinks_per_source = 0\nmodules = [\"http\", \"FTP\"]\n\
+         max_pending_hooks = 0\nmax_source_bytes = 100\n\
          [tenants.acme]\nmax_sinks_per_source = 5000\nmax_header_bytes = 99999999\n\
+         max_pending_bytes = 0\nmax_sources_per_tenant = 0\n\
          shared_secrets = [\"AWS_SECRET_ACCESS_KEY\", \"ANKUSA_SECRET_SHARED_OK\"]\n\
          [tenants.\"a b\"]\nmodules = [\"sqs\"]\n\
          [secrets]\nfile_dir = \"/var/run/secrets/kubernetes.io\"\n",
@@ -603,6 +605,10 @@ fn limits_tenant_sections_and_secret_namespaces_are_checked_naming_the_key() {
         "limits.modules[1]: \"FTP\" is no sink module name",
         "tenants.acme.max_sinks_per_source: must be 1..=1000",
         "tenants.acme.max_header_bytes: must be <= 1048576",
+        "limits.max_pending_hooks: must be 1 or more",
+        "limits.max_source_bytes: must be 1024..=10485760",
+        "tenants.acme.max_pending_bytes: must be 1 or more",
+        "tenants.acme.max_sources_per_tenant: must be 1..=1000000",
         "tenants.acme.shared_secrets[0]: \"AWS_SECRET_ACCESS_KEY\"",
         "tenants.a b: tenant id must match",
         "secrets.file_dir: \"/var/run/secrets/kubernetes.io\" holds or lies in a platform credential mount",

@@ -483,8 +483,36 @@ fn source_bounds(
     headers: Option<usize>,
     header_bytes: Option<usize>,
     modules: Option<&[String]>,
+    quotas: [Option<u64>; 4],
     p: &mut Problems,
 ) {
+    let [sources, source_bytes, pending_bytes, pending_hooks] = quotas;
+    if let Some(v) = sources {
+        p.check(
+            (1..=1_000_000).contains(&v),
+            format!("{section}.max_sources_per_tenant"),
+            "must be 1..=1000000",
+        );
+    }
+    if let Some(v) = source_bytes {
+        p.check(
+            (1024..=10 << 20).contains(&v),
+            format!("{section}.max_source_bytes"),
+            "must be 1024..=10485760",
+        );
+    }
+    for (v, name) in [
+        (pending_bytes, "max_pending_bytes"),
+        (pending_hooks, "max_pending_hooks"),
+    ] {
+        if let Some(v) = v {
+            p.check(
+                (1..1 << 53).contains(&v),
+                format!("{section}.{name}"),
+                "must be 1 or more (and below 2^53)",
+            );
+        }
+    }
     if let Some(v) = sinks {
         p.check(
             (1..=MAX_SINKS_CAP).contains(&v),
@@ -527,6 +555,12 @@ fn limits(l: &LimitsConfig, p: &mut Problems) {
         Some(l.max_headers_per_entry),
         Some(l.max_header_bytes),
         l.modules.as_deref(),
+        [
+            Some(l.max_sources_per_tenant as u64),
+            Some(l.max_source_bytes as u64),
+            Some(l.max_pending_bytes),
+            Some(l.max_pending_hooks),
+        ],
         p,
     );
 }
@@ -547,6 +581,12 @@ fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Proble
             c.max_headers_per_entry,
             c.max_header_bytes,
             c.modules.as_deref(),
+            [
+                c.max_sources_per_tenant.map(|v| v as u64),
+                c.max_source_bytes.map(|v| v as u64),
+                c.max_pending_bytes,
+                c.max_pending_hooks,
+            ],
             p,
         );
         for (i, name) in c.shared_secrets.iter().enumerate() {

@@ -63,6 +63,23 @@ pub struct CommitOptions {
     pub event_types: Vec<Option<String>>,
     /// One delivery time per hook (`None`: due at once), or empty: scheduled delivery.
     pub schedules: Vec<Option<Schedule>>,
+    /// What the tenant's stored hooks may hold with this call's ([`Quota`]); `None`: no
+    /// bound (the operator's own producers).
+    pub quota: Option<Quota>,
+}
+
+/// A tenant's quota as the commit script checks it: the call is refused
+/// ([`CommitError::QuotaExceeded`]) when the tenant's stored hooks (pending or dead-lettered)
+/// and those it adds would exceed either bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    /// Most body bytes.
+    pub max_bytes: u64,
+    /// Most hooks.
+    pub max_hooks: u64,
+    /// The config keys they come from (`limits.max_pending_bytes` or
+    /// `tenants.<id>.max_pending_bytes`, then the hooks' one), named by the refusal.
+    pub keys: [String; 2],
 }
 
 fn decode_receipt(v: &[Value], hooks: usize) -> Result<CommitReceipt, StoreError> {
@@ -209,6 +226,17 @@ impl Store {
                 ahead_ms: r.count(2)?,
                 max_ms: r.count(3)?,
             }),
+            "quota" => Err(CommitError::QuotaExceeded {
+                tenant: tenant.into(),
+                what: match r.text(1)?.as_str() {
+                    "bytes" => QuotaKind::Bytes,
+                    _ => QuotaKind::Hooks,
+                },
+                held: r.count(2)?,
+                adding: r.count(3)?,
+                max: r.count(4)?,
+                key: String::new(),
+            }),
             "reserved_header" => Err(CommitError::ReservedHeader {
                 index: r.count(1)?.saturating_sub(1) as usize,
                 name: r.text(2)?,
@@ -247,6 +275,11 @@ impl Store {
                 }
                 extra.push(k.into());
             }
+        }
+        if let Some(q) = &opts.quota {
+            extra.push("quota".into());
+            extra.push((q.max_bytes.min(1 << 53) as i64).into());
+            extra.push((q.max_hooks.min(1 << 53) as i64).into());
         }
         if let Some(i) = opts.only_sink {
             extra.push("sink".into());
@@ -307,7 +340,30 @@ impl Store {
         };
         let v = self
             .commit_call(tenant, source, hooks, max_hook_bytes, extra, reply_len)
-            .await?;
+            .await
+            .map_err(|e| match (e, &opts.quota) {
+                (
+                    CommitError::QuotaExceeded {
+                        what,
+                        held,
+                        adding,
+                        max,
+                        ..
+                    },
+                    Some(q),
+                ) => {
+                    let key = q.keys[usize::from(what == QuotaKind::Hooks)].clone();
+                    CommitError::QuotaExceeded {
+                        tenant: tenant.into(),
+                        what,
+                        held,
+                        adding,
+                        max,
+                        key,
+                    }
+                }
+                (e, _) => e,
+            })?;
         let mut receipt = decode_receipt(&v, hooks.len())?;
         if events {
             // ['ok', first, rows of hook 1, now, n ids, n row counts]

@@ -145,6 +145,9 @@ pub enum SourceError {
     /// No such source, or no such entry in it.
     #[error("not found: {0}")]
     NotFound(String),
+    /// A new source past the tenant's `max_sources_per_tenant` (the message names the key).
+    #[error("quota exceeded: {0}")]
+    Quota(String),
     /// The source kept changing under a compare-and-set.
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -191,6 +194,24 @@ pub fn partitions_mismatch(instance: &str, configured: u32, recorded: u32, key: 
     )
 }
 
+/// Which bound of a tenant's quota a commit exceeded ([`CommitError::QuotaExceeded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaKind {
+    /// Body bytes (`max_pending_bytes`).
+    Bytes,
+    /// Hooks (`max_pending_hooks`).
+    Hooks,
+}
+
+impl std::fmt::Display for QuotaKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QuotaKind::Bytes => "bytes of hooks",
+            QuotaKind::Hooks => "hooks",
+        })
+    }
+}
+
 /// Errors of a commit. Nothing was written when any of these is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -226,6 +247,26 @@ pub enum CommitError {
         ahead_ms: u64,
         /// The limit enforced, ms.
         max_ms: u64,
+    },
+    /// The tenant's stored hooks (pending or dead-lettered) with this call's would exceed
+    /// its quota (`limits.max_pending_bytes` / `max_pending_hooks`): retry once deliveries,
+    /// cancels or a dead-letter purge made room.
+    #[error(
+        "quota exceeded: tenant {tenant} holds {held} {what} pending or dead-lettered and this commit adds {adding}, over {key} = {max}; retry once deliveries, cancels or a dead-letter purge make room"
+    )]
+    QuotaExceeded {
+        /// The tenant.
+        tenant: String,
+        /// Which bound.
+        what: QuotaKind,
+        /// What the tenant holds.
+        held: u64,
+        /// What the call would add.
+        adding: u64,
+        /// The bound.
+        max: u64,
+        /// Its config key.
+        key: String,
     },
     /// A malformed request (bad id, bad headers, no hooks).
     #[error("bad request: {0}")]

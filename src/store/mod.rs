@@ -61,10 +61,11 @@ use decode::*;
 pub use crate::config::redis_url as url;
 pub use cancel::Cancelled;
 pub use claim::{ByteRooms, ClaimRequest, ClaimResult, ClaimWeights, ClaimedRow};
-pub use commit::{CommitOptions, CommitReceipt, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};
+pub use commit::{CommitOptions, CommitReceipt, Quota, Schedule, IDEMPOTENCY_KEY_MAX_BYTES};
 pub use decode::first_score;
 pub use error::{
-    partitions_mismatch, CommitError, PartitionsError, RedisFailure, SourceError, StoreError,
+    partitions_mismatch, CommitError, PartitionsError, QuotaKind, RedisFailure, SourceError,
+    StoreError,
 };
 pub use history::{history_arg, log_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
 pub use hooks::StoredHook;

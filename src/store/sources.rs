@@ -42,10 +42,38 @@ impl Store {
         crate::sinks::registry::check_source(spec, tenant, &self.edge)
             .map_err(SourceError::Invalid)?;
         let json = serde_json::to_string(spec).map_err(|e| SourceError::Invalid(e.to_string()))?;
+        let bounds = self.edge.sources.bounds(tenant);
+        let max = &bounds.max_source_bytes;
+        if json.len() > max.value {
+            return Err(SourceError::Invalid(format!(
+                "the spec is {} bytes as stored, more than the {} a source may have ({} = {})",
+                json.len(),
+                max.value,
+                max.key,
+                max.value
+            )));
+        }
         // A source lives in its tenant's partition.
         let this = self.for_tenant(tenant);
         let key = this.ks.source(tenant, source);
         let c = this.client();
+        // A new source counts against the tenant's sources (checked before the write, so
+        // puts racing each other may pass it by as many as race).
+        let exists: bool = c
+            .sismember(this.ks.sources(), format!("{tenant}/{source}"))
+            .await
+            .map_err(StoreError::from)?;
+        if !exists {
+            let max = &bounds.max_sources_per_tenant;
+            let have = this.count_tenant_sources(tenant, max.value).await?;
+            if have >= max.value {
+                return Err(SourceError::Quota(format!(
+                    "tenant {tenant} has {have} sources, the most it may have ({} = {}): \
+                     delete one, or ask the operator to raise it",
+                    max.key, max.value
+                )));
+            }
+        }
         let pipe = c.pipeline();
         let _: () = pipe
             .hset(&key, vec![("spec", json), ("modules", spec.modules_csv())])
@@ -124,10 +152,22 @@ impl Store {
     /// Whether `tenant` has at least one registered source: a walk of its partition's source
     /// index (`SSCAN … MATCH <tenant>/*`) that stops at the first.
     pub async fn tenant_has_sources(&self, tenant: &str) -> Result<bool, StoreError> {
+        Ok(self.count_tenant_sources(tenant, 1).await? > 0)
+    }
+
+    /// How many sources `tenant` has, counted up to `enough` (the walk of its partition's
+    /// source index, `SSCAN … MATCH <tenant>/*`, stops there).
+    pub async fn count_tenant_sources(
+        &self,
+        tenant: &str,
+        enough: usize,
+    ) -> Result<usize, StoreError> {
         let this = self.for_tenant(tenant);
         let key = this.ks.sources();
         let pattern = format!("{}/*", glob_escape(tenant));
         let mut cursor = "0".to_string();
+        // SSCAN may return a member twice (a rehash between calls): counted once.
+        let mut seen = std::collections::HashSet::new();
         loop {
             let cmd = fred::types::CustomCommand::new_static(
                 "SSCAN",
@@ -143,11 +183,9 @@ impl Store {
                 "1000".into(),
             ];
             let (next, members): (String, Vec<String>) = this.client().custom(cmd, args).await?;
-            if !members.is_empty() {
-                return Ok(true);
-            }
-            if next == "0" {
-                return Ok(false);
+            seen.extend(members);
+            if seen.len() >= enough || next == "0" {
+                return Ok(seen.len());
             }
             cursor = next;
         }

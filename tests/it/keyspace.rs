@@ -47,6 +47,7 @@ return {
   K_LOG,
   K_REPLICATION,
   K_TENANT_BYTES,
+  K_TENANT_HOOKS,
   K_KEPT_BYTES,
   K_KEPT_INDEX,
 }
@@ -91,6 +92,7 @@ fn rust_keys(ks: &Keyspace) -> Vec<String> {
         ks.log(),
         ks.replication(),
         ks.tenant_bytes(),
+        ks.tenant_hooks(),
         ks.kept_bytes(),
         ks.kept_index(),
     ]

@@ -37,6 +37,7 @@ mod policy;
 mod policy_rate;
 mod pool;
 mod python_client;
+mod quotas;
 mod redis_tls;
 mod scheduled;
 mod script_budget;

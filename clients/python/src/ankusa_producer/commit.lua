@@ -60,6 +60,9 @@ local K_CLAIM_FLOOR = P .. 'claim_floor'
 -- `<hook>:<bytes>:<tenant>`), so the oldest give way first: past their age, past the byte
 -- budget, or when Redis is full (kept.lua). Stats field `kept_bytes` is the partition's sum.
 local K_TENANT_BYTES = P .. 'tenant_bytes'
+-- `tenant_hooks` counts, per tenant, its stored hooks (pending or dead-lettered), beside
+-- `tenant_bytes` and changed where it changes: what a commit's quota is checked against.
+local K_TENANT_HOOKS = P .. 'tenant_hooks'
 local K_KEPT_BYTES = P .. 'kept_bytes'
 local K_KEPT_INDEX = P .. 'kept_index'
 
@@ -246,6 +249,8 @@ end
 --                  committed to this tenant+source within ttl_ms is not written again;
 --                  ttl_ms a whole number >= 1;
 --          'sink', index: make the row of this sink entry only (resend);
+--          'quota', max_bytes, max_hooks: refuse the call when the tenant's stored hooks
+--                  (`tenant_bytes`, `tenant_hooks`) and those it would store exceed them;
 --          'events', then n event types ('' none, else 1..=128 bytes of [A-Za-z0-9_.:/-]):
 --                  the entries' event filters;
 --          'deliver_at', then n times (ms since the epoch, '' none) and/or 'delay', then n
@@ -274,6 +279,8 @@ end
 --          (the delivery's own headers), refused here so every language's producer is covered
 --       |  {'too_late', index, ms ahead, max_delay_ms}: a hook scheduled further ahead than
 --          the leader's `commit.max_delay_ms`
+--       |  {'quota', 'bytes' | 'hooks', held, adding, max}: the 'quota' option refused the
+--          call (nothing written)
 -- Scheduled hooks: each of the hook's rows is due at its time (score = that ms) instead of
 -- now, and leaves the source's virtual time alone (a far-off row must not hold back the
 -- source's next rows). The hook keeps the time as `da`, with `m` (rows made) for cancel.lua;
@@ -315,7 +322,7 @@ if not valid_id(source) then return {'bad_request', 'source id must match [A-Za-
 local max_bytes = tonumber(redis.call('HGET', K_SETTINGS, 'max_hook_bytes') or '') or 10485760
 local asked = tonumber(ARGV[4])
 if asked and asked < max_bytes then max_bytes = asked end
-local idem_ttl, idem, only, events = nil, nil, nil, nil
+local idem_ttl, idem, only, events, quota = nil, nil, nil, nil, nil
 -- Scheduled hooks: sched[i] = {'deliver_at' | 'delay', ms}.
 local sched = nil
 local o = 6 + 2 * n
@@ -357,6 +364,9 @@ while o <= #ARGV do
       end
     end
     o = o + 1 + n
+  elseif ARGV[o] == 'quota' and tonumber(ARGV[o + 1]) and tonumber(ARGV[o + 2]) then
+    quota = {tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])}
+    o = o + 3
   elseif ARGV[o] == 'sink' and tonumber(ARGV[o + 1]) then
     only = tonumber(ARGV[o + 1])
     o = o + 2
@@ -675,6 +685,22 @@ local function id_text(x) return string.format('%d', x) end
 -- make it a replica) would otherwise issue the same ids, and a receiver deduplicating on
 -- `webhook-id` drop the surviving side's different hook. Each jump uses at most
 -- 2^24 + 2^26 of the partition's 2^40 ids.
+-- The tenant's quota, before the first write: what it holds and what this call would add.
+if quota then
+  local add_bytes, add_hooks = 0, 0
+  for _, i in ipairs(fresh) do
+    if rows[i] > 0 then
+      add_bytes = add_bytes + #ARGV[4 + 2 * i]
+      add_hooks = add_hooks + 1
+    end
+  end
+  if add_hooks > 0 then
+    local held = tonumber(redis.call('HGET', K_TENANT_BYTES, tenant) or '') or 0
+    if held + add_bytes > quota[1] then return {'quota', 'bytes', held, add_bytes, quota[1]} end
+    held = tonumber(redis.call('HGET', K_TENANT_HOOKS, tenant) or '') or 0
+    if held + add_hooks > quota[2] then return {'quota', 'hooks', held, add_hooks, quota[2]} end
+  end
+end
 local known = redis.call('HGET', K_REPLICATION, 'replid')
 if known ~= replid then
   if known then
@@ -780,5 +806,6 @@ redis.call('PUBLISH', K_WAKE, tenant)
 redis.call('HINCRBY', K_STATS, 'committed', #fresh - unmatched)
 if scheduled > 0 then redis.call('HINCRBY', K_STATS, 'scheduled', scheduled) end
 add_bytes(K_TENANT_BYTES, tenant, stored_bytes)
+add_bytes(K_TENANT_HOOKS, tenant, #fresh - unmatched)
 if unmatched > 0 then redis.call('HINCRBY', K_STATS, 'unmatched', unmatched) end
 return reply(ids[1])
