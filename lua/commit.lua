@@ -234,6 +234,65 @@ local function types_ok(patterns, et)
 end
 -- The largest body a body predicate examines (filter::FILTER_BODY_MAX_BYTES).
 local FILTER_BODY_MAX = 65536
+-- A body read as JSON exactly where the worker's reader (serde_json, which applies the
+-- filters again when it binds a row) reads it, so the two never disagree on a hook (a row
+-- made here and dropped there): no more than 127 levels, no Infinity, NaN or hex numbers
+-- (cjson's settings for every script of this Redis's Lua), no number beyond a double, no
+-- invalid UTF-8, no raw control character inside a string. nil: not JSON.
+local function has_huge(v)
+  if type(v) == 'number' then return v == math.huge or v == -math.huge end
+  if type(v) == 'table' then
+    for k, x in pairs(v) do
+      if has_huge(x) then return true end
+    end
+  end
+  return false
+end
+local function strict_json(body)
+  if string.find(body, '[%z\1-\8\11\12\14-\31]') then return nil end
+  if string.find(body, '[\128-\255]') then
+    -- Every valid UTF-8 sequence replaced by an ASCII byte (never joining its neighbours):
+    -- any byte >= 128 left is invalid.
+    local rest = body
+    for _, seq in ipairs({'[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]',
+        '[\225-\236\238\239][\128-\191][\128-\191]', '\237[\128-\159][\128-\191]',
+        '\240[\144-\191][\128-\191][\128-\191]', '[\241-\243][\128-\191][\128-\191][\128-\191]',
+        '\244[\128-\143][\128-\191][\128-\191]'}) do
+      rest = string.gsub(rest, seq, 'u')
+    end
+    if string.find(rest, '[\128-\255]') then return nil end
+  end
+  -- A tab, CR or LF is whitespace between tokens but refused inside a string: walk the
+  -- strings (quote to unescaped quote) when the body has any.
+  local ctl = string.find(body, '[\t\n\r]')
+  local pos = 1
+  while ctl do
+    local q = string.find(body, '"', pos, true)
+    if not q then break end
+    local i = q + 1
+    while true do
+      local j = string.find(body, '["\\]', i)
+      if not j then return nil end
+      if ctl < i then
+        ctl = string.find(body, '[\t\n\r]', i)
+        if not ctl then break end
+      end
+      if ctl < j then return nil end
+      if string.byte(body, j) == 92 then i = j + 2 else pos = j + 1; break end
+    end
+  end
+  cjson.decode_invalid_numbers(false)
+  cjson.decode_max_depth(127)
+  local ok, v = pcall(cjson.decode, body)
+  if not ok then return nil end
+  -- Past a double's range (1e400) cjson reads infinity where serde refuses: only a number
+  -- with an exponent of 3 digits or over 300 digits can be.
+  if (string.find(body, '[eE][+]?%d%d%d') or string.find(body, string.rep('%d', 300)))
+      and has_huge(v) then
+    return nil
+  end
+  return {v}
+end
 -- The value at an RFC 6901 pointer (nil: absent); array tokens are decimal indexes.
 local function json_at(v, ptr)
   if ptr == '' then return v end
@@ -280,10 +339,7 @@ local function pred_ok(p, i, cache)
     if cache.f == nil then
       cache.f = false
       local body = ARGV[4 + 2 * i]
-      if #body <= FILTER_BODY_MAX then
-        local ok, d = pcall(cjson.decode, body)
-        if ok then cache.f = {d} end
-      end
+      if #body <= FILTER_BODY_MAX then cache.f = strict_json(body) or false end
     end
     if not cache.f then return false end
     v = json_at(cache.f[1], p.body)
