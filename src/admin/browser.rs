@@ -56,7 +56,7 @@ impl Hosts {
         }
         self.public
             .iter()
-            .any(|(n, p)| *n == name && p.map_or(true, |p| Some(p) == port))
+            .any(|(n, p)| *n == name && p.is_none_or(|p| Some(p) == port))
     }
 }
 

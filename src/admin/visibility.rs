@@ -363,7 +363,7 @@ async fn sources_list(
             .await
             .map_err(Error::from)?
             .into_iter()
-            .filter(|(t, _)| q.tenant.as_deref().map_or(true, |want| want == t))
+            .filter(|(t, _)| q.tenant.as_deref().is_none_or(|want| want == t))
             .map(|(tenant, source)| SourceRef { tenant, source })
             .collect(),
     }))

@@ -410,10 +410,7 @@ pub async fn reconfigure(
                 results.push(
                     serde_json::json!({"admin": a, "ok": false, "error": error_json(&e)["error"]}),
                 );
-                if worst
-                    .as_ref()
-                    .map_or(true, |w| e.exit_code() > w.exit_code())
-                {
+                if worst.as_ref().is_none_or(|w| e.exit_code() > w.exit_code()) {
                     worst = Some(e);
                 }
             }

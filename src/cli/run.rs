@@ -24,7 +24,7 @@ pub fn init_logs(
     // Colours only for a person at a terminal: never into files and pipes, never with NO_COLOR
     // set (https://no-color.org: any value but the empty string).
     let colour = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty());
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     if let Some(t) = telemetry {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;

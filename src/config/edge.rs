@@ -249,7 +249,7 @@ impl SourceBounds {
         self.modules
             .value
             .as_ref()
-            .map_or(true, |m| m.iter().any(|m| m == name))
+            .is_none_or(|m| m.iter().any(|m| m == name))
     }
 }
 

@@ -87,7 +87,7 @@ pub fn topology(url: &str) -> Result<Topology, UnsupportedUrl> {
             )))
         }
     };
-    if parsed.host_str().map_or(true, str::is_empty) {
+    if parsed.host_str().is_none_or(str::is_empty) {
         return Err(refuse(format!("no host; expected {SUPPORTED_FORMS}")));
     }
     let mut service = None;
@@ -126,7 +126,7 @@ pub fn topology(url: &str) -> Result<Topology, UnsupportedUrl> {
             "database {} on a cluster: Redis Cluster has database 0 only",
             parsed.path().trim_start_matches('/')
         ))),
-        Topology::Sentinel if service.as_deref().map_or(true, str::is_empty) => Err(refuse(
+        Topology::Sentinel if service.as_deref().is_none_or(str::is_empty) => Err(refuse(
             "no sentinelServiceName=NAME (the master name the sentinels monitor)".into(),
         )),
         _ => Ok(topology),

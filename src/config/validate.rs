@@ -175,7 +175,7 @@ fn dispatch(d: &DispatchConfig, p: &mut Problems) {
             GT0,
         );
         p.check(
-            t.weight.map_or(true, |w| (1..=1000).contains(&w)),
+            t.weight.is_none_or(|w| (1..=1000).contains(&w)),
             format!("{key}.weight"),
             "must be 1..=1000",
         );
@@ -281,9 +281,9 @@ fn log(l: &LogConfig, p: &mut Problems) {
 /// `[operator]`: the operator event stream.
 fn operator(o: &OperatorConfig, p: &mut Problems) {
     p.check(
-        o.events_url.as_deref().map_or(true, |u| {
-            u.starts_with("http://") || u.starts_with("https://")
-        }),
+        o.events_url
+            .as_deref()
+            .is_none_or(|u| u.starts_with("http://") || u.starts_with("https://")),
         "operator.events_url",
         "must be an http:// or https:// URL",
     );
@@ -605,9 +605,9 @@ fn tenants(t: &BTreeMap<String, TenantConfig>, s: &SecretsConfig, p: &mut Proble
             );
         }
         p.check(
-            c.events_url.as_deref().map_or(true, |u| {
-                u.starts_with("http://") || u.starts_with("https://")
-            }),
+            c.events_url
+                .as_deref()
+                .is_none_or(|u| u.starts_with("http://") || u.starts_with("https://")),
             format!("{key}.events_url"),
             "must be an http:// or https:// URL",
         );
@@ -704,7 +704,7 @@ fn connection_url(url: &str) -> Result<(), String> {
             u.scheme()
         ));
     }
-    if !u.host_str().is_some_and(|h| !h.is_empty()) {
+    if u.host_str().is_none_or(|h| h.is_empty()) {
         return Err("has no host".into());
     }
     if !u.username().is_empty() || u.password().is_some() {

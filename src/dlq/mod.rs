@@ -151,15 +151,16 @@ impl Filter {
     }
 
     fn matches(&self, d: &DeadLetter) -> bool {
-        let source = self.source.as_ref().map_or(true, |s| *s == d.source);
-        let sink = self.sink.as_ref().map_or(true, |s| match s.parse::<u32>() {
+        let source = self.source.as_ref().is_none_or(|s| *s == d.source);
+        let sink = self.sink.as_ref().is_none_or(|s| match s.parse::<u32>() {
             Ok(i) => d.sink == Some(i),
             Err(_) => *s == d.module,
         });
-        let reason = self.reason.as_ref().map_or(true, |r| {
-            *r == d.reason || Some(r.as_str()) == d.reason_kind()
-        });
-        let hook = self.hook.map_or(true, |h| d.hook == Some(h));
+        let reason = self
+            .reason
+            .as_ref()
+            .is_none_or(|r| *r == d.reason || Some(r.as_str()) == d.reason_kind());
+        let hook = self.hook.is_none_or(|h| d.hook == Some(h));
         source && sink && reason && hook
     }
 

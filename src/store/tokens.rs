@@ -69,7 +69,7 @@ impl Store {
         if !gone.is_empty() {
             let _: i64 = self.client().srem(self.ks.tokens(), gone).await?;
         }
-        out.retain(|t| tenant.map_or(true, |want| t.tenant == want));
+        out.retain(|t| tenant.is_none_or(|want| t.tenant == want));
         out.sort_by(|a, b| (&a.tenant, a.created_at_ms).cmp(&(&b.tenant, b.created_at_ms)));
         Ok(out)
     }

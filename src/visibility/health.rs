@@ -88,7 +88,7 @@ pub fn summarize<'a>(
         durations.push(r.duration_ms);
         if r.outcome == "delivered" {
             e.delivered += 1;
-        } else if e.last_error_at_ms.map_or(true, |at| r.started_ms >= at) {
+        } else if e.last_error_at_ms.is_none_or(|at| r.started_ms >= at) {
             e.last_error = r.error.clone();
             e.last_error_at_ms = Some(r.started_ms);
         }
@@ -135,7 +135,7 @@ pub(super) async fn delivered_rows(
         }
         let mut last: BTreeMap<u32, &AttemptRecord> = BTreeMap::new();
         for r in &h.records {
-            if last.get(&r.sink).map_or(true, |l| r.attempt >= l.attempt) {
+            if last.get(&r.sink).is_none_or(|l| r.attempt >= l.attempt) {
                 last.insert(r.sink, r);
             }
         }

@@ -90,7 +90,7 @@ pub async fn resend_logged(
     };
     let view = show_hook(store, tenant, hook).await?;
     for r in &view.rows {
-        let chosen = sink.map_or(true, |s| s == r.sink);
+        let chosen = sink.is_none_or(|s| s == r.sink);
         let pending = matches!(
             r.state,
             RowState::Due
@@ -120,7 +120,7 @@ pub async fn resend_logged(
     let settled: Vec<String> = view
         .rows
         .iter()
-        .filter(|r| sink.map_or(true, |s| s == r.sink))
+        .filter(|r| sink.is_none_or(|s| s == r.sink))
         .filter_map(|r| r.dead_letter.as_ref().map(|d| d.id.clone()))
         .collect();
     if !settled.is_empty() {

@@ -102,8 +102,8 @@ pub async fn tenants_top_by(
             let held = |b: &crate::store::TenantBytes| b.bytes.saturating_add(b.kept_bytes);
             let mut ranked: Vec<(&String, u64)> = bytes
                 .iter()
-                .filter(|(t, _)| only.map_or(true, |o| o.contains(t)))
-                .filter(|(t, _)| search.map_or(true, |q| t.contains(q)))
+                .filter(|(t, _)| only.is_none_or(|o| o.contains(t)))
+                .filter(|(t, _)| search.is_none_or(|q| t.contains(q)))
                 .map(|(t, b)| (t, held(b)))
                 .filter(|(_, n)| *n > 0)
                 .collect();

@@ -612,7 +612,7 @@ pub(crate) fn enter_continue(
     };
     let same_origin = headers
         .get("sec-fetch-site")
-        .map_or(true, |s| s.as_bytes() == b"same-origin");
+        .is_none_or(|s| s.as_bytes() == b"same-origin");
     if csrf.is_none() && !same_origin {
         return html(view::entering_page(&continue_url(link_text)));
     }

@@ -473,7 +473,7 @@ async fn hook(PortalCtx(ctx): PortalCtx, Path(id): Path<u64>, Query(q): Q) -> Pa
     let base = format!("/portal/hooks/{id}");
     let main = m! {
         p { a href="/portal/deliveries" { "← Deliveries" } }
-        @if h["attempts"].as_array().map_or(true, |a| a.is_empty()) {
+        @if h["attempts"].as_array().is_none_or(|a| a.is_empty()) {
             p.hint data-refresh="2" { "Waiting for the first attempt… " (badge("due")) }
         }
         (view::hook_page(&ctx, &base, &h, body.as_deref(), BodyView::parse(q.get("view")), q.get("done")))
