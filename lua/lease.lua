@@ -9,6 +9,7 @@
 --          renew:   {'ok', token}        | {'lost', holder token or ''}
 --                 | {'replica_lost', replicas attached, replicas the term counted}
 --                 | {'deposed', the primary the sentinels name}
+--                 | {'restarted', token, run id the term started on, run id now}
 --          release: {'ok'}               | {'lost', holder token or ''}
 -- Acquiring increments the partition's fencing epoch; the token is `<node id>:<epoch>`.
 -- It also records in `claim_floor` the last claim token issued so far (at least the epoch,
@@ -27,11 +28,19 @@
 -- A sentinel-aware worker marks a master the sentinels do not name `deposed` (prelude):
 -- a renewal there refuses, so the term ends; an acquisition (made only after the worker
 -- checked the sentinels name this server, `Store::primary_check`) clears the mark.
+-- Acquiring records the run id of this Redis process (`INFO server`, new at every start) in
+-- field `server` of `replication`; a renewal that finds another process (Redis restarted,
+-- e.g. from an append-only file that may have lost its last writes) still extends the lease
+-- but answers 'restarted', so the leader can settle again what it settled lately and end the
+-- term: the rows the lost writes left claimed are requeued by the next one.
 -- Release publishes on a channel named like the lease key, so standbys take over
 -- at once instead of waiting out the ttl.
 local op, node, token, ttl = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local expected = tonumber(ARGV[6] or '')
 local holder = redis.call('GET', KEYS[1])
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+end
 if op == 'acquire' then
   if holder and string.sub(holder, 1, #node + 1) ~= node .. ':' then
     return {'held', holder, redis.call('PTTL', KEYS[1])}
@@ -48,6 +57,7 @@ if op == 'acquire' then
   local replicas, replid = replication()
   redis.call('HSET', K_REPLICATION, 'replicas', replicas)
   redis.call('HDEL', K_REPLICATION, 'deposed')
+  redis.call('HSET', K_REPLICATION, 'server', run_id())
   if expected then redis.call('HSET', K_REPLICATION, 'expected', expected) end
   local space = redis.call('HGET', K_REPLICATION, 'space')
   if not space then
@@ -65,6 +75,8 @@ elseif op == 'renew' then
   if have > want then redis.call('HSET', K_REPLICATION, 'replicas', have) end
   if expected then redis.call('HSET', K_REPLICATION, 'expected', expected) end
   redis.call('PEXPIRE', KEYS[1], ttl)
+  local was, now = redis.call('HGET', K_REPLICATION, 'server'), run_id()
+  if was and was ~= now then return {'restarted', token, was, now} end
   return {'ok', token}
 elseif op == 'release' then
   if holder ~= token then return {'lost', holder or ''} end

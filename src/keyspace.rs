@@ -244,7 +244,8 @@ impl Keyspace {
     /// renewal: a commit finding fewer attached is refused) and `deposed` (the primary the
     /// sentinels name instead of this server, written by a worker that found this server a
     /// master they do not name: commits, renewals and fenced scripts refuse; a lease
-    /// acquisition clears it).
+    /// acquisition clears it) and `server` (the run id of the Redis process the term's lease
+    /// was acquired on: a renewal finding another says Redis restarted).
     pub fn replication(&self) -> String {
         self.key("replication")
     }

@@ -19,6 +19,15 @@
 //!   process unhealthy ([`Health`]) and keeps it out of elections for that long,
 //!   so a wedged scheduler cannot hold the pool hostage while the renewer runs.
 //!
+//! - **Restart**: a renewal that finds Redis another process than the one the term's lease
+//!   was acquired on (it restarted, perhaps from an append-only file that lost its last
+//!   writes) has the term's recent settles sent again ([`SettleJournal`]), so what the
+//!   restart lost is not delivered twice, then winds the term down: the next term requeues
+//!   whatever the restart left claimed, at once instead of after the self-check's limit.
+//!   A term that ends because Redis failed (a failed claim winds it down) makes that renewal
+//!   once more before its lease is released, while the lease holds, so a restart noticed
+//!   first as a lost connection is handled the same way.
+//!
 //! Fencing makes all of this safe: the scripts refuse a stale token, so a paused
 //! or wedged ex-leader cannot move rows whatever it believes.
 //!
@@ -28,12 +37,14 @@
 //! [`LeaderConfig::stall_limit_ms`]: crate::config::LeaderConfig::stall_limit_ms
 
 use crate::config::Config;
-use crate::dispatch::{run_session, Progress, SchedulerState, SessionCtx, SessionEnd};
+use crate::dispatch::{
+    run_session, Progress, SchedulerState, SessionCtx, SessionEnd, SettleJournal,
+};
 pub(crate) use crate::health::Health;
 use crate::scheduler::slots::SharedWindow;
 use crate::sinks::registry::Sinks;
 use crate::spread::{must_give, Spread};
-use crate::store::{LeaseAcquire, PrimaryCheck, Store};
+use crate::store::{LeaseAcquire, LeaseRenewal, PrimaryCheck, Store, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -325,6 +336,7 @@ struct Renewer {
     store: Store,
     node_id: String,
     token: String,
+    epoch: u64,
     lease_ms: u64,
     renew_ms: u64,
     stall_limit: Option<Duration>,
@@ -333,6 +345,10 @@ struct Renewer {
     deadline: watch::Sender<Instant>,
     lost: CancellationToken,
     done: CancellationToken,
+    /// The term's settles Redis may not have synced yet.
+    journal: Arc<SettleJournal>,
+    /// Cancelled once Redis restarted and the journal was sent again: the term winds down.
+    restarted: CancellationToken,
 }
 
 impl Renewer {
@@ -360,17 +376,27 @@ impl Renewer {
             match tokio::time::timeout_at(
                 dl.into(),
                 self.store
-                    .lease_renew(&self.node_id, &self.token, self.lease_ms),
+                    .lease_renew_term(&self.node_id, &self.token, self.lease_ms),
             )
             .await
             {
-                Ok(Ok(true)) => {
+                Ok(Ok(renewal @ (LeaseRenewal::Renewed | LeaseRenewal::Restarted { .. }))) => {
                     metrics::histogram!("ankusa_lease_renew_seconds")
                         .record(sent.elapsed().as_secs_f64());
                     let _ = self.deadline.send(deadline(sent, self.lease_ms));
                     next = sent + Duration::from_millis(self.renew_ms);
+                    match renewal {
+                        // The same Redis process: what it took before the window is synced.
+                        LeaseRenewal::Renewed => self.journal.confirm(sent),
+                        LeaseRenewal::Restarted { was, now } => {
+                            if self.after_restart(&was, &now).await {
+                                return;
+                            }
+                        }
+                        LeaseRenewal::Lost => {}
+                    }
                 }
-                Ok(Ok(false)) => {
+                Ok(Ok(LeaseRenewal::Lost)) => {
                     warn!("lease lost to another node");
                     self.lost.cancel();
                     return;
@@ -387,6 +413,48 @@ impl Renewer {
                     self.lost.cancel();
                     return;
                 }
+            }
+        }
+    }
+
+    /// Redis restarted since the term began: send the settles it may have lost again (bounded
+    /// by the lease's deadline), then have the session wind the term down. A resend that fails
+    /// keeps the batches for the next renewal, which finds the restart again. True when the
+    /// resend found the lease gone.
+    async fn after_restart(&self, was: &str, now: &str) -> bool {
+        let kept = self.journal.outcomes();
+        let dl = *self.deadline.borrow();
+        match tokio::time::timeout_at(
+            dl.into(),
+            self.journal.resend(&self.store, &self.token, self.epoch),
+        )
+        .await
+        {
+            Ok(Ok(applied)) => {
+                if !self.restarted.is_cancelled() {
+                    warn!(
+                        run_id_was = %was,
+                        run_id = %now,
+                        settles_sent_again = kept,
+                        applied,
+                        "redis restarted during the term: recent settles sent again, ending the term"
+                    );
+                }
+                self.restarted.cancel();
+                false
+            }
+            Ok(Err(StoreError::Fenced)) => {
+                warn!("lease lost while settling again after a redis restart");
+                self.lost.cancel();
+                true
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "redis restarted; settling again failed, will try at the next renewal");
+                false
+            }
+            Err(_) => {
+                warn!("redis restarted; settling again did not finish before the lease's deadline, will try at the next renewal");
+                false
             }
         }
     }
@@ -481,6 +549,8 @@ async fn lead(
         }
     }));
     let done = CancellationToken::new();
+    let restarted = CancellationToken::new();
+    let journal = Arc::new(SettleJournal::default());
     let progress = Arc::new(Progress::default());
     let (dl_tx, dl_rx) = watch::channel(deadline(sent, lease_ms));
     let mut renewer = AbortOnDrop(tokio::spawn(
@@ -488,6 +558,7 @@ async fn lead(
             store: term.store.clone(),
             node_id: node.node_id.clone(),
             token: token.clone(),
+            epoch,
             lease_ms,
             renew_ms,
             stall_limit: cfg
@@ -499,9 +570,20 @@ async fn lead(
             deadline: dl_tx,
             lost: lost.clone(),
             done: done.clone(),
+            journal: journal.clone(),
+            restarted: restarted.clone(),
         }
         .run(),
     ));
+    let last = LastCheck {
+        store: term.store.clone(),
+        node_id: node.node_id.clone(),
+        token: token.clone(),
+        epoch,
+        lease_ms,
+        journal: journal.clone(),
+        deadline: dl_rx.clone(),
+    };
     let ctx = SessionCtx {
         store: term.store.clone(),
         config: node.config.clone(),
@@ -511,6 +593,8 @@ async fn lead(
         wake: term.side.wake.clone(),
         shutdown: term.shutdown.clone(),
         lost: lost.clone(),
+        restarted,
+        journal,
         lease_deadline: dl_rx,
         state: term.side.state.clone(),
         sinks: node.sinks.clone(),
@@ -521,7 +605,74 @@ async fn lead(
     let end = run_session(ctx).await;
     done.cancel();
     let _ = (&mut renewer.0).await;
+    if matches!(end, SessionEnd::StoreFailed(_)) {
+        last.run().await;
+    }
     end
+}
+
+/// The last look of a term that ends because Redis failed (a claim or a requeue did): the
+/// failure may be a Redis restart that lost the term's last settles, which the next term
+/// would requeue and deliver again. While the lease holds, one renewal (retried until it
+/// answers or the lease's deadline passes) tells; on a restart the journal is sent again
+/// before the lease is released.
+struct LastCheck {
+    store: Store,
+    node_id: String,
+    token: String,
+    epoch: u64,
+    lease_ms: u64,
+    journal: Arc<SettleJournal>,
+    deadline: watch::Receiver<Instant>,
+}
+
+impl LastCheck {
+    async fn run(self) {
+        if self.journal.outcomes() == 0 {
+            return;
+        }
+        let dl = *self.deadline.borrow();
+        loop {
+            let renewal = tokio::time::timeout_at(
+                dl.into(),
+                self.store
+                    .lease_renew_term(&self.node_id, &self.token, self.lease_ms),
+            )
+            .await;
+            match renewal {
+                Ok(Ok(LeaseRenewal::Restarted { was, now })) => {
+                    let kept = self.journal.outcomes();
+                    let sent = tokio::time::timeout_at(
+                        dl.into(),
+                        self.journal.resend(&self.store, &self.token, self.epoch),
+                    )
+                    .await;
+                    match sent {
+                        Ok(Ok(applied)) => warn!(
+                            run_id_was = %was,
+                            run_id = %now,
+                            settles_sent_again = kept,
+                            applied,
+                            "redis restarted as the term ended: recent settles sent again"
+                        ),
+                        _ => warn!(
+                            "redis restarted as the term ended; its recent settles could not be sent again: the next term may deliver their rows again"
+                        ),
+                    }
+                    return;
+                }
+                // The same server (nothing lost), or the lease is gone (nothing can be sent).
+                Ok(Ok(_)) => return,
+                Ok(Err(_)) if Instant::now() + Duration::from_millis(100) < dl => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                _ => {
+                    warn!("redis did not answer before the lease's deadline: the term's last settles cannot be checked; the next term may deliver some rows again");
+                    return;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! | `claim.rs` | one claim call and the reads that bind its rows to hooks and sinks |
 //! | `attempt.rs` | starting attempts, breakers, results into settle operations |
 //! | `settle.rs` | settle batches, their retry, and the drain that ends a term |
+//! | `journal.rs` | the settles Redis may not have synced yet, sent again after a Redis restart |
 //! | `batched.rs` | batching sinks (SQS, Pub/Sub) and the claim check |
 //! | `core.rs` | the decisions as pure functions: settle operation of an attempt, park versus the retry horizon, disable, next claim |
 
@@ -23,9 +24,11 @@ mod check_in;
 mod claim;
 mod core;
 mod events;
+mod journal;
 mod policy;
 mod settle;
 
+pub(crate) use self::journal::SettleJournal;
 use crate::config::Config;
 use crate::model::{DeadReason, RowId, SinkEntry};
 use crate::scheduler::backoff;
@@ -256,6 +259,12 @@ pub(crate) struct SessionCtx {
     pub shutdown: CancellationToken,
     /// Cancelled when the lease is lost.
     pub lost: CancellationToken,
+    /// Cancelled when a renewal found Redis restarted since the term began (and the settles
+    /// it may have lost were sent again): the term winds down, so the next one requeues the
+    /// rows the restart left claimed.
+    pub restarted: CancellationToken,
+    /// This term's settles Redis may not have synced yet ([`SettleJournal`]).
+    pub journal: Arc<SettleJournal>,
     /// The instant until which the lease is surely ours; no attempt starts past it.
     pub lease_deadline: watch::Receiver<Instant>,
     /// State published for observers.
@@ -453,6 +462,10 @@ impl Session {
             if self.ctx.shutdown.is_cancelled() {
                 return self.drain(rx, None).await;
             }
+            if self.ctx.restarted.is_cancelled() && self.store_failed.is_none() {
+                warn!("redis restarted during the term: winding the term down so a new one requeues what it left claimed");
+                self.store_failed = Some("redis restarted".into());
+            }
             if let Some(why) = self.store_failed.take() {
                 return self.drain(rx, Some(why)).await;
             }
@@ -490,6 +503,7 @@ impl Session {
                     info!("reconfigured: concurrency, sink_concurrency and tenant limits reloaded");
                 }
                 _ = self.ctx.lost.cancelled() => return SessionEnd::Fenced,
+                _ = self.ctx.restarted.cancelled() => {}
                 _ = self.ctx.shutdown.cancelled() => {}
             }
         }

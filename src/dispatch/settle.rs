@@ -35,11 +35,17 @@ impl Session {
         let health = self.ctx.health.clone();
         let budget = Duration::from_millis(self.cfg.dispatch.script_budget_ms);
         let (sinks, cfg) = (self.ctx.sinks.clone(), self.cfg.clone());
+        let journal = self.ctx.journal.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Outcome> = batch.iter().map(|p| p.outcome.clone()).collect();
             let settled = store
-                .settle_budgeted(&token, epoch, &outcomes, history, Some(budget))
+                .settle_budgeted(&token, epoch, &outcomes, history.clone(), Some(budget))
                 .await;
+            if let Ok(s) = &settled {
+                // Kept until Redis has surely synced it, to be sent again if it restarts.
+                let done = outcomes[..s.processed.min(outcomes.len())].to_vec();
+                journal.record(Instant::now(), done, history);
+            }
             if let Ok(s) = &settled {
                 // the batch follows the script's own time (Redis' clock).
                 let took = Duration::from_micros(s.script_us);

@@ -22,6 +22,25 @@ pub enum LeaseAcquire {
     },
 }
 
+/// The answer of a lease renewal ([`Store::lease_renew_term`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseRenewal {
+    /// Extended, on the Redis process the term started on.
+    Renewed,
+    /// Extended, but Redis is another process than when the term started (it restarted):
+    /// writes acknowledged shortly before may be lost (an append-only file that had not
+    /// synced them), so rows this term settled may be back in `claimed`.
+    Restarted {
+        /// The run id of the process the term started on.
+        was: String,
+        /// The run id now.
+        now: String,
+    },
+    /// Not extended: the lease is another's or gone, or the server may not be written
+    /// (a replica lost, deposed by the sentinels). The term ends.
+    Lost,
+}
+
 impl Store {
     async fn lease(
         &self,
@@ -65,13 +84,26 @@ impl Store {
     /// Extend the lease by `ttl_ms` if `token` still holds it. `Ok(false)`: lost, or the
     /// server has fewer replicas attached than the term counted (most likely a failover
     /// promoted one: this server's writes will be thrown away), or a worker marked it
-    /// deposed (the sentinels name another primary), so the term ends.
+    /// deposed (the sentinels name another primary), so the term ends. A renewal on a Redis
+    /// that restarted since the term began extends the lease too (`Ok(true)`); see
+    /// [`Store::lease_renew_term`].
     pub async fn lease_renew(
         &self,
         node: &str,
         token: &str,
         ttl_ms: u64,
     ) -> Result<bool, StoreError> {
+        Ok(self.lease_renew_term(node, token, ttl_ms).await? != LeaseRenewal::Lost)
+    }
+
+    /// [`Store::lease_renew`], telling also whether Redis restarted since the term's lease
+    /// was acquired (its run id changed).
+    pub async fn lease_renew_term(
+        &self,
+        node: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Result<LeaseRenewal, StoreError> {
         let v = self.lease("renew", node, token, ttl_ms).await?;
         let r = Reply::new("lease", &v);
         match status(&v) {
@@ -84,9 +116,16 @@ impl Store {
                 named = %r.text(1)?,
                 "this Redis server is a master the sentinels no longer name: stepping down"
             ),
+            "ok" => return Ok(LeaseRenewal::Renewed),
+            "restarted" => {
+                return Ok(LeaseRenewal::Restarted {
+                    was: r.text(2)?,
+                    now: r.text(3)?,
+                })
+            }
             _ => {}
         }
-        Ok(status(&v) == "ok")
+        Ok(LeaseRenewal::Lost)
     }
 
     /// The partition's message space: the random part of every `webhook-id`, made by the

@@ -69,7 +69,7 @@ pub use error::{
 };
 pub use history::{history_arg, log_arg, AttemptRecord, ATTEMPTS_PER_HOOK, HISTORY_ERROR_BYTES};
 pub use hooks::StoredHook;
-pub use lease::{token_node, LeaseAcquire};
+pub use lease::{token_node, LeaseAcquire, LeaseRenewal};
 pub use log::LogEntry;
 pub use memory::{KeptTrim, TenantBytes};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};

@@ -38,6 +38,7 @@ mod policy_rate;
 mod pool;
 mod python_client;
 mod quotas;
+mod redis_restart;
 mod redis_tls;
 mod scheduled;
 mod script_budget;
