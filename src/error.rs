@@ -110,12 +110,13 @@ impl Error {
             | Error::PartitionsMismatch { .. }
             | Error::Store(
                 StoreError::Tls(_) | StoreError::UnsupportedUrl(_) | StoreError::NotRedis { .. },
-            ) => 2,
+            )
+            // A delivery time further ahead than the leader allows: the caller's argument.
+            | Error::Commit(CommitError::TooLate { .. }) => 2,
             Error::Commit(
                 CommitError::BadRequest(_)
                 | CommitError::ReservedHeader { .. }
                 | CommitError::TooLarge { .. }
-                | CommitError::TooLate { .. }
                 | CommitError::UnknownSource { .. },
             ) => 1,
             Error::Store(StoreError::Redis(_))

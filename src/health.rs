@@ -10,6 +10,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// How far this process's clock may be from Redis' before `/readyz` says so, ms (30 s: well
+/// past NTP's drift, well inside the 5 minutes Standard Webhooks receivers tolerate).
+pub(crate) const CLOCK_OFFSET_SAID_MS: u64 = 30_000;
+
 /// What `/healthz` and `/readyz` report beyond "the process answers".
 #[derive(Debug, Default)]
 pub struct Health {
@@ -27,6 +31,8 @@ struct HealthInner {
     /// The last write this node needed (lease, claim, settle) failed, and why; cleared by
     /// the next one that succeeds (a full Redis turns health red).
     write_error: Option<String>,
+    /// This process's clock far from Redis' ([`Health::set_clock`]).
+    clock: Option<String>,
     /// Redis may evict keys (its `maxmemory-policy` changed at run time), and why.
     evicting: Option<String>,
     /// Redis refuses commits for memory (full under `noeviction`), and why: readiness only,
@@ -103,8 +109,10 @@ impl Health {
         match r {
             Err(e) if !matches!(e, crate::store::StoreError::Fenced) => {
                 h.write_error = Some(match e.kind() {
-                    "connection" | "timeout" => format!("redis unreachable ({what}): {e}"),
-                    _ => format!("redis refuses writes ({what}): {e}"),
+                    "connection" | "timeout" => {
+                        format!("redis unreachable ({what}): {}", e.readable())
+                    }
+                    _ => format!("redis refuses writes ({what}): {}", e.readable()),
                 });
             }
             _ => h.write_error = None,
@@ -129,6 +137,35 @@ impl Health {
             .iter()
             .map(|(p, how)| format!("partition {p}: {how}"))
             .collect()
+    }
+
+    /// Record how far this process's clock is from Redis' (`local - redis`, ms), read at a
+    /// heartbeat: past [`CLOCK_OFFSET_SAID_MS`] either way it is said in
+    /// [`Health::clock`]. Returns whether that changed (to log it once).
+    pub fn set_clock_offset(&self, offset_ms: i64) -> bool {
+        let said = (offset_ms.unsigned_abs() > CLOCK_OFFSET_SAID_MS).then(|| {
+            let (way, by) = if offset_ms > 0 {
+                ("ahead of", offset_ms)
+            } else {
+                ("behind", -offset_ms)
+            };
+            format!(
+                "this worker's clock is {} s {way} Redis' (deliveries and schedules use \
+                 Redis' clock; the console's times, token expiry and portal links use this \
+                 one): check its time synchronisation",
+                by / 1000
+            )
+        });
+        let mut h = self.lock();
+        let changed = h.clock.is_some() != said.is_some();
+        h.clock = said;
+        changed
+    }
+
+    /// This process's clock far from Redis', in words; `None` while within
+    /// [`CLOCK_OFFSET_SAID_MS`].
+    pub fn clock(&self) -> Option<String> {
+        self.lock().clock.clone()
     }
 
     /// Whether a graceful shutdown has begun.
@@ -158,5 +195,36 @@ impl Health {
         h.hold_off_until
             .and_then(|t| t.checked_duration_since(Instant::now()))
             .filter(|d| !d.is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_refused_connection_reads_as_words_not_the_clients_debug_text() {
+        let h = Health::default();
+        let refused = std::io::Error::from_raw_os_error(111);
+        h.record_write::<()>("claim", &Err(StoreError::Redis(refused.into())));
+        let problem = h.problem().expect("readiness is red");
+        assert_eq!(problem, "redis unreachable (claim): connection refused");
+        h.record_write("claim", &Ok::<(), StoreError>(()));
+        assert_eq!(h.problem(), None);
+    }
+
+    #[test]
+    fn a_clock_hours_off_redis_is_said_either_way_and_a_small_drift_is_not() {
+        let h = Health::default();
+        assert!(!h.set_clock_offset(1_500));
+        assert_eq!(h.clock(), None);
+        assert!(h.set_clock_offset(7_200_000));
+        let said = h.clock().expect("said");
+        assert!(said.contains("7200 s ahead of Redis'"), "{said}");
+        assert!(!h.set_clock_offset(-7_200_000));
+        assert!(h.clock().unwrap().contains("7200 s behind"));
+        assert!(h.set_clock_offset(-20));
+        assert_eq!(h.clock(), None);
     }
 }

@@ -88,8 +88,8 @@ impl Keyspace {
     }
 
     /// Hash: one tenant token's record (`h` SHA-256 of the token, lowercase hex; `tenant`;
-    /// `scopes` csv; `name`; `created` and `expires`, ms since the epoch), expiring with the
-    /// token (`PEXPIREAT`). The token itself is never stored. Outside every partition's
+    /// `scopes` csv; `name`; `created` and `expires`, ms since the epoch), expiring a week
+    /// after the token (`PEXPIREAT`), so its holder is told it expired. The token itself is never stored. Outside every partition's
     /// slot: `ankusa:{<instance>}:token:<id>`; `id` is 16 lowercase hex digits.
     pub fn token(&self, id: &str) -> String {
         format!("ankusa:{{{}}}:token:{id}", self.instance)

@@ -138,6 +138,22 @@ async fn beat(node: &Node) -> bool {
         Ok(seen) => {
             node.spread.observe(&node.node_id, &seen.workers);
             metrics::gauge!("ankusa_workers_live").set(seen.workers.len() as f64);
+            // This clock against Redis' (read by the heartbeat script a round trip ago at
+            // most): deliveries do not depend on it, what reads the local clock does.
+            let local = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let offset = local.saturating_sub(seen.now_ms);
+            metrics::gauge!("ankusa_clock_offset_seconds").set(offset as f64 / 1000.0);
+            if node.health.set_clock_offset(offset) {
+                match node.health.clock() {
+                    Some(said) => warn!(offset_ms = offset, "{said}"),
+                    None => info!(
+                        offset_ms = offset,
+                        "this worker's clock agrees with Redis' again"
+                    ),
+                }
+            }
             if must_give(
                 &node.node_id,
                 node.spread.keeping(),

@@ -234,6 +234,13 @@ pub const CATALOGUE: &[Metric] = &[
         help: "Live workers of the instance as this process's last heartbeat saw them.",
     },
     Metric {
+        name: "ankusa_clock_offset_seconds",
+        kind: Kind::Gauge,
+        unit: Some(Unit::Seconds),
+        zero: false,
+        help: "This process's clock minus Redis' (TIME), as its last heartbeat read them.",
+    },
+    Metric {
         name: "ankusa_leadership_changes_total",
         kind: Kind::Counter,
         unit: None,
@@ -720,6 +727,12 @@ pub fn init_series() {
         metrics::counter!("ankusa_commits_refused_total", "reason" => *kind).increment(0);
     }
     metrics::counter!("ankusa_commits_refused_total", "reason" => "quota").increment(0);
+    // Present from the start, so a rate over them reads 0 rather than nothing before the
+    // first event is posted.
+    for result in ["ok", "failed"] {
+        metrics::counter!("ankusa_operator_events_total", "result" => result).increment(0);
+        metrics::counter!("ankusa_tenant_events_total", "result" => result).increment(0);
+    }
 }
 
 /// The metrics labelled by `partition` alone: [`init_partition_series`] creates one series

@@ -78,6 +78,9 @@ pub enum Caller {
 pub enum AuthError {
     /// An `ank_…` bearer that is not a live tenant token.
     Unauthorized,
+    /// A tenant token, the right secret, past its expiry (ms since the epoch): its holder
+    /// is told so, as a typo's is not (a record is kept a while past expiry for this).
+    Expired(i64),
     /// Redis could not say (the tenant token could not be checked).
     Unavailable(String),
 }
@@ -86,6 +89,11 @@ impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> ApiError {
         match e {
             AuthError::Unauthorized => ApiError::unauthorized(),
+            AuthError::Expired(at_ms) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "token_expired",
+                format!("the token expired at {}; ask for a new one", rfc3339(at_ms)),
+            ),
             AuthError::Unavailable(m) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -168,7 +176,9 @@ impl Authenticator {
                 scopes: t.scopes,
                 token_id: t.id,
             }),
-            _ => Err(AuthError::Unauthorized),
+            // The digest matched: the holder, not a guesser, learns it expired.
+            Some(t) => Err(AuthError::Expired(t.expires_at_ms)),
+            None => Err(AuthError::Unauthorized),
         }
     }
 
@@ -199,6 +209,13 @@ impl Authenticator {
         cache.insert(digest, (Instant::now(), info.clone()));
         Ok(info)
     }
+}
+
+/// `ms` since the epoch as RFC 3339 in UTC, to the second (clamped to what it can write).
+fn rfc3339(ms: i64) -> String {
+    let ms = ms.clamp(0, 253_402_300_799_000) as u64;
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// Compare without an early exit, so the time taken does not tell how much of a guess was right.

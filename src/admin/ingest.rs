@@ -2,6 +2,7 @@
 //! a hook keeps (`admin.forward_headers`).
 
 use super::*;
+use utoipa::IntoParams;
 
 /// The ingest route (its access: [`super::access`]).
 pub(super) fn routes() -> OpenApiRouter<AdminState> {
@@ -89,6 +90,53 @@ pub struct Committed {
     /// the epoch (Redis clock); absent for a hook due at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliver_at_ms: Option<i64>,
+    /// Request headers the hook does not keep, so its deliveries do not carry them and a
+    /// filter reading them sees them absent (lowercase, sorted, at most 32): those
+    /// `admin.forward_headers` does not list. Credentials, hop-by-hop and framing headers,
+    /// and those ingest reads itself (`Idempotency-Key`, the event type, the schedule), are
+    /// never kept and not listed. Absent when none was dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_headers: Vec<String>,
+}
+
+/// Headers of a request that ingest reads itself or that no client means for the hook.
+const READ_BY_INGEST: &[&str] = &["idempotency-key", "accept", "accept-encoding", "expect"];
+
+/// At most this many names in [`Committed::dropped_headers`].
+const DROPPED_LISTED: usize = 32;
+
+/// The request headers of an ingest that the hook does not keep and that a producer may
+/// have meant for it ([`Committed::dropped_headers`]).
+fn dropped_headers(
+    headers: &HeaderMap,
+    kept: &[(&str, &str)],
+    event_type_headers: &[String],
+) -> Vec<String> {
+    let mut dropped: Vec<String> = headers
+        .keys()
+        .map(|n| n.as_str())
+        .filter(|n| {
+            !kept.iter().any(|(k, _)| k == n)
+                && !AdminConfig::NEVER_FORWARDED.contains(n)
+                && !READ_BY_INGEST.contains(n)
+                && !SCHEDULE_HEADERS.contains(n)
+                && !event_type_headers.iter().any(|e| e.eq_ignore_ascii_case(n))
+        })
+        .map(str::to_string)
+        .collect();
+    dropped.sort();
+    dropped.dedup();
+    dropped.truncate(DROPPED_LISTED);
+    dropped
+}
+
+/// The query of an ingest.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(default, deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct IngestQuery {
+    /// Commit an empty body (0 bytes), refused without it as most likely a mistake.
+    pub allow_empty: bool,
 }
 
 /// Commit the request body as one hook of `tenant/source`. The request headers
@@ -103,9 +151,10 @@ pub struct Committed {
 /// is 400; a time past is delivered now). A tenant whose stored hooks (pending or
 /// dead-lettered) would pass `limits.max_pending_bytes` or `max_pending_hooks` is 429
 /// `quota_exceeded` with `Retry-After`, naming the limit. Bearer: `admin.token`,
-/// `admin.ingest_token`, or a tenant token with the `ingest` scope for `tenant`.
+/// `admin.ingest_token`, or a tenant token with the `ingest` scope for `tenant`. An empty
+/// body is 400 unless `allow_empty=true`.
 #[utoipa::path(post, path = "/v1/hooks/{tenant}/{source}", tag = "ingest",
-    params(("tenant" = String, Path), ("source" = String, Path)),
+    params(("tenant" = String, Path), ("source" = String, Path), IngestQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 202, body = Committed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody),
@@ -114,10 +163,13 @@ pub struct Committed {
 async fn ingest(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
+    q: Result<Query<IngestQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Committed>), ApiError> {
+    let Query(q) = q?;
     let kept = hook_headers(&headers, &st.forward_headers)?;
+    let dropped = dropped_headers(&headers, &kept, &st.event_type_headers);
     let body = body.map_err(|r| match r {
         BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
             ApiError::too_large(st.max_body_bytes)
@@ -129,6 +181,13 @@ async fn ingest(
         }
         other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
     })?;
+    if body.is_empty() && !q.allow_empty {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "empty body (0 bytes): nothing committed; pass allow_empty=true to commit an empty hook",
+        ));
+    }
     let mut hook = Hook::new(body);
     if let Some(k) = headers.get("idempotency-key") {
         let k = k.to_str().map_err(|_| {
@@ -168,6 +227,7 @@ async fn ingest(
                 deliver_at_ms: scheduled
                     .and_then(|s| s.due_at_ms(r.committed_at_ms))
                     .filter(|_| r.rows_per_hook > 0),
+                dropped_headers: dropped,
             }),
         )),
         Err(e @ (CommitError::Store(_) | CommitError::NotReplicated { .. } | CommitError::NotPrimary { .. })) => Err(ApiError::new(

@@ -89,6 +89,12 @@ pub struct Ready {
     /// detail only, like `connections`: delivery goes on. Absent when all is well.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log: Vec<String>,
+    /// This worker's clock more than 30 s from Redis', in words (`this worker's clock is
+    /// 7200 s ahead of Redis' …`). A detail only: deliveries, their `webhook-timestamp` and
+    /// schedules run on Redis' clock; the console's times, token expiry and portal links
+    /// read this one. Absent while the two agree; `ankusa_clock_offset_seconds` gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<String>,
 }
 
 /// Readiness: 200 when Redis answers and this process leads or is a ready standby;
@@ -151,12 +157,13 @@ async fn readyz(State(st): State<AdminState>) -> Result<Json<Ready>, ApiError> {
                 node_id: w.node_id().to_string(),
                 connections: crate::sinks::connections::states(),
                 log: w.health().log_state(),
+                clock: w.health().clock(),
             }))
         }
         Err(e) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
-            e.to_string(),
+            format!("redis: {}", e.readable()),
         )),
     }
 }

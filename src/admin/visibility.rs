@@ -260,10 +260,21 @@ pub(super) struct SourcePut {
     pub warnings: Vec<String>,
 }
 
+/// The query of a source put.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(default, deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct SourcePutQuery {
+    /// Store a spec with no sinks: its hooks are stored and go nowhere. Refused without it,
+    /// as `ankusa source put` refuses without `--allow-no-sinks`.
+    pub allow_no_sinks: bool,
+}
+
 /// Register or replace a source, with the validation and versioning of `ankusa source
 /// put`: the body is the JSON spec `{"sinks": [{"module": "http", "opts": {"url": …}}]}`.
+/// A spec with no sinks is refused unless `allow_no_sinks=true`.
 #[utoipa::path(put, path = "/admin/sources/{tenant}/{source}", tag = "sources",
-    params(("tenant" = String, Path), ("source" = String, Path)),
+    params(("tenant" = String, Path), ("source" = String, Path), SourcePutQuery),
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, body = SourcePut), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
@@ -271,10 +282,19 @@ pub(super) struct SourcePut {
 async fn source_put(
     State(st): State<AdminState>,
     Path((tenant, source)): Path<(String, String)>,
+    q: Result<Query<SourcePutQuery>, QueryRejection>,
     body: Bytes,
 ) -> Result<Json<SourcePut>, ApiError> {
+    let Query(q) = q?;
     let spec: SourceSpec =
         serde_json::from_slice(&body).map_err(|e| Error::InvalidSource(e.to_string()))?;
+    if spec.sinks.is_empty() && !q.allow_no_sinks {
+        return Err(Error::InvalidSource(format!(
+            "no sinks: hooks committed to {tenant}/{source} would be stored and go nowhere; \
+             add a sink, or pass allow_no_sinks=true if that is what you want"
+        ))
+        .into());
+    }
     let version = st
         .worker
         .store()

@@ -158,7 +158,7 @@ pub(super) fn parse_error(err: figment::Error) -> ConfigError {
                 kind => format!("{kind} at {}", path.join(".")),
             };
             match &e.metadata {
-                Some(md) if md.name == ENV_SOURCE => format!("{what} (from {ENV_SOURCE})"),
+                Some(md) if md.name == ENV_SOURCE => format!("{what} (from {})", env_var(&path)),
                 Some(md) => match md.source.as_ref().and_then(|s| s.file_path()) {
                     Some(file) => format!("{what} (in {})", file.display()),
                     None => what,
@@ -170,4 +170,34 @@ pub(super) fn parse_error(err: figment::Error) -> ConfigError {
     ConfigError::Parse {
         message: lines.join("\n"),
     }
+}
+
+/// The environment variable that sets the key at `path` (`["redis", "url"]` →
+/// `ANKUSA_REDIS__URL`).
+pub(super) fn env_var<S: AsRef<str>>(path: &[S]) -> String {
+    let joined: Vec<&str> = path.iter().map(AsRef::as_ref).collect();
+    format!("{ENV_PREFIX}{}", joined.join("__").to_ascii_uppercase())
+}
+
+/// `problems` with each one whose value came from the environment naming its variable, so
+/// a person knows where to fix it (the key alone sends them to a file that has not got it).
+pub(super) fn name_env_sources(figment: &Figment, err: ConfigError) -> ConfigError {
+    let ConfigError::Invalid(problems) = err else {
+        return err;
+    };
+    ConfigError::Invalid(
+        problems
+            .into_iter()
+            .map(|mut p| {
+                if figment
+                    .find_metadata(&p.key)
+                    .is_some_and(|md| md.name == ENV_SOURCE)
+                {
+                    let path: Vec<&str> = p.key.split('.').collect();
+                    p.message = format!("{} (from {})", p.message, env_var(&path));
+                }
+                p
+            })
+            .collect(),
+    )
 }

@@ -274,7 +274,9 @@ impl Config {
         let config: Config = figment
             .extract()
             .map_err(|e| parse_error(env::every_unknown_key(&figment, e)))?;
-        config.validate_with(check)?;
+        config
+            .validate_with(check)
+            .map_err(|e| env::name_env_sources(&figment, e))?;
         Ok(config)
     }
 

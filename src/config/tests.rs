@@ -343,7 +343,34 @@ fn an_unknown_environment_key_is_rejected_naming_its_path() {
     let env = [("ANKUSA_DISPATCH__BOGUS", "1")];
     let message = parse_message(Config::load_with_env(None, env));
     assert!(message.contains("at dispatch.bogus"), "{message}");
-    assert!(message.contains("environment"), "{message}");
+    assert!(
+        message.contains("(from ANKUSA_DISPATCH__BOGUS)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_value_from_the_environment_that_fails_names_its_variable() {
+    // Of the wrong type: found while parsing.
+    let env = [("ANKUSA_DISPATCH__CONCURRENCY", "many")];
+    let message = parse_message(Config::load_with_env(None, env));
+    assert!(message.contains("dispatch.concurrency"), "{message}");
+    assert!(
+        message.contains("(from ANKUSA_DISPATCH__CONCURRENCY)"),
+        "{message}"
+    );
+    // Of the right type but out of range: found by validation.
+    let env = [("ANKUSA_DISPATCH__CONCURRENCY", "0")];
+    let err = Config::load_with_env(None, env).expect_err("0 is refused");
+    let p = err
+        .problems()
+        .iter()
+        .find(|p| p.key == "dispatch.concurrency")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        p.message.ends_with("(from ANKUSA_DISPATCH__CONCURRENCY)"),
+        "{p}"
+    );
 }
 
 #[test]

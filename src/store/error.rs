@@ -93,6 +93,16 @@ impl StoreError {
         Some((kind, readable_reason(e.details())))
     }
 
+    /// This error for a status line a person reads (`/readyz`): a client failure as its
+    /// readable reason (`connection refused`, never the client's Debug text `Os { code:
+    /// 111, … }`), any other error as its message.
+    pub fn readable(&self) -> String {
+        match self.redis_failure() {
+            Some((_, reason)) => reason,
+            None => self.to_string(),
+        }
+    }
+
     pub(super) fn protocol(script: &'static str, detail: impl Into<String>) -> Self {
         StoreError::Protocol {
             script,

@@ -1,6 +1,7 @@
 //! Tenant tokens in Redis ([`crate::tokens`]): one hash per token under the instance's own
-//! keys (`token:<id>`: the token's SHA-256 and its record, `PEXPIREAT` its expiry) and the
-//! set of ids (`tokens`), for listing. Plain commands, no script: a token is usable only
+//! keys (`token:<id>`: the token's SHA-256 and its record, `PEXPIREAT` a week past its
+//! expiry, so its holder can be told it expired) and the set of ids (`tokens`), for
+//! listing. Plain commands, no script: a token is usable only
 //! when its hash exists with the right digest and expiry, so each sequence below fails
 //! closed when it stops half way (a record without its index entry is still verified and
 //! revocable by id; an index entry without a record is dropped at the next list).
@@ -8,6 +9,11 @@
 use super::*;
 use crate::tokens::{Scope, TokenInfo};
 use std::collections::HashMap;
+
+/// How long a token's record is kept past its expiry, ms (7 days): long enough for its
+/// holder to be told the token expired rather than that it is wrong, and for `token list`
+/// to show it expired; it opens nothing then.
+const EXPIRED_TOKEN_KEPT_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// A token's record as read back, with the digest it must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +38,8 @@ impl Store {
             ("expires", info.expires_at_ms.to_string()),
         ];
         let _: () = pipe.hset(&key, fields).await?;
-        let _: () = pipe.pexpire_at(&key, info.expires_at_ms, None).await?;
+        let kept_until = info.expires_at_ms.saturating_add(EXPIRED_TOKEN_KEPT_MS);
+        let _: () = pipe.pexpire_at(&key, kept_until, None).await?;
         let _: () = pipe.sadd(self.ks.tokens(), info.id.as_str()).await?;
         let _: Vec<Value> = pipe.all().await?;
         Ok(())

@@ -454,10 +454,23 @@ pub struct RowsPage {
     pub more: bool,
 }
 
+/// `n` and its noun, singular for one: "1 row", "3 rows".
+fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::HistoryConfig;
+
+    #[test]
+    fn one_row_is_a_row_and_two_are_rows() {
+        assert_eq!(counted(1u32, "row", "rows"), "1 row");
+        assert_eq!(counted(0u32, "row", "rows"), "0 rows");
+        assert_eq!(counted(3u32, "attempt", "attempts"), "3 attempts");
+    }
 
     #[test]
     fn no_history_argument_when_history_is_off() {
@@ -563,7 +576,10 @@ pub async fn cancel(store: &Store, tenant: &str, hook: u64) -> Result<CancelAnsw
             "cancelled",
             rows,
             None,
-            format!("hook {hook} cancelled: {rows} rows removed, it will not be delivered"),
+            format!(
+                "hook {hook} cancelled: {} removed, it will not be delivered",
+                counted(rows, "row", "rows")
+            ),
         ),
         Cancelled::NotScheduled => answer(
             false,
@@ -574,7 +590,10 @@ pub async fn cancel(store: &Store, tenant: &str, hook: u64) -> Result<CancelAnsw
         ),
         Cancelled::Claimed { row, attempts } => {
             let what = if attempts > 0 {
-                format!("row {row} was attempted already ({attempts} failed attempts)")
+                format!(
+                    "row {row} was attempted already ({} failed)",
+                    counted(attempts, "attempt", "attempts")
+                )
             } else {
                 format!("row {row} is claimed: its delivery is under way")
             };
@@ -592,8 +611,9 @@ pub async fn cancel(store: &Store, tenant: &str, hook: u64) -> Result<CancelAnsw
             0,
             None,
             format!(
-                "hook {hook} not cancelled: {} of its {made} rows finished already (delivered, dead-lettered or dropped)",
-                made.saturating_sub(left)
+                "hook {hook} not cancelled: {} of its {} finished already (delivered, dead-lettered or dropped)",
+                made.saturating_sub(left),
+                counted(made, "row", "rows")
             ),
         ),
         Cancelled::NotFound => {

@@ -403,13 +403,31 @@ async fn a_revoked_or_expired_token_is_refused_and_tenant_tokens_work_without_an
         call("GET", &path, Some(&short.token), &[], None).await.0,
         200
     );
+    // Its holder is told it expired, and when, not the same as for a typo.
     eventually("the expired token is refused", LIVENESS, || async {
         match call("GET", &path, Some(&short.token), &[], None).await {
-            (401, b) if b["error"]["code"] == "unauthorized" => Ok(()),
+            (401, b)
+                if b["error"]["code"] == "token_expired"
+                    && b["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("expired at")) =>
+            {
+                Ok(())
+            }
             (s, b) => Err(format!("{s} {b}")),
         }
     })
     .await;
+    // Only the holder: the expired token's id with another secret learns nothing of it.
+    let mut guessed = short.token.clone();
+    guessed.pop();
+    guessed.push(if short.token.ends_with('0') { '1' } else { '0' });
+    let (status, b) = call("GET", &path, Some(&guessed), &[], None).await;
+    assert_eq!(
+        (status, &b["error"]["code"]),
+        (401, &json!("unauthorized")),
+        "{b}"
+    );
     // A made-up, a truncated and a tampered token are refused like them.
     let mut tampered = token.token.clone();
     tampered.pop();

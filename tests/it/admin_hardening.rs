@@ -298,6 +298,25 @@ async fn only_the_forwarded_headers_sent_to_ingest_reach_the_receiver_never_cred
     ];
     let (status, body) = ingest(a, hooks, Some("pr0ducer"), &sent, b"{\"n\":1}".to_vec()).await;
     assert_eq!(status, 202, "{body}");
+    // The answer names what the hook did not keep, never the credentials it never keeps.
+    let dropped: Vec<&str> = body["dropped_headers"]
+        .as_array()
+        .expect("dropped headers listed")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for name in ["x-api-key", "x-acme-note", "traceparent", "via"] {
+        assert!(dropped.contains(&name), "{name}: {body}");
+    }
+    for name in [
+        "cookie",
+        "proxy-authorization",
+        "authorization",
+        "x-event-type",
+        "content-type",
+    ] {
+        assert!(!dropped.contains(&name), "{name}: {body}");
+    }
     // A reserved header is refused, naming it, and nothing is committed.
     for reserved in ["webhook-id", "ankusa-tenant"] {
         let (status, body) = ingest(
@@ -603,4 +622,59 @@ async fn a_filter_on_a_header_ingest_does_not_keep_is_stored_with_a_warning_from
     .await;
     assert_eq!(status, 405, "{v}");
     assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+}
+
+/// The API refuses what `ankusa source put` and `ankusa produce` refuse as most likely a
+/// mistake — a source with no sinks, an empty body — unless asked for, as the CLI's flags
+/// ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_with_no_sinks_and_an_empty_ingest_body_are_refused_unless_asked_for() {
+    let env = Env::new().await;
+    env.http_source("acme", "orders", &["in"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let w = worker(&env, &dir, |_| {}).await;
+    let a = w.admin.as_str();
+    let empty = || Some(r#"{"sinks": []}"#.to_string());
+    let url = format!("http://{a}/admin/sources/acme/nowhere");
+    let (status, v) = common::admin_call(reqwest::Method::PUT, &url, None, empty()).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], "bad_request", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("no sinks") && msg.contains("allow_no_sinks=true"),
+        "{msg}"
+    );
+    let (status, _) = common::admin_call(reqwest::Method::GET, url.as_str(), None, None).await;
+    assert_eq!(status, 404, "nothing stored");
+    let (status, v) = common::admin_call(
+        reqwest::Method::PUT,
+        format!("{url}?allow_no_sinks=true"),
+        None,
+        empty(),
+    )
+    .await;
+    assert_eq!((status, v["sinks"].as_u64()), (200, Some(0)), "{v}");
+
+    let hooks = "/v1/hooks/acme/orders";
+    let (status, v) = ingest(a, hooks, None, &[], Vec::new()).await;
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("empty body") && msg.contains("allow_empty=true"),
+        "{msg}"
+    );
+    assert_eq!(env.store.totals().await.unwrap().committed, 0);
+    let (status, v) = ingest(
+        a,
+        &format!("{hooks}?allow_empty=true"),
+        None,
+        &[],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(env.store.totals().await.unwrap().committed, 1);
+    // An unknown query parameter is a clear 400, not ignored.
+    let (status, v) = ingest(a, &format!("{hooks}?allow=1"), None, &[], b"{}".to_vec()).await;
+    assert_eq!(status, 400, "{v}");
 }

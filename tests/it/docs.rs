@@ -89,10 +89,44 @@ fn relative(p: &Path) -> String {
     p.strip_prefix(ROOT).unwrap_or(p).display().to_string()
 }
 
+/// What ships beside the docs and is read as they are: the deployment files, the alert
+/// rules, the Lua scripts' comments, the dependency policy and the CI script.
+fn shipped_files() -> Vec<PathBuf> {
+    let root = Path::new(ROOT);
+    let mut files: Vec<PathBuf> = [
+        "Dockerfile",
+        "docker-compose.yml",
+        "deny.toml",
+        "Cargo.toml",
+        ".ci/run",
+        "prometheus/alerts.yml",
+        "prometheus/prometheus.yml",
+        "deploy/demo-producer.sh",
+    ]
+    .iter()
+    .map(|f| root.join(f))
+    .collect();
+    let mut lua: Vec<PathBuf> = std::fs::read_dir(root.join("lua"))
+        .expect("lua/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+        .collect();
+    lua.sort();
+    files.extend(lua);
+    for f in &files {
+        assert!(f.is_file(), "{} is missing", f.display());
+    }
+    files
+}
+
 #[test]
 fn no_doc_config_comment_or_readme_cites_a_document_or_id_outside_the_repository() {
     let mut found = Vec::new();
-    for f in markdown_files().into_iter().chain(config_files()) {
+    for f in markdown_files()
+        .into_iter()
+        .chain(config_files())
+        .chain(shipped_files())
+    {
         let text = std::fs::read_to_string(&f).expect("readable");
         found.extend(cited(&relative(&f), &text));
     }

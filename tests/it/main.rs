@@ -12,6 +12,7 @@ mod breakers;
 mod claim_check;
 mod cli;
 mod cli_output;
+mod clock_skew;
 mod cluster;
 mod commit;
 mod console;

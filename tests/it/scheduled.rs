@@ -460,7 +460,17 @@ async fn ingest_headers_produce_flags_and_the_cancel_route_and_command_schedule_
         )
         .await;
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("cancelled"), "{out}");
+    assert!(out.contains("cancelled: 1 row removed"), "{out}");
+    // A delay past commit.max_delay_ms is the caller's input: a usage error (exit 2) that says
+    // how far, not a failed operation.
+    let (code, _, err) = env
+        .cli_with(None, &["produce", "acme", "orders", body, "--delay", "40d"])
+        .await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("40d ahead") && err.contains("commit.max_delay_ms"),
+        "{err}"
+    );
     // A second time: nothing of it is left (not found, exit 1).
     let (code, _, err) = env
         .cli_with(

@@ -149,3 +149,49 @@ async fn ordered_entries_publish_with_their_lane_as_ordering_key_in_commit_order
     }
     worker.shutdown().await;
 }
+
+/// An endpoint that answers a publish 2xx without Pub/Sub's answer (`{"messageIds": …}`) —
+/// a proxy, a captive portal, a wrong endpoint — did not take the messages: the row is
+/// retried with that said, never counted delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2xx_without_message_ids_is_retried_not_counted_delivered() {
+    let env = Env::tuned(|c| grant_custom_endpoints(c, &["acme"])).await;
+    // The receiver answers every request `200 ok`.
+    let spec = SourceSpec {
+        sinks: vec![pubsub_sink(
+            serde_json::json!({"topic": "projects/p/topics/orders",
+                "endpoint": env.receiver.url("pubsub"), "no_auth": true, "linger_ms": 5}),
+            false,
+            None,
+        )],
+    };
+    env.store.put_source("acme", "s", &spec).await.unwrap();
+    let r = env
+        .producer
+        .commit("acme", "s", Hook::new("{\"n\":1}"))
+        .await
+        .unwrap();
+    let worker = env.worker().await;
+    worker.tick().await.unwrap();
+    assert!(
+        env.receiver.requests().len() == 1,
+        "the publish reached the endpoint"
+    );
+    let totals = env.store.totals().await.unwrap();
+    assert_eq!(totals.delivered, 0, "{totals:?}");
+    let v = ankusa::visibility::show_hook(&env.store, "acme", r.first_hook)
+        .await
+        .unwrap();
+    let row = &v.rows[0];
+    assert_eq!(
+        (row.state, row.attempts),
+        (ankusa::visibility::RowState::Retrying, 1),
+        "{row:?}"
+    );
+    let err = row.last_error.as_deref().unwrap_or_default();
+    assert!(
+        err.contains("pubsub http 200 without the publish answer") && err.contains("ok"),
+        "{err}"
+    );
+    worker.shutdown().await;
+}

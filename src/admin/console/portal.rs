@@ -218,7 +218,12 @@ async fn spec_of(ctx: &Ctx, source: &str) -> Result<Value, Refusal> {
 }
 
 async fn put_spec(ctx: &Ctx, source: &str, spec: Value) -> Result<(), Refusal> {
-    let uri = format!("/admin/sources/{}/{}", enc(ctx.tenant()), enc(source));
+    // Retiring a customer's last endpoint leaves a source with none: theirs to choose.
+    let uri = format!(
+        "/admin/sources/{}/{}?allow_no_sinks=true",
+        enc(ctx.tenant()),
+        enc(source)
+    );
     ctx.api
         .call(&ctx.who, Method::PUT, &uri, Some(spec))
         .await?;

@@ -526,6 +526,7 @@ async fn publish(
         kind: ErrorKind::Other,
     };
     let b64 = base64::engine::general_purpose::STANDARD;
+    let n = batch.len();
     let messages: Vec<serde_json::Value> = batch
         .into_iter()
         .map(|m| {
@@ -562,10 +563,18 @@ async fn publish(
     })?;
     let status = resp.status().as_u16();
     if (200..300).contains(&status) {
-        // Drained up to a few KiB so the connection can be reused; an endless answer is
-        // dropped with its connection. The outcome is the status.
-        let _ = read_bounded(resp, ANSWER_READ_MAX_BYTES).await;
-        return Ok(());
+        // Pub/Sub answers a publish with one message id per message. A 2xx without them is
+        // not Pub/Sub having taken the batch (a proxy, a captive portal, a wrong endpoint):
+        // retried, as a duplicate is better than a loss. Read within a bound that fits the
+        // ids of the largest batch; an endless answer is dropped with its connection.
+        let most = ANSWER_READ_MAX_BYTES.max(64 + 64 * n);
+        let answer = read_bounded(resp, most).await;
+        return published(&answer, n).map_err(|why| {
+            retry(format!(
+                "pubsub http {status} without the publish answer ({why}): {}",
+                kept_text(&answer)
+            ))
+        });
     }
     if status == 401 {
         *clients.token.lock().await = None;
@@ -579,9 +588,42 @@ async fn publish(
     }
 }
 
+/// Whether `answer` is Pub/Sub's answer to a publish of `n` messages
+/// (`{"messageIds": ["…", …]}`, one id each); else why not.
+fn published(answer: &[u8], n: usize) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        #[serde(rename = "messageIds")]
+        message_ids: Vec<String>,
+    }
+    let a: Answer = serde_json::from_slice(answer)
+        .map_err(|_| "not a JSON object with messageIds".to_string())?;
+    if a.message_ids.len() != n {
+        return Err(format!(
+            "{} message ids for {n} messages",
+            a.message_ids.len()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_2xx_counts_only_with_one_message_id_per_message() {
+        assert_eq!(published(br#"{"messageIds":["1","2"]}"#, 2), Ok(()));
+        for (answer, n) in [
+            (&b"<html>welcome to the hotel wifi</html>"[..], 1),
+            (b"", 1),
+            (b"{}", 1),
+            (br#"{"messageIds":["1"]}"#, 2),
+            (br#"{"messageIds":"1"}"#, 1),
+        ] {
+            assert!(published(answer, n).is_err(), "{answer:?}");
+        }
+    }
 
     #[test]
     fn publish_statuses_map_to_retry_or_permanent() {

@@ -548,6 +548,12 @@ async fn every_metric_in_the_dashboards_and_alert_rules_is_exported_by_a_running
         s.value("ankusa_redis_errors_total", &[("kind", "oom")]),
         Some(0.0)
     );
+    // Operational events are exported at 0 before the first one is posted (none here).
+    for name in ["ankusa_operator_events_total", "ankusa_tenant_events_total"] {
+        for result in ["ok", "failed"] {
+            assert_eq!(s.value(name, &[("result", result)]), Some(0.0), "{name}");
+        }
+    }
     assert_eq!(s.value("ankusa_leader", &labels), Some(1.0));
     assert_eq!(
         s.value("ankusa_attempt_duration_seconds_count", &[("result", "ok")]),
