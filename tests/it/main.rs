@@ -15,6 +15,7 @@ mod cli_output;
 mod cluster;
 mod commit;
 mod console;
+mod console_pages;
 mod delivery;
 mod deploy;
 mod docs;
