@@ -31,7 +31,8 @@ async fn page(w: &World, path: &str, token: &str) -> (u16, String) {
     (status, resp.text().await.unwrap_or_default())
 }
 
-/// The text a browser shows of `html`: tags left out, the entities maud writes decoded.
+/// The text a browser shows of `html`: tags left out, the entities maud writes decoded,
+/// runs of white space as one space.
 fn visible(html: &str) -> String {
     let mut out = String::with_capacity(html.len());
     let mut in_tag = false;
@@ -51,6 +52,9 @@ fn visible(html: &str) -> String {
         .replace("&gt;", ">")
         .replace("&#39;", "'")
         .replace("&amp;", "&")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The page at `path` once its visible text contains `what` (fetched again until then).
