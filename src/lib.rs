@@ -10,6 +10,7 @@
 //! | --- | --- |
 //! | [`config`] | layered config, validation naming the key; `config/sections.rs` holds the worker's sections, `config/edge.rs` those that bound tenants and the operator's bounds on sources (`[http]`, `[secrets]`, `[connections]`, `[limits]`, `[tenants.<id>]`); `config/redis_url.rs` which deployment a `redis.url` names, `config/forms.rs` the value forms the servers read too |
 //! | [`ids`] | the tenant and source id check, below every layer |
+//! | [`text`] | escaping the control characters of text a tenant or receiver controls, for the command line's tables and the console's pages; below every layer |
 //! | [`keyspace`] | every Redis key name, hash-tagged per partition |
 //! | [`model`] | ids, sources and sink entries, row ids, dead-letter reasons |
 //! | [`filter`] | a sink entry's filter: event type patterns, predicates on body and headers |
@@ -79,6 +80,7 @@ pub(crate) mod spread;
 pub mod store;
 pub mod telemetry;
 pub mod testkit;
+pub mod text;
 pub mod tokens;
 pub mod visibility;
 pub mod worker;

@@ -1,5 +1,5 @@
 //! Admin endpoints of delivery visibility ([`crate::visibility`]) and of the source
-//! registry over HTTP: `GET /admin/hooks/{tenant}/{hook}`, `POST …/resend`, `POST …/cancel`,
+//! registry over HTTP: `GET /admin/hooks/{tenant}/{hook}`, `GET …/body`, `POST …/resend`, `POST …/cancel`,
 //! `GET /admin/rows`, `GET /admin/tenants/top`, `GET /admin/tenants/{tenant}/health`, `GET/PUT/DELETE /admin/sources/{tenant}/{source}`
 //! and `GET /admin/sources`. Their access: [`super::access`].
 
@@ -22,6 +22,7 @@ use utoipa_axum::routes;
 pub(super) fn routes() -> OpenApiRouter<AdminState> {
     OpenApiRouter::new()
         .routes(routes!(hook_show))
+        .routes(routes!(hook_body))
         .routes(routes!(hook_resend))
         .routes(routes!(hook_cancel))
         .routes(routes!(rows_list))
@@ -46,6 +47,71 @@ async fn hook_show(
         visibility::show_hook_logged(st.worker.store(), st.worker.log_store(), &tenant, hook)
             .await?,
     ))
+}
+
+/// A hook's body, wherever it is still kept.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(super) struct HookBody {
+    /// Where it was read: `live` (rows or dead letters need the hook), `kept` (delivered,
+    /// kept in Redis for resend) or `logged` (ended, kept by the delivery log).
+    pub stored: String,
+    /// Body size in bytes.
+    pub size: u64,
+    /// The body, when it is UTF-8.
+    pub body: Option<String>,
+    /// The body in standard base64, when it is not UTF-8.
+    pub body_base64: Option<String>,
+}
+
+/// A hook's body: from Redis while it holds the hook (pending, dead-lettered, or delivered
+/// and kept for resend), else from the delivery log when it kept the body
+/// (`log.keep_bodies`); 404 when neither has it, or the hook is another tenant's.
+#[utoipa::path(get, path = "/admin/hooks/{tenant}/{hook}/body", tag = "visibility",
+    params(("tenant" = String, Path), ("hook" = u64, Path)),
+    responses((status = 200, body = HookBody), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = ["read"])))]
+async fn hook_body(
+    State(st): State<AdminState>,
+    Path((tenant, hook)): Path<(String, u64)>,
+) -> Result<Json<HookBody>, ApiError> {
+    check_id("tenant", &tenant).map_err(Error::from)?;
+    let routed = st.worker.store().for_tenant(&tenant);
+    let record = routed
+        .hook_record_or_kept(hook)
+        .await
+        .map_err(Error::Store)?
+        // Hook ids are instance-wide: another tenant's hook reads as missing.
+        .filter(|r| r.tenant == tenant);
+    let found = match record.and_then(|r| Some((r.kept, r.body?))) {
+        Some((kept, body)) => Some((if kept { "kept" } else { "live" }, body.to_vec())),
+        None => match st.worker.log_store() {
+            Some(log) => log
+                .body(&tenant, hook)
+                .await
+                .map_err(Error::from)?
+                .map(|b| ("logged", b.body)),
+            None => None,
+        },
+    };
+    let (stored, body) = found.ok_or_else(|| {
+        Error::NotFound(format!("no body of hook {hook} of tenant {tenant} is kept"))
+    })?;
+    let size = body.len() as u64;
+    let (body, body_base64) = match String::from_utf8(body) {
+        Ok(text) => (Some(text), None),
+        Err(e) => {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(e.into_bytes());
+            (None, Some(b64))
+        }
+    };
+    Ok(Json(HookBody {
+        stored: stored.into(),
+        size,
+        body,
+        body_base64,
+    }))
 }
 
 /// Query of `POST /admin/hooks/{tenant}/{hook}/resend`.

@@ -4,38 +4,9 @@
 //! text cannot forge a line of the table or the log, nor send a terminal escape sequence.
 //! `--json` output never goes through here: it keeps the raw values and milliseconds.
 
-use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// `text` with every control character escaped (`\n`, `\r`, `\t`, `\x1b`, `\u{9b}`…) and
-/// the bidirectional overrides of Unicode (which reorder what a terminal shows) too; any
-/// other character as is.
-pub fn esc(text: &str) -> String {
-    if !text.chars().any(needs_escape) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x100 && needs_escape(c) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if needs_escape(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
+pub use ankusa::text::esc;
 
 /// [`esc`], then cut to at most `max` characters (an ellipsis marks the cut).
 pub fn esc_cut(text: &str, max: usize) -> String {
@@ -163,13 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn control_characters_and_bidi_overrides_are_escaped_and_the_rest_kept() {
-        assert_eq!(esc("http 500: boom"), "http 500: boom");
-        assert_eq!(esc("a\nb\rc\td"), "a\\nb\\rc\\td");
-        assert_eq!(esc("\u{1b}[31mred\u{1b}[0m"), "\\x1b[31mred\\x1b[0m");
-        assert_eq!(esc("\u{7f}\u{9b}"), "\\x7f\\x9b");
-        assert_eq!(esc("ab\u{202e}cd"), "ab\\u{202e}cd");
-        assert_eq!(esc("héllo ✓"), "héllo ✓");
+    fn cut_cells_are_escaped_first_and_keep_the_ends_that_matter() {
         assert_eq!(esc_cut("abcdef", 4), "abc…");
         assert_eq!(esc_cut("a\nb", 10), "a\\nb");
         assert_eq!(esc_cut_middle("abcdef", 10), "abcdef");

@@ -75,7 +75,7 @@ pub use memory::{KeptTrim, TenantBytes};
 pub use ops::{DlqPurge, DlqReplayed, PressureRead, SourcePage, SourcePhase};
 pub use partitions::{LiveWorker, WorkersSeen};
 pub use primary::{PrimaryCheck, SentinelView, REPLICA_ATTACH_GRACE, STALE_SENTINEL_GRACE};
-pub use reads::Totals;
+pub use reads::{BreakerRead, Totals};
 pub use scripts::{LuaScript, Scripts};
 pub use settle::{ExhaustedHook, Outcome, SettleOp, Settled};
 pub use sink_state::{SinkEvent, SinkStateChange};

@@ -21,7 +21,62 @@ pub struct Totals {
     pub cancelled: u64,
 }
 
+/// A sink entry's breaker as the leader keeps it in the `breakers` hash (one field per
+/// breaker not closed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerRead {
+    /// Source id.
+    pub source: String,
+    /// Sink entry index.
+    pub sink: u32,
+    /// Until when it holds attempts (ms since the epoch, Redis clock); past it, the next
+    /// attempt probes (half-open).
+    pub until_ms: i64,
+    /// How many times it has opened in a row.
+    pub opens: u32,
+}
+
 impl Store {
+    /// The breakers of `tenant`'s sink entries that are not closed, from its partition's
+    /// `breakers` hash (call on the tenant's partition). Fields that do not parse are left
+    /// out.
+    pub async fn tenant_breakers(&self, tenant: &str) -> Result<Vec<BreakerRead>, StoreError> {
+        let mut out = Vec::new();
+        for (field, snap) in self.load_breakers().await? {
+            let mut parts = field.split('\n');
+            let (Some(t), Some(source), Some(sink), Some(_module), None) = (
+                parts.next(),
+                parts.next(),
+                parts.next(),
+                parts.next(),
+                parts.next(),
+            ) else {
+                continue;
+            };
+            if t != tenant {
+                continue;
+            }
+            let Some((until, opens)) = snap.split_once(':') else {
+                continue;
+            };
+            let (Ok(sink), Ok(until_ms), Ok(opens)) = (
+                sink.parse::<u32>(),
+                until.parse::<i64>(),
+                opens.parse::<u32>(),
+            ) else {
+                continue;
+            };
+            out.push(BreakerRead {
+                source: source.into(),
+                sink,
+                until_ms,
+                opens,
+            });
+        }
+        out.sort_by(|a, b| (&a.source, a.sink).cmp(&(&b.source, b.sink)));
+        Ok(out)
+    }
+
     /// The running totals of the instance: the sum over its partitions.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
         let mut sum = Totals::default();

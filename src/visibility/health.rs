@@ -10,6 +10,9 @@ pub const HEALTH_WINDOW_MS: i64 = 3_600_000;
 /// a busy tenant; past it the figures are those of the newest hooks and say so (`more`).
 pub const HEALTH_HOOKS: usize = 2_000;
 
+/// Parked rows [`entry_health`] reads at most (the first by due time).
+pub const PARKED_MAX: usize = 1_000;
+
 /// One sink entry's attempts in the window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EntryHealth {
@@ -33,6 +36,17 @@ pub struct EntryHealth {
     /// When that attempt started (ms since the epoch, Redis clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_at_ms: Option<i64>,
+    /// The entry's circuit breaker when it is not closed: `open` (attempts held until
+    /// `breaker_until_ms`, its rows parked) or `half_open` (the period is over: the next
+    /// attempt probes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<String>,
+    /// Until when the open breaker holds attempts (ms since the epoch, Redis clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker_until_ms: Option<i64>,
+    /// The entry's rows parked by its breaker now (of the first rows read, as `rows list`).
+    #[serde(default)]
+    pub parked: u64,
 }
 
 /// `GET /admin/tenants/{tenant}/health`: the tenant's sink entries with attempts in the window.
@@ -51,8 +65,9 @@ pub struct TenantHealth {
 }
 
 /// The health of `tenant`'s sink entries over the last [`HEALTH_WINDOW_MS`], from the attempt
-/// records of its newest [`HEALTH_HOOKS`] hooks. Empty with history off. Errors: a bad tenant
-/// id, Redis failing.
+/// records of its newest [`HEALTH_HOOKS`] hooks (none with history off), with each entry's
+/// breaker when it is not closed and its parked rows (an entry with either is listed even
+/// without attempts in the window). Errors: a bad tenant id, Redis failing.
 pub async fn entry_health(store: &Store, tenant: &str) -> Result<TenantHealth, Error> {
     check_id("tenant", tenant)?;
     let routed = store.for_tenant(tenant);
@@ -60,12 +75,51 @@ pub async fn entry_health(store: &Store, tenant: &str) -> Result<TenantHealth, E
     let now = store.now_ms().await?;
     let since = now - HEALTH_WINDOW_MS;
     let (hooks, more) = store.recent_attempts(tenant, since, HEALTH_HOOKS).await?;
-    let entries = summarize(
+    let mut entries = summarize(
         hooks
             .iter()
             .flat_map(|h| h.records.iter().map(move |r| (h.source.as_str(), r))),
         since,
     );
+    let breakers = store.tenant_breakers(tenant).await?;
+    let parked = list_rows(store, tenant, None, Some(RowFilter::Parked), PARKED_MAX)
+        .await?
+        .rows;
+    let mut entry = |source: &str, sink: u32| -> usize {
+        match entries
+            .iter()
+            .position(|e| e.source == source && e.sink == sink)
+        {
+            Some(i) => i,
+            None => {
+                entries.push(EntryHealth {
+                    source: source.into(),
+                    sink,
+                    ..Default::default()
+                });
+                entries.len() - 1
+            }
+        }
+    };
+    let mut marks: Vec<(usize, Option<&crate::store::BreakerRead>)> = Vec::new();
+    for b in &breakers {
+        marks.push((entry(&b.source, b.sink), Some(b)));
+    }
+    for r in &parked {
+        marks.push((entry(&r.source, r.sink), None));
+    }
+    for (i, b) in marks {
+        let e = &mut entries[i];
+        match b {
+            Some(b) => {
+                let open = b.until_ms > now;
+                e.breaker = Some(if open { "open" } else { "half_open" }.into());
+                e.breaker_until_ms = open.then_some(b.until_ms);
+            }
+            None => e.parked += 1,
+        }
+    }
+    entries.sort_by(|a, b| (&a.source, a.sink).cmp(&(&b.source, b.sink)));
     Ok(TenantHealth {
         tenant: tenant.into(),
         since_ms: since,

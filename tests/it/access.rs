@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 const TENANT_ROUTES: &[(&str, &str, &str)] = &[
     ("POST", "/v1/hooks/{tenant}/{source}", "ingest"),
     ("GET", "/admin/hooks/{tenant}/{hook}", "read"),
+    ("GET", "/admin/hooks/{tenant}/{hook}/body", "read"),
     ("GET", "/admin/log/{tenant}/hooks", "read"),
     ("GET", "/admin/log/{tenant}/hooks/{hook}/attempts", "read"),
     ("GET", "/admin/log/{tenant}/hooks/{hook}/body", "read"),

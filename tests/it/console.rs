@@ -402,8 +402,8 @@ fn signed_by(r: &ankusa::testkit::Received, secret: &str) -> bool {
     sigs.split(' ').any(|s| s == want)
 }
 
-/// Flow 3: a tenant opens a portal link, adds an endpoint, sends a test event and sees it
-/// delivered, rotates the signing secret: the receiver verifies with the new secret, and
+/// Flow 3: a tenant opens a portal link, adds an endpoint (its signing secret shown once),
+/// sends a test event and sees it delivered signed, rotates the signing secret: the receiver verifies with the new secret, and
 /// the old one keeps working until it is retired. A test event is typed to what the
 /// endpoint's filter takes, and one of a type no endpoint takes is said so.
 async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
@@ -423,6 +423,19 @@ async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
     h.click("#h-add + form button").await;
     let page = h.wait_text("Endpoint added to portal").await;
     assert!(page.contains("/portal-ep"), "{page}");
+    let first =
+        h.b.find(Locator::Id("new-secret"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+    assert!(
+        first.starts_with("whsec_"),
+        "the secret is shown once: {page}"
+    );
+    h.go("/portal/").await;
+    assert!(!h.text().await.contains(&first), "and only once");
     let stored =
         h.w.env
             .store
@@ -441,7 +454,7 @@ async fn tenant_adds_an_endpoint_and_sends_a_test_event(h: Arc<Harness>) {
     assert_eq!(got.len(), 1);
     assert!(String::from_utf8_lossy(got[0].body.as_deref().unwrap()).contains("ankusa.test"));
     assert_eq!(got[0].header("ankusa-tenant"), Some(A));
-    assert_eq!(got[0].header("webhook-signature"), None, "no secret yet");
+    assert!(signed_by(&got[0], &first), "signed from the first delivery");
 
     // Rotate twice: the second rotation keeps the first secret signing beside the new one.
     let mut secrets = Vec::new();

@@ -16,6 +16,7 @@ mod clock_skew;
 mod cluster;
 mod commit;
 mod console;
+mod console_pages;
 mod delivery;
 mod deploy;
 mod docs;

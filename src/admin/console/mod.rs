@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 use tower::ServiceExt;
 
+mod deliveries;
 pub mod link;
 mod portal;
 mod session;
@@ -184,6 +185,17 @@ impl std::fmt::Debug for Api {
 }
 
 impl Ctx {
+    /// Whether the page's principal has `scope`: the operator has every one, a portal
+    /// session opened with a tenant token that token's, one opened with a portal link every
+    /// one. A page offers only the actions its session may take.
+    pub(crate) fn may(&self, scope: crate::tokens::Scope) -> bool {
+        match &self.who {
+            Principal::Operator => true,
+            Principal::Ingest => scope == crate::tokens::Scope::Ingest,
+            Principal::Tenant { scopes, .. } => scopes.contains(&scope),
+        }
+    }
+
     /// The tenant of a portal page.
     pub(crate) fn tenant(&self) -> &str {
         match &self.who {
@@ -221,11 +233,18 @@ impl IntoResponse for Refusal {
                 see_other(&format!("{}/login", area.base()), &[]).into_response()
             }
             Refusal::Status(status, message) => {
-                (status, html(view::error_page(status, &message))).into_response()
+                // Rendered by [`headers_layer`], which knows the site from the path.
+                let mut r = status.into_response();
+                r.extensions_mut().insert(ErrorPage(message));
+                r
             }
         }
     }
 }
+
+/// The message of a refusal, rendered into its site's error page by [`headers_layer`].
+#[derive(Debug, Clone)]
+struct ErrorPage(String);
 
 /// A page answer.
 pub(crate) type Page = Result<Response, Refusal>;
@@ -427,6 +446,11 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 async fn headers_layer(State(st): State<AdminState>, req: Request, next: Next) -> Response {
     let portal = req.uri().path().starts_with("/portal");
     let mut resp = next.run(req).await;
+    if let Some(ErrorPage(message)) = resp.extensions_mut().remove::<ErrorPage>() {
+        let area = if portal { Area::Portal } else { Area::Ui };
+        let status = resp.status();
+        resp = (status, html(view::error_page(area, status, &message))).into_response();
+    }
     let ancestors = if portal && !st.console.frame_ancestors.is_empty() {
         st.console.frame_ancestors.join(" ")
     } else {

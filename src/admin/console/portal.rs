@@ -3,10 +3,12 @@
 //! resend. The tenant is the session's, never a path or query parameter, and every call
 //! goes through the admin API as that tenant, so nothing of another tenant can be named.
 
-use super::ui::{deliveries_view, delivery_lines, enc, entries, hook_with_body, resend_as, target};
-use super::view::{self, badge, csrf, layout, notice, text, BodyView};
+use super::deliveries::{deliveries_view, delivery_lines};
+use super::ui::{enc, entries, hook_with_body, resend_as, target};
+use super::view::{self, badge, csrf, lacks, layout, notice, text, BodyView};
 use super::{action, check_csrf, form, html, page, see_other, Area, Ctx, Page, PortalCtx, Refusal};
 use crate::admin::AdminState;
+use crate::tokens::Scope;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::Router;
@@ -129,6 +131,15 @@ fn patterns(e: &Value) -> String {
 }
 
 async fn endpoints(PortalCtx(ctx): PortalCtx, Query(q): Q) -> Page {
+    if !ctx.may(Scope::Sources) {
+        // The list of sources is itself behind `sources`: say so, and where to go instead.
+        let main = m! {
+            (notice(q.get("done")))
+            (lacks(Scope::Sources, "Listing and changing the endpoints"))
+            p { a href="/portal/deliveries" { "The deliveries →" } }
+        };
+        return portal(&ctx, "Endpoints", main);
+    }
     let specs = specs(&ctx).await?;
     let health = ctx
         .api
@@ -138,6 +149,7 @@ async fn endpoints(PortalCtx(ctx): PortalCtx, Query(q): Q) -> Page {
         )
         .await
         .unwrap_or(Value::Null);
+    let ingest = ctx.may(Scope::Ingest);
     let main = m! {
         (notice(q.get("done")))
         @if specs.is_empty() { p.empty { "No source yet: add an endpoint below." } }
@@ -180,12 +192,16 @@ async fn endpoints(PortalCtx(ctx): PortalCtx, Query(q): Q) -> Page {
                         }
                     }
                 }
-                form.test method="post" action={ "/portal/endpoints/" (enc(source)) "/test" } {
-                    (csrf(&ctx))
-                    label for={ "test-type-" (source) } { "Event type" }
-                    input id={ "test-type-" (source) } name="event_type"
-                        value=(test_event_type(&spec["spec"])) required;
-                    button type="submit" { "Send a test event to " (source) }
+                @if ingest {
+                    form.test method="post" action={ "/portal/endpoints/" (enc(source)) "/test" } {
+                        (csrf(&ctx))
+                        label for={ "test-type-" (source) } { "Event type" }
+                        input id={ "test-type-" (source) } name="event_type"
+                            value=(test_event_type(&spec["spec"])) required;
+                        button type="submit" { "Send a test event to " (source) }
+                    }
+                } @else {
+                    (lacks(Scope::Ingest, "Sending a test event"))
                 }
             }
         }
@@ -200,6 +216,7 @@ async fn endpoints(PortalCtx(ctx): PortalCtx, Query(q): Q) -> Page {
                 input id="add-url" name="url" type="url" required placeholder="https://example.com/webhooks";
                 label for="add-et" { "Event types (comma separated, empty: all)" }
                 input id="add-et" name="event_types";
+                p.hint { "The endpoint gets a signing secret of its own, shown once when it is added." }
                 button type="submit" { "Add endpoint" }
             }
         }
@@ -246,22 +263,38 @@ fn done(msg: &str) -> Page {
     Ok(see_other(&format!("/portal/?done={}", enc(msg)), &[]))
 }
 
+/// Add an HTTP endpoint: signed from its first delivery with a new secret of its own
+/// (as [`rotate`] makes), shown once on this answer.
 async fn add(PortalCtx(ctx): PortalCtx, body: Bytes) -> Page {
     let f = form(&body);
     check_csrf(&ctx, &f)?;
     let source = f.get("source").map_or("", |s| s.trim());
     let url = f.get("url").map_or("", |s| s.trim());
     let mut spec = spec_of(&ctx, source).await?;
-    let mut entry = json!({"module": "http", "opts": {"url": url}});
+    let secret = new_secret();
+    let mut entry =
+        json!({"module": "http", "opts": {"url": url, "signing_secret": [secret.clone()]}});
     let filter = filter_of(f.get("event_types").map_or("", String::as_str));
     if !filter.is_null() {
         entry["filter"] = filter;
     }
-    if let Some(list) = spec["sinks"].as_array_mut() {
-        list.push(entry);
-    }
+    let index = match spec["sinks"].as_array_mut() {
+        Some(list) => {
+            list.push(entry);
+            list.len() - 1
+        }
+        None => 0,
+    };
     put_spec(&ctx, source, spec).await?;
-    done(&format!("Endpoint added to {source}"))
+    let main = m! {
+        p.notice role="status" { "Endpoint added to " (source) ": endpoint #" (index) ", " code { (url) } "." }
+        p { "Its signing secret, shown this once: copy it into your receiver now." }
+        pre.body id="new-secret" { (secret) }
+        p.hint { "Every delivery to it carries a Standard Webhooks signature made with this secret ("
+            code { "webhook-signature" } "). Rotate it from the endpoint's settings." }
+        p { a href="/portal/" { "Back to the endpoints" } }
+    };
+    portal(&ctx, "Endpoint added", main)
 }
 
 /// Which entries a portal form may change.

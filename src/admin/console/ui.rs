@@ -1,6 +1,7 @@
 //! The operator console's pages (`/ui/`): overview, tenants, a tenant, its deliveries, a
 //! hook, dead letters, the effective config. Each is a few calls of the admin API.
 
+use super::deliveries::{deliveries_view, delivery_lines};
 use super::view::{self, badge, csrf, layout, notice, text, time_of, BodyView};
 use super::{action, form, html, page, see_other, Area, Ctx, Page, Refusal, UiCtx};
 use crate::admin::AdminState;
@@ -96,8 +97,10 @@ async fn overview(UiCtx(ctx): UiCtx) -> Page {
             section aria-labelledby="h-sched" {
                 h2 id="h-sched" { "Scheduler" }
                 table { tbody { @for (k, v) in &sched { tr { th scope="row" { (k) } td { (text(v)) } } } } }
-                p { "Partitions this worker leads: "
-                    @for p in state["led_partitions"].as_array().into_iter().flatten() { code { (text(p)) } " " } }
+                @let led = state["led_partitions"].as_array().cloned().unwrap_or_default();
+                p { "Partition ids led here: "
+                    @if led.is_empty() { "none" }
+                    @for p in &led { code { (text(p)) } " " } }
             }
             section aria-labelledby="h-top" {
                 h2 id="h-top" { "Busiest tenants" }
@@ -143,21 +146,66 @@ fn tenant_table(top: &Value) -> Markup {
     }
 }
 
-async fn tenants(UiCtx(ctx): UiCtx, Query(q): Q) -> Page {
+/// Tenants a page of the Tenants list shows.
+const TENANTS_PER_PAGE: usize = 100;
+
+async fn tenants(State(st): State<AdminState>, UiCtx(ctx): UiCtx, Query(q): Q) -> Page {
     let by = match q.get("by").map(String::as_str) {
         Some("bytes") => "bytes",
         _ => "rows",
     };
     let search = q.get("q").cloned().unwrap_or_default();
-    // The search runs over every tenant with rows (the API's `q`), the page shows the first
-    // 100 of what it finds.
+    let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let end = (page + 1) * TENANTS_PER_PAGE;
+    // The search runs over every tenant with rows (the API's `q`); those come first, by
+    // backlog or bytes, then the tenants set up with nothing waiting (a source, or a
+    // `[tenants.<id>]` section), by id.
     let top = ctx
         .api
         .get(
             &ctx.who,
-            &format!("/admin/tenants/top?limit=100&by={by}&q={}", enc(&search)),
+            &format!("/admin/tenants/top?limit={end}&by={by}&q={}", enc(&search)),
         )
         .await?;
+    let mut list: Vec<Value> = top["tenants"].as_array().cloned().unwrap_or_default();
+    let mut more = top["more"] == true;
+    if !more {
+        // Every tenant with rows is listed: the rest have none.
+        let sources = ctx.api.get(&ctx.who, "/admin/sources").await?;
+        let config = st.worker.config();
+        let mut idle: std::collections::BTreeSet<String> = sources["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["tenant"].as_str().map(str::to_string))
+            .chain(config.tenants.keys().cloned())
+            // `dispatch.tenants.default` is every tenant's fallback, not a tenant.
+            .chain(
+                config
+                    .dispatch
+                    .tenants
+                    .keys()
+                    .filter(|t| *t != "default")
+                    .cloned(),
+            )
+            .filter(|t| t.contains(search.as_str()))
+            .collect();
+        for t in &list {
+            idle.remove(t["tenant"].as_str().unwrap_or(""));
+        }
+        more = list.len() + idle.len() > end;
+        list.extend(idle.into_iter().take(end.saturating_sub(list.len())).map(|t| {
+            json!({"tenant": t, "due_rows": 0, "due_now": 0, "claimed": 0, "oldest_lag_ms": 0,
+                   "retrying_rows": 0, "failing_sinks": [], "bytes": 0})
+        }));
+    }
+    let shown: Vec<Value> = list.into_iter().skip(page * TENANTS_PER_PAGE).collect();
+    let at = |p: usize| {
+        let mut s = url::form_urlencoded::Serializer::new(String::new());
+        s.append_pair("q", &search).append_pair("by", by);
+        s.append_pair("page", &p.to_string());
+        s.finish()
+    };
     let main = m! {
         form.filters method="get" role="search" {
             label for="q" { "Tenant" } input id="q" name="q" value=(search) type="search";
@@ -168,12 +216,17 @@ async fn tenants(UiCtx(ctx): UiCtx, Query(q): Q) -> Page {
             }
             button type="submit" { "Show" }
         }
-        p.hint { "Tenants with rows waiting; open any tenant by its id:" }
+        p.hint { "Tenants with rows waiting first, then those set up with nothing waiting; open any tenant by its id:" }
         form.filters method="get" action="/ui/tenant" {
             label for="open" { "Tenant id" } input id="open" name="id" required;
             button type="submit" { "Open" }
         }
-        (tenant_table(&top))
+        @if shown.is_empty() { p.empty { "No tenant matches." } }
+        @else { (tenant_table(&json!({"tenants": shown}))) }
+        nav.pager aria-label="Pages" {
+            @if page > 0 { a href={ "?" (at(page - 1)) } rel="prev" { "← Previous" } }
+            @if more { a href={ "?" (at(page + 1)) } rel="next" { "Next →" } }
+        }
     };
     ui(&ctx, "Tenants", main)
 }
@@ -268,20 +321,36 @@ pub(crate) fn entries(source: &str, spec: &Value, health: &Value) -> Markup {
                     td { @if !e["rate_limit"].is_null() { code { (e["rate_limit"].to_string()) } } }
                     td { @if e["disabled"].is_object() {
                             (badge("disabled")) " " (time_of(&e["disabled"]["at_ms"])) " " (text(&e["disabled"]["reason"]))
-                        } @else { (badge("enabled")) } }
+                        } @else { (badge("enabled")) }
+                        @if let Some(h) = of(i) { (breaker(h)) } }
                     @match of(i) {
                         Some(h) => {
                             td.health { (format!("{:.1} %", h["success_rate"].as_f64().unwrap_or(0.0) * 100.0))
                                 " of " (text(&h["attempts"])) " attempts" }
                             td { (text(&h["p50_ms"])) " / " (text(&h["p99_ms"])) }
                             td { @if let Some(err) = h["last_error"].as_str() {
-                                (time_of(&h["last_error_at_ms"])) " " code { (err) } } }
+                                (time_of(&h["last_error_at_ms"])) " " code { (view::esc(err)) } } }
                         }
                         None => { td.empty { "no attempt" } td {} td {} }
                     }
                 }
             } }
         }
+    }
+}
+
+/// An entry's breaker and parked rows, from its health line: "breaker open until … · 3
+/// parked", "breaker half-open (the next attempt probes)"; nothing while it is closed with
+/// nothing parked.
+fn breaker(h: &Value) -> Markup {
+    let parked = h["parked"].as_u64().unwrap_or(0);
+    m! {
+        @match h["breaker"].as_str() {
+            Some("open") => { " " span.breaker { (badge("breaker open")) " until " (time_of(&h["breaker_until_ms"])) } }
+            Some(_) => { " " span.breaker { (badge("breaker half-open")) " the next attempt probes" } }
+            None => {}
+        }
+        @if parked > 0 { " · " (parked) " parked" }
     }
 }
 
@@ -293,192 +362,6 @@ pub(crate) fn target(e: &Value) -> String {
         }
     }
     String::new()
-}
-
-/// One line of the deliveries list: a pending row or a dead letter.
-struct Line {
-    hook: u64,
-    row: String,
-    source: String,
-    event_type: String,
-    state: String,
-    attempts: String,
-    when: i64,
-    error: String,
-}
-
-/// The hooks of a tenant with rows waiting or dead letters, newest first, filtered.
-pub(crate) async fn delivery_lines(
-    ctx: &Ctx,
-    tenant: &str,
-    q: &HashMap<String, String>,
-) -> Result<(Vec<Value>, bool), Refusal> {
-    let et = enc(tenant);
-    let source = q.get("source").filter(|s| !s.is_empty());
-    let event = q.get("event_type").filter(|s| !s.is_empty());
-    let state = q.get("state").filter(|s| !s.is_empty()).map(String::as_str);
-    let mut lines: Vec<Line> = Vec::new();
-    let mut more = false;
-    if state != Some("dead_lettered") {
-        let mut uri = format!("/admin/rows?tenant={et}&limit=1000");
-        if let Some(s) = source {
-            uri += &format!("&source={}", enc(s));
-        }
-        if let Some(s @ ("retrying" | "parked" | "due" | "claimed" | "delivered")) = state {
-            uri += &format!("&state={s}");
-        }
-        let rows = ctx.api.get(&ctx.who, &uri).await?;
-        more |= rows["more"] == true;
-        for r in rows["rows"].as_array().into_iter().flatten() {
-            lines.push(Line {
-                hook: r["hook"].as_u64().unwrap_or(0),
-                row: text(&r["row"]),
-                source: text(&r["source"]),
-                event_type: r["event_type"].as_str().unwrap_or("").into(),
-                state: text(&r["state"]),
-                attempts: text(&r["attempts"]),
-                // A delivered row has no next attempt: its first attempt dates it.
-                when: r["due_at_ms"]
-                    .as_i64()
-                    .or_else(|| r["first_attempt_ms"].as_i64())
-                    .unwrap_or(0),
-                error: r["last_error"].as_str().unwrap_or("").into(),
-            });
-        }
-    }
-    if state.is_none() || state == Some("dead_lettered") {
-        let mut uri = format!("/admin/dlq?tenant={et}&limit=1000");
-        if let Some(s) = source {
-            uri += &format!("&source={}", enc(s));
-        }
-        let dlq = ctx.api.get(&ctx.who, &uri).await?;
-        more |= dlq["more"] == true;
-        for d in dlq["dead_letters"].as_array().into_iter().flatten() {
-            lines.push(Line {
-                hook: d["hook"].as_u64().unwrap_or(0),
-                row: text(&d["row"]),
-                source: text(&d["source"]),
-                event_type: d["event_type"].as_str().unwrap_or("").into(),
-                state: "dead_lettered".into(),
-                attempts: text(&d["attempts"]),
-                when: d["at_ms"].as_i64().unwrap_or(0),
-                error: d["error"].as_str().unwrap_or("").into(),
-            });
-        }
-    }
-    // Hooks that ended, from the delivery log (a worker with `[log] url`; without one the
-    // route answers that none is configured, and the lines above are all there is).
-    if matches!(state, None | Some("delivered") | Some("dead_lettered")) {
-        let mut uri = format!("/admin/log/{et}/hooks?since=7d&limit=200");
-        for (k, v) in [
-            ("source", source),
-            ("event_type", event),
-            ("state", state.map(String::from).as_ref()),
-        ] {
-            if let Some(v) = v {
-                uri += &format!("&{k}={}", enc(v));
-            }
-        }
-        if let Ok(log) = ctx.api.get(&ctx.who, &uri).await {
-            more |= log["next"].is_string();
-            let listed: std::collections::HashSet<u64> = lines.iter().map(|l| l.hook).collect();
-            for h in log["hooks"].as_array().into_iter().flatten() {
-                let hook = h["hook"].as_u64().unwrap_or(0);
-                if listed.contains(&hook) {
-                    continue;
-                }
-                lines.push(Line {
-                    hook,
-                    row: String::new(),
-                    source: text(&h["source"]),
-                    event_type: h["event_type"].as_str().unwrap_or("").into(),
-                    state: text(&h["state"]),
-                    attempts: String::new(),
-                    when: h["ended_ms"].as_i64().unwrap_or(0),
-                    error: String::new(),
-                });
-            }
-        }
-    }
-    if let Some(e) = event {
-        lines.retain(|l| l.event_type == *e);
-    }
-    lines.sort_by(|a, b| b.hook.cmp(&a.hook).then(a.row.cmp(&b.row)));
-    Ok((
-        lines
-            .into_iter()
-            .map(|l| {
-                json!({"hook": l.hook, "row": l.row, "source": l.source, "event_type": l.event_type,
-                       "state": l.state, "attempts": l.attempts, "when": l.when, "error": l.error})
-            })
-            .collect(),
-        more,
-    ))
-}
-
-/// The filter form and the page of lines; `hook_base` is where a hook's page is.
-pub(crate) fn deliveries_view(
-    lines: &[Value],
-    more: bool,
-    q: &HashMap<String, String>,
-    hook_base: &str,
-) -> Markup {
-    let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
-    const PER: usize = 50;
-    let shown = lines.iter().skip(page * PER).take(PER);
-    let get = |k: &str| q.get(k).cloned().unwrap_or_default();
-    let state = get("state");
-    let next_q = |p: usize| {
-        let mut s = url::form_urlencoded::Serializer::new(String::new());
-        for k in ["source", "event_type", "state"] {
-            if let Some(v) = q.get(k) {
-                s.append_pair(k, v);
-            }
-        }
-        s.append_pair("page", &p.to_string());
-        s.finish()
-    };
-    m! {
-        form.filters method="get" {
-            label for="f-source" { "Source" } input id="f-source" name="source" value=(get("source"));
-            label for="f-et" { "Event type" } input id="f-et" name="event_type" value=(get("event_type"));
-            label for="f-state" { "State" }
-            select id="f-state" name="state" {
-                option value="" { "any" }
-                @for s in ["retrying", "parked", "due", "claimed", "dead_lettered", "delivered"] {
-                    option value=(s) selected[state == s] { (s) }
-                }
-            }
-            button type="submit" { "Filter" }
-        }
-        @if lines.is_empty() { p.empty { @if state == "delivered" { "No delivered hook matches (delivered hooks are listed from the attempt history)." }
-            @else { "No hook waiting or dead-lettered matches." } } }
-        @else {
-            table.deliveries {
-                thead { tr { th scope="col" { "Hook" } th scope="col" { "Row" } th scope="col" { "Source" }
-                    th scope="col" { "Event type" } th scope="col" { "State" } th scope="col" { "Attempts" }
-                    th scope="col" { "Due / dead-lettered / first attempt" } th scope="col" { "Last error" } } }
-                tbody { @for l in shown {
-                    tr {
-                        td { a href={ (hook_base) (text(&l["hook"])) } { (text(&l["hook"])) } }
-                        td { code { (text(&l["row"])) } }
-                        td { (text(&l["source"])) }
-                        td { code { (text(&l["event_type"])) } }
-                        td { (badge(l["state"].as_str().unwrap_or(""))) }
-                        td { (text(&l["attempts"])) }
-                        td { (time_of(&l["when"])) }
-                        td.err { (text(&l["error"])) }
-                    }
-                } }
-            }
-            nav.pager aria-label="Pages" {
-                @if page > 0 { a href={ "?" (next_q(page - 1)) } rel="prev" { "← Newer" } }
-                @if (page + 1) * PER < lines.len() { a href={ "?" (next_q(page + 1)) } rel="next" { "Older →" } }
-                @if more { span.hint { " (the first 1000 rows and dead letters are searched)" } }
-            }
-        }
-        p.hint { "Delivered hooks are found by id: " code { "…/hooks/<id>" } "." }
-    }
 }
 
 async fn deliveries(UiCtx(ctx): UiCtx, Path(t): Path<String>, Query(q): Q) -> Page {
@@ -501,8 +384,8 @@ fn body_of(v: &Value) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(b).ok()
 }
 
-/// The hook and its body: from the dead letter when one of its rows is dead-lettered, from
-/// the delivery log when it ended and the log kept it.
+/// The hook and its body, wherever it is still kept: in Redis (pending, dead-lettered, or
+/// delivered and kept for resend) or in the delivery log (`GET /admin/hooks/{t}/{h}/body`).
 pub(crate) async fn hook_with_body(
     ctx: &Ctx,
     tenant: &str,
@@ -513,31 +396,15 @@ pub(crate) async fn hook_with_body(
         .api
         .get(&ctx.who, &format!("/admin/hooks/{et}/{hook}"))
         .await?;
-    let dead = h["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find_map(|r| r["dead_letter"]["id"].as_str().map(str::to_string));
-    let mut body = None;
-    if dead.is_none() && h["stored"] == "logged" {
-        // Ended, and its body kept in the delivery log.
-        if let Ok(b) = ctx
+    let body = match h["stored"].as_str() {
+        Some("gone") => None,
+        _ => ctx
             .api
-            .get(&ctx.who, &format!("/admin/log/{et}/hooks/{hook}/body"))
+            .get(&ctx.who, &format!("/admin/hooks/{et}/{hook}/body"))
             .await
-        {
-            body = body_of(&b);
-        }
-    }
-    if let Some(id) = dead {
-        if let Ok(d) = ctx
-            .api
-            .get(&ctx.who, &format!("/admin/dlq/{et}/{}", enc(&id)))
-            .await
-        {
-            body = body_of(&d["hook_body"]);
-        }
-    }
+            .ok()
+            .and_then(|b| body_of(&b)),
+    };
     Ok((h, body))
 }
 

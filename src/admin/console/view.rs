@@ -1,10 +1,15 @@
 //! The pages' shared parts: the layout, login and error pages, times, and the hook page
-//! both sites show. Every string goes through maud, which escapes it.
+//! both sites show. Every string goes through maud, which escapes it for HTML; text a
+//! tenant, producer or receiver controls goes through [`text`] (or [`crate::text::esc`])
+//! too, which shows its control characters escaped (`\x1b`, `\r`, `\n`).
 
 use super::{Area, Ctx};
+use crate::tokens::Scope;
 use axum::http::StatusCode;
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
+
+pub(crate) use crate::text::esc;
 
 /// A whole page of `area`: header with navigation (when signed in), `main`, footer.
 pub(crate) fn layout(area: Area, ctx: Option<&Ctx>, title: &str, main: Markup) -> Markup {
@@ -95,17 +100,22 @@ pub(crate) fn login_page(area: Area, nonce: &str, problem: Option<&str>) -> Mark
     )
 }
 
-/// The page of a refusal or failure.
-pub(crate) fn error_page(status: StatusCode, message: &str) -> Markup {
+/// The page of a refusal or failure in `area`: it names that site and links to it only (a
+/// tenant reading a portal error is never sent to the operator console).
+pub(crate) fn error_page(area: Area, status: StatusCode, message: &str) -> Markup {
+    let home = match area {
+        Area::Ui => "Back to the console",
+        Area::Portal => "Back to the portal",
+    };
     layout(
-        Area::Ui,
+        area,
         None,
         &format!(
             "{} {}",
             status.as_u16(),
             status.canonical_reason().unwrap_or("")
         ),
-        html! { p.problem role="alert" { (message) } p { a href="/ui/" { "Console" } " · " a href="/portal/" { "Portal" } } },
+        html! { p.problem role="alert" { (message) } p { a href={ (area.base()) "/" } { (home) } } },
     )
 }
 
@@ -166,12 +176,20 @@ pub(crate) fn time_of(v: &Value) -> Markup {
     time(v.as_i64().unwrap_or(0))
 }
 
-/// A value as short text (strings bare, others as JSON, absent as a dash).
+/// A value as short text (strings bare, others as JSON, absent as a dash), its control
+/// characters escaped.
 pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::Null => "—".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => esc(s),
         other => other.to_string(),
+    }
+}
+
+/// Said where an action would be: the session lacks the scope it needs.
+pub(crate) fn lacks(scope: crate::tokens::Scope, what: &str) -> Markup {
+    html! {
+        p.hint.lacks { (what) " needs the " code { (scope.as_str()) } " scope, which this session's token does not have." }
     }
 }
 
@@ -180,7 +198,8 @@ pub(crate) fn badge(state: &str) -> Markup {
     let class = match state {
         "delivered" => "ok",
         "dead_lettered" | "failed" => "bad",
-        "retrying" | "parked" | "retry" => "warn",
+        "retrying" | "parked" | "retry" | "breaker half-open" => "warn",
+        "breaker open" => "bad",
         _ => "",
     };
     html! { span class={ "badge " (class) } { (state) } }
@@ -297,6 +316,18 @@ fn body_view(body: &[u8], view: BodyView) -> String {
     }
 }
 
+/// Why a hook page shows no body, by where the hook is kept (`stored`).
+fn no_body(stored: &str) -> &'static str {
+    match stored {
+        "gone" => {
+            "The body of this hook is no longer kept: it ended, and only the record of its \
+             attempts is left."
+        }
+        "logged" => "The delivery log keeps this hook's record but not its body.",
+        _ => "The body of this hook could not be read just now: reload the page to try again.",
+    }
+}
+
 /// The hook page: headers, body, rows, the attempts on a timeline, resend.
 /// `hook` is `GET /admin/hooks/{tenant}/{hook}`; `body` the body when the API gave it.
 pub(crate) fn hook_page(
@@ -323,7 +354,7 @@ pub(crate) fn hook_page(
             @if headers.is_empty() { p.empty { "No producer headers." } }
             @else {
                 table { thead { tr { th scope="col" { "Name" } th scope="col" { "Value" } } }
-                    tbody { @for (n, v) in &headers { tr { td { code { (n) } } td { code { (text(v)) } } } } } }
+                    tbody { @for (n, v) in &headers { tr { td { code { (esc(n)) } } td { code { (text(v)) } } } } } }
             }
         }
         section aria-labelledby="h-body" {
@@ -335,7 +366,7 @@ pub(crate) fn hook_page(
                 }
             }
             @if let Some(b) = body { pre.body { (body_view(b, view)) } }
-            @else { p.empty { "The admin API shows the body of a dead-lettered hook; this hook has none." } }
+            @else { p.empty { (no_body(hook["stored"].as_str().unwrap_or(""))) } }
         }
         section aria-labelledby="h-rows" {
             h2 id="h-rows" { "Rows" }
@@ -350,7 +381,7 @@ pub(crate) fn hook_page(
                             td { (badge(r["state"].as_str().unwrap_or(""))) }
                             td { (text(&r["attempts"])) }
                             td { (time_of(&r["due_at_ms"])) }
-                            td.err { (r["last_error"].as_str().unwrap_or("")) }
+                            td.err { (esc(r["last_error"].as_str().unwrap_or(""))) }
                         }
                     }
                 }
@@ -369,21 +400,22 @@ pub(crate) fn hook_page(
                             (badge(a["outcome"].as_str().unwrap_or("")))
                             @if let Some(s) = a["status"].as_u64() { " HTTP " (s) }
                             " in " (text(&a["duration_ms"])) " ms"
-                            @if let Some(k) = a["error_kind"].as_str() { " · " (k) }
+                            @if let Some(k) = a["error_kind"].as_str() { " · " (esc(k)) }
                             @if a["next_attempt_ms"].is_i64() { " · next " (time_of(&a["next_attempt_ms"])) }
-                            @if let Some(r) = a["reason"].as_str() { " · " (r) }
+                            @if let Some(r) = a["reason"].as_str() { " · " (esc(r)) }
                         }
-                        @if let Some(e) = a["error"].as_str() { pre.err { (e) } }
+                        @if let Some(e) = a["error"].as_str() { pre.err { (esc(e)) } }
                     }
                 }
             }
         }
         section aria-labelledby="h-resend" {
             h2 id="h-resend" { "Resend" }
-            form method="post" action={ (base) "/resend" } data-confirm={ "Resend hook " (id) " to all its sink entries?" } {
+            @if !ctx.may(Scope::Replay) { (lacks(Scope::Replay, "Resending")) }
+            @else { form method="post" action={ (base) "/resend" } data-confirm={ "Resend hook " (id) " to all its sink entries?" } {
                 (csrf(ctx))
                 button type="submit" { "Resend to every sink entry" }
-            }
+            } }
         }
     }
 }
