@@ -100,6 +100,11 @@ async fn every_get_route_answers_the_shape_its_schema_declares() {
     let w = World::start(|c| {
         c.retry.max_attempts = 1_000;
         c.retry.max_elapsed_ms = 3_600_000;
+        // One failure, then a wait well past the test: the row stays `retrying` (a short
+        // backoff let five failures open its breaker and park it before the reads).
+        c.retry.initial_backoff_ms = 60_000;
+        c.retry.max_backoff_ms = 60_000;
+        c.retry.min_backoff_ms = 0;
         c.log.url = Some(db.url.clone());
     })
     .await;
